@@ -411,8 +411,10 @@ class NoticeBoard:
         (it then follows a step of the wall clock)."""
         if report.action == "clear":
             return self.clear(report.id, detail=report.detail)
-        action = self._action_for(report)
         entry = self.entries.get(report.id)
+        if deadline_clock is None and report.deadline_is_duration and report.deadline:
+            report, deadline_clock = self._on_clock(report, entry)
+        action = self._action_for(report)
         if entry is not None:
             entry.deadline_clock = deadline_clock
         if entry is None:
@@ -607,6 +609,21 @@ class NoticeBoard:
                 entry.notice = self._stamp(entry.report, "drain")
                 self.moved.append(entry.notice)
 
+    def _on_clock(self, report: Report, entry: Entry | None) -> tuple[Report, float]:
+        """A watcher's deadline given as a duration (the flag file's `5m`, counted from its
+        writing on the wall clock), with its reading on `clock`: where the board already holds
+        the notice on that clock, its deadline is the one the clock gives (the watcher reports
+        the time it first read, and a step since moved it); else the clock is set from now,
+        as for a `forewarn notify --deadline`."""
+        assert report.deadline is not None
+        now, clock = self.now(), self.clock()
+        if entry is None or entry.deadline_clock is None:
+            return report, clock + (report.deadline - now).total_seconds()
+        held = _plus(now, timedelta(seconds=entry.deadline_clock - clock))
+        if _deadline_moved(report.deadline, held):
+            report = report.model_copy(update={"deadline": held})
+        return report, entry.deadline_clock
+
     def take_moved(self) -> list[Notice]:
         """The drains whose deadline `due` moved after a step of the wall clock, to publish."""
         moved, self.moved = self.moved, []
@@ -707,9 +724,10 @@ class NoticeBoard:
         them, as before the restart. `held_by` are the clients holding each (`held_by()`): still
         waited for, as they never reconnect. `raised_clock` are the readings of `clock` when
         they were raised (`raised_clocks()`), given only when that clock has run on since (the
-        same boot): their `ages` go on from them. `deadline_clock` are the manual notices'
-        deadlines on that clock where they were given as a duration (`deadline_clocks()`, the
-        same boot only): they follow a step of the wall clock, as before the restart."""
+        same boot): their `ages` go on from them. `deadline_clock` are the notices' deadlines
+        on that clock where they were given as a duration, a notify's or a flag file's
+        (`deadline_clocks()`, the same boot only): they follow a step of the wall clock, as
+        before the restart."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -727,7 +745,11 @@ class NoticeBoard:
             if notice.id in self.entries:
                 continue  # saved twice (a hand-edited file): the first stands
             raised_at = (raised or {}).get(notice.id, notice.noticed_at)
-            held_on_clock = (deadline_clock or {}).get(notice.id) if manual else None
+            held_on_clock = (deadline_clock or {}).get(notice.id)
+            if held_on_clock is not None and not manual:
+                # A flag file's `5m`: its watcher, handed the report (`provider_reports`),
+                # reports it again as a duration, which the board keeps on the clock.
+                report = report.model_copy(update={"deadline_is_duration": True})
             self.report(
                 report,
                 manual=manual,

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import ForewarnError
-from .timefmt import parse_deadline
+from .timefmt import parse_deadline, parse_time
 
 # A deadline and a short note fit in far less; the rest of a larger file is never read.
 MAX_FLAG_BYTES = 4096
@@ -84,10 +84,25 @@ def flag_deadline(content: str, mtime_ns: int) -> datetime | None:
         return None
 
 
+def flag_deadline_is_duration(content: str) -> bool:
+    """Whether the first line of a flag file's content is a deadline given as a duration
+    (`5m`), elapsed time from the writing, rather than a moment (RFC 3339)."""
+    text = content.strip()
+    if not text:
+        return False
+    line = text.splitlines()[0]
+    try:
+        parse_time(line)
+    except ValueError:
+        return flag_deadline(content, 0) is not None
+    return False
+
+
 __all__ = [
     "MAX_FLAG_BYTES",
     "FlagError",
     "flag_deadline",
+    "flag_deadline_is_duration",
     "flag_written",
     "read_flag",
 ]

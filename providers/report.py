@@ -41,6 +41,11 @@ class Report(BaseModel):
     # grace, rather than retiring it after the deadline and raising it again while the
     # provider still lists it. Not sent to clients.
     until: Timestamp | None = None
+    # The deadline was given as a duration from when the notice was given (`5m` in the flag
+    # file), not as a moment: the agent keeps it on the boot clock from when it takes the
+    # report, so that a step of the wall clock (NTP's first sync) moves the deadline with it,
+    # as it does a `forewarn notify --deadline 15m`. Not sent to clients.
+    deadline_is_duration: bool = False
 
 
 def saved_report(item: object) -> Report:

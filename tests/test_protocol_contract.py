@@ -42,8 +42,9 @@ def test_client_event_carries_every_notice_field_but_the_version() -> None:
 def test_report_is_a_notice_without_what_the_agent_stamps() -> None:
     stamped = {"v", "seq", "sent_at"}
     expected = tuple(name for name in protocol.NOTICE_FIELDS if name not in stamped)
-    # `until` (the end of the provider's window) is for the agent's board alone: not sent.
-    assert tuple(Report.model_fields) == (*expected, "until")
+    # `until` (the end of the provider's window) and `deadline_is_duration` (a flag file's
+    # `5m`, kept on the boot clock) are for the agent's board alone: not sent.
+    assert tuple(Report.model_fields) == (*expected, "until", "deadline_is_duration")
 
 
 def test_actions_and_reasons_are_the_ones_every_model_accepts() -> None:

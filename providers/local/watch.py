@@ -23,6 +23,7 @@ from forewarn.protocol.flagfile import (
     MAX_FLAG_BYTES,
     FlagError,
     flag_deadline,
+    flag_deadline_is_duration,
     flag_written,
     read_flag,
 )
@@ -30,6 +31,7 @@ from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
 from forewarn.providers.report import Report
 
 from ..base import Emit, WatcherContext
+from ..boot import since_boot
 from .settings import Settings
 
 log = logging.getLogger("forewarn.providers.local")
@@ -84,7 +86,20 @@ def flag_report(path: Path, content: str, mtime_ns: int) -> Report:
         deadline=deadline,
         noticed_at=utcnow(),
         detail=detail,
+        # `5m` is five minutes of real time from the writing: the agent keeps it on the boot
+        # clock, so a step of the wall clock moves the deadline with it.
+        deadline_is_duration=deadline is not None and flag_deadline_is_duration(content),
     )
+
+
+def _on_boot_clock(report: Report) -> float | None:
+    """The deadline of `report` by `since_boot()` from now, where it was written as a
+    duration; else None (a deadline written as a time names a moment, which a step of the
+    wall clock does not move)."""
+    booted = since_boot()
+    if not report.deadline_is_duration or report.deadline is None or booted is None:
+        return None
+    return booted + (report.deadline - utcnow()).total_seconds()
 
 
 class LocalWatcher:
@@ -99,6 +114,9 @@ class LocalWatcher:
         # whether it is to be reported again (handed back after an agent restart).
         self._kept = False
         self._report_again = False
+        # The deadline of `current` by `since_boot()`, where it was written as a duration:
+        # whether it is still ahead is judged on it, which no step of the wall clock moves.
+        self._deadline_at: float | None = None
         self._emit: Emit | None = None
         self._warned: dict[str, None] = {}  # first lines already warned about, oldest first
 
@@ -149,6 +167,7 @@ class LocalWatcher:
                 # clear later (a flush, a retirement and the file's removal name the new id).
                 emit(self.current.model_copy(update={"action": "clear"}))
             self.current = flag_report(self.flag_file, content or "", mtime_ns)
+            self._deadline_at = _on_boot_clock(self.current)
             self._kept = self._report_again = False
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
             if content is None:
@@ -199,8 +218,21 @@ class LocalWatcher:
         for report in reports:
             if report.id.startswith("local/flag/") and report.deadline and report.deadline > now:
                 self.current = report
+                self._deadline_at = _on_boot_clock(report)
                 self._kept = self._report_again = True
                 return
+
+    def _deadline_ahead(self) -> bool:
+        """Whether the deadline of the notice in force is still to come. One written as a
+        duration is judged on the boot clock: by the wall clock, NTP stepping it forward 25
+        min took a `5m` written a minute before for past, and its flush withdrew the drain
+        (no terminate went out)."""
+        if self.current is None or self.current.deadline is None:
+            return False
+        booted = since_boot()
+        if self._deadline_at is not None and booted is not None:
+            return self._deadline_at > booted
+        return self.current.deadline > utcnow()
 
     def _written_again(self) -> bool:
         """The file has another mtime than the drain in force: written since the last look."""
@@ -228,8 +260,7 @@ class LocalWatcher:
                 log.error("cannot remove flag file %s: %s", self.flag_file, error)
                 return
             log.info("flag file %s handled and removed", self.flag_file)
-            deadline = self.current.deadline
-            if deadline is not None and deadline > utcnow():
+            if self._deadline_ahead():
                 # The machine goes then: cleared here, the drain was never sent as terminate
                 # at its deadline, and the jobs trained on past their flush until the machine
                 # went. Retired past its deadline by the agent, as any notice with one.

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.protocol import Report
@@ -810,3 +811,62 @@ def test_a_deadline_given_as_a_duration_follows_a_step_after_a_restart_in_the_sa
     assert restarted.due() == ([], [])
     (moved,) = restarted.take_moved()
     assert moved.deadline == wall.now + timedelta(seconds=840)
+
+
+def test_a_flag_files_duration_follows_a_step_of_the_wall_clock() -> None:
+    """`echo 5m > <runtime>/checkpoint-now` is 5 minutes from when the file was written, as
+    `forewarn notify --deadline 5m` is from the command. Counted from the file's mtime on the
+    wall clock, NTP stepping the clock forward 25 min retired the drain at once with a clear
+    (no terminate ever went out), and a step back of 10 min sent the terminate 10 min late.
+    Now the board keeps it on the boot clock from when it takes the report, as a notify's."""
+    from forewarn.providers.local.watch import flag_report
+
+    for step in (timedelta(minutes=25), timedelta(minutes=-10)):
+        wall = Clock()
+        steady = [0.0]
+        b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda steady=steady: steady[0])
+        mtime_ns = int(T0.timestamp()) * 10**9
+        flag = Path("/run/user/1000/forewarn/checkpoint-now")
+        raised = b.report(flag_report(flag, "5m\n", mtime_ns))
+        assert raised is not None and raised.deadline == T0 + timedelta(minutes=5)
+        wall.now = T0 + step + timedelta(seconds=1)
+        steady[0] = 1.0
+        assert b.due() == ([], []), step
+        (moved,) = b.take_moved()
+        assert moved.id == raised.id and moved.action == "drain"
+        assert moved.deadline == wall.now + timedelta(seconds=299)
+        # Reported again by the watcher as it first read it (after an agent restart): the
+        # deadline stays where the boot clock puts it.
+        assert b.report(flag_report(flag, "5m\n", mtime_ns)) is None
+        wall.now += timedelta(seconds=269)
+        steady[0] += 269
+        (terminate,), expired = b.due()
+        assert terminate.action == "terminate" and expired == []
+        assert terminate.deadline == wall.now + timedelta(seconds=30)
+
+
+def test_a_flag_files_duration_follows_a_step_after_a_restart_in_the_same_boot() -> None:
+    """The agent restarted (an upgrade) between the flag's writing and NTP's step: the board
+    restored the drain with its deadline on the boot clock, and the watcher reporting the file
+    again as it reads it does not take it back to the wall time."""
+    from forewarn.providers.local.watch import flag_report
+
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    mtime_ns = int(T0.timestamp()) * 10**9
+    flag = Path("/run/user/1000/forewarn/checkpoint-now")
+    b.report(flag_report(flag, "5m\n", mtime_ns))
+    saved = b.deadline_clocks()
+    assert list(saved.values()) == [300.0]
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: steady[0])
+    restarted.restore([], provider=b.provider_notices(), deadline_clock=saved)
+    (handed,) = restarted.provider_reports("local")
+    assert handed.deadline_is_duration  # what the watcher takes up when the file is gone
+    wall.now = T0 + timedelta(minutes=25, seconds=60)  # stepped forward; a minute has passed
+    steady[0] = 60.0
+    assert restarted.due() == ([], [])
+    (moved,) = restarted.take_moved()
+    assert moved.deadline == wall.now + timedelta(seconds=240)
+    assert restarted.report(flag_report(flag, "5m\n", mtime_ns)) is None
+    assert restarted.active()[0].deadline == moved.deadline

@@ -1,0 +1,95 @@
+"""The flag file's watcher after a step of the wall clock: a deadline written as a duration
+(`5m`) is five minutes of real time from the writing, whatever NTP does to the clock."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.protocol.timefmt import parse_duration, parse_time
+from forewarn.providers.base import PollHealth, WatcherContext
+from forewarn.providers.local import watch
+from forewarn.providers.report import Report
+from hypothesis import given
+from hypothesis import strategies as st
+
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
+
+
+class Clocks:
+    """The wall clock and the boot clock the watcher reads, set by the test."""
+
+    def __init__(self) -> None:
+        self.wall = T0
+        self.boot = 1000.0
+
+    def step(self, wall: timedelta, elapsed: float) -> None:
+        self.wall += wall + timedelta(seconds=elapsed)
+        self.boot += elapsed
+
+
+@pytest.fixture
+def clocks(monkeypatch: pytest.MonkeyPatch) -> Clocks:
+    held = Clocks()
+    monkeypatch.setattr(watch, "utcnow", lambda: held.wall)
+    monkeypatch.setattr(watch, "since_boot", lambda: held.boot)
+    return held
+
+
+@pytest.mark.parametrize("content", ["5m\n", "2026-11-30T03:05:00Z\n"])
+def test_a_flushed_flags_duration_stays_in_force_after_a_forward_step(
+    tmp_path: Path, clocks: Clocks, content: str
+) -> None:
+    """`echo 5m > checkpoint-now`, the job flushed, and NTP had stepped the clock forward 25
+    min meanwhile: the watcher judged the deadline by the wall clock, found it past, and
+    withdrew the drain with a clear, so no terminate ever went out. One minute of real time
+    has passed: the drain stays in force (the agent sends the terminate at its deadline). A
+    deadline written as a time names a moment, which a step does not move: that one is past."""
+    flag = tmp_path / "checkpoint-now"
+    flag.write_text(content)
+    mtime_ns = int(T0.timestamp()) * 10**9
+    os.utime(flag, ns=(mtime_ns, mtime_ns))
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("local"))
+    watcher = watch.LocalWatcher(flag, 0.25, context)
+    emitted: list[Report] = []
+    watcher._emit = emitted.append  # as `watch` sets it; a poll is all this test needs
+    asyncio.run(watcher.poll(emitted.append))
+    (raised,) = emitted
+    assert raised.deadline == T0 + timedelta(minutes=5)
+    clocks.step(timedelta(minutes=25), 60.0)
+    watcher.flushed(raised.id)
+    assert not flag.exists()
+    if content == "5m\n":
+        assert emitted == [raised] and watcher.current == raised
+    else:
+        assert [r.action for r in emitted] == ["drain", "clear"] and watcher.current is None
+
+
+_FLAG_LINES = st.sampled_from(
+    ["5m", "90", " 2h 30m", "1.5", "2026-11-30T03:05:00Z", "2026-11-30T03:05:00+01:00", "06:00"]
+)
+
+
+@given(st.one_of(_FLAG_LINES, st.text(max_size=40)), st.sampled_from(["", "\n", "\nnote"]))
+def test_a_flags_deadline_is_a_duration_exactly_when_its_line_is_no_time(
+    line: str, rest: str
+) -> None:
+    """A flag's deadline is held on the boot clock when it was written as a duration, and
+    only then: it is the writing's time plus that duration. One written as a time, and text
+    that is no deadline, are left as they were."""
+    created = datetime(2026, 12, 2, tzinfo=timezone.utc)
+    text = line + rest
+    report = watch.flag_report(Path("/tmp/flag"), text, int(created.timestamp()) * 10**9)
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    try:
+        parse_time(first)
+    except ValueError:
+        is_time = False
+    else:
+        is_time = True
+    assert report.deadline_is_duration == (report.deadline is not None and not is_time)
+    if report.deadline_is_duration:
+        assert report.deadline == created + timedelta(seconds=parse_duration(first))
