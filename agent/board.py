@@ -809,7 +809,15 @@ class NoticeBoard:
             ends = (
                 max(deadline, entry.raised_at, until) if until else max(deadline, entry.raised_at)
             )
-            return _plus(ends, self.grace)
+            ends = _plus(ends, self.grace)
+            waited_for = self._awaited_until(entry)
+            step = self._stepped_forward(entry)
+            if waited_for is not None and step:
+                # Restored, and the wall clock stepped forward since it was raised: not
+                # retired on the wall time the stepped clock gave it before its watcher has
+                # had its chance to report it again (see `_stepped_forward`).
+                ends = max(ends, min(_plus(ends, step), waited_for))
+            return ends
         if entry.report.provider == "local":
             if entry.raised_clock is not None:
                 # Counted on `clock`, as of now: on the wall clock, NTP's step forward (first
@@ -819,6 +827,11 @@ class NoticeBoard:
                 left = self.manual_lifetime - timedelta(seconds=age)
                 return _plus(self.now(), left)
             return _plus(entry.raised_at, self.manual_lifetime)
+        return self._awaited_until(entry)
+
+    def _awaited_until(self, entry: Entry) -> datetime | None:
+        """Until when a restored provider notice waits for its watcher to report it again;
+        None for any other."""
         if entry.restored and entry.restored_clock is not None:
             # A watcher that cannot answer for that long after a restart cannot confirm it
             # either: kept, it would stay active forever (raised again, same occurrence, when
@@ -828,6 +841,21 @@ class NoticeBoard:
             waited = max(0.0, self.clock() - entry.restored_clock)
             return _plus(self.now(), self.grace - timedelta(seconds=waited))
         return None
+
+    def _stepped_forward(self, entry: Entry) -> timedelta:
+        """How far the wall clock was stepped forward since `entry` was raised, by `clock`'s
+        reading then (known in the same boot only); zero otherwise. A restored provider notice
+        is not retired on the wall time a clock stepped since gave it: a GCP preemption read
+        while the clock was 30 min behind was retired at the start after NTP's step, 'past its
+        deadline plus a grace', and raised again by its watcher 100 ms later (same id): the
+        job saw terminate, clear, terminate, the clear withdrawing the exit it was saving for.
+        It waits for its watcher instead (`_awaited_until`), which reports it again or not
+        (`withdraw_restored`). A step back is left be: the wall time then ends it later."""
+        if entry.raised_clock is None:
+            return timedelta(0)
+        wall = self.now() - entry.raised_at
+        step = wall - timedelta(seconds=max(0.0, self.clock() - entry.raised_clock))
+        return step if step >= DEADLINE_TOLERANCE else timedelta(0)
 
     def _remember(self, notice_id: str, kept: Remembered) -> None:
         self.remembered[notice_id] = kept

@@ -870,3 +870,70 @@ def test_a_flag_files_duration_follows_a_step_after_a_restart_in_the_same_boot()
     assert moved.deadline == wall.now + timedelta(seconds=240)
     assert restarted.report(flag_report(flag, "5m\n", mtime_ns)) is None
     assert restarted.active()[0].deadline == moved.deadline
+
+
+def _restarted_with_a_preemption(step: timedelta, down: float) -> tuple[NoticeBoard, Clock]:
+    """A GCP preemption (30 s) raised by an agent whose wall clock was behind; the agent
+    restarted `down` seconds of real time later in the same boot, the wall clock stepped by
+    `step` meanwhile (NTP's first sync)."""
+    wall = Clock()
+    steady = [5000.0]
+    first = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    preempted = report(
+        id="gcp/preempted/1",
+        action="terminate",
+        reason="preemption",
+        provider="gcp",
+        deadline=T0 + timedelta(seconds=30),
+        noticed_at=T0,
+    )
+    first.report(preempted)
+    wall.now = T0 + step + timedelta(seconds=down)
+    steady[0] += down
+    restarted = NoticeBoard(
+        Sequencer(first.sequencer.value), 30.0, now=wall, clock=lambda: steady[0]
+    )
+    restarted.restore([], provider=first.provider_notices(), raised_clock=first.raised_clocks())
+    return restarted, wall
+
+
+def test_a_restored_notice_is_not_retired_at_start_by_a_deadline_a_step_made_stale() -> None:
+    """A preemption read while the wall clock was 30 min behind, the agent restarted once
+    NTP set the clock right: the board retired the restored terminate at start, 'past its
+    deadline plus a grace of 300s' by the wall time the wrong clock gave, and its watcher,
+    which keeps the stop on the boot clock, raised it again 100 ms later with the same id.
+    The job saw terminate, clear, terminate: the clear withdrew the exit it was saving for,
+    and the second terminate started its save again with 30 s to the end. By the boot clock
+    read when it was raised (the same boot), the deadline is 30 s ahead: it waits for its
+    watcher, which reports it again with the deadline moved."""
+    restarted, wall = _restarted_with_a_preemption(timedelta(minutes=30), 1.0)
+    assert restarted.due() == ([], [])
+    (restored,) = restarted.restored_reports("gcp")
+    moved = restored.model_copy(update={"deadline": wall.now + timedelta(seconds=29)})
+    again = restarted.report(moved)
+    assert again is not None and again.action == "terminate" and again.deadline == moved.deadline
+    assert restarted.active() == [again]
+
+
+def test_a_restored_notice_past_its_end_in_real_time_is_still_retired_at_start() -> None:
+    """The agent down for 30 minutes (no step): the preemption's end is past by the boot
+    clock too, and the notice is retired at start as before."""
+    restarted, _ = _restarted_with_a_preemption(timedelta(0), 1800.0)
+    (_, (expired,)) = restarted.due()
+    assert expired.action == "clear" and restarted.active() == []
+
+
+def test_a_restored_notice_held_past_a_step_waits_for_its_watcher_no_longer_than_a_grace() -> None:
+    """Held past a stale deadline for its watcher's answer, the notice of a watcher that
+    cannot answer is still retired once the grace after the restart has passed on the boot
+    clock (as a restored notice without a deadline), not the step later (a clock 26 years
+    behind, an RTC reset, would have kept it for good)."""
+    restarted, wall = _restarted_with_a_preemption(timedelta(days=365 * 26), 1.0)
+    assert restarted.due() == ([], [])
+    wall.now += timedelta(seconds=299)
+    restarted.clock = lambda: 5300.0
+    assert restarted.due() == ([], [])
+    wall.now += timedelta(seconds=2)
+    restarted.clock = lambda: 5302.0
+    (_, (expired,)) = restarted.due()
+    assert expired.action == "clear" and restarted.active() == []
