@@ -31,7 +31,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from forewarn.protocol.flagfile import FlagError, flag_deadline, read_flag
+from forewarn.protocol.flagfile import (
+    FlagError,
+    flag_deadline,
+    flag_deadline_is_duration,
+    read_flag,
+)
 from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import runtime_dir
 
@@ -276,6 +281,10 @@ class CheckpointGuard:
         # margin of it, as the agent sends such a drain as terminate. Taken for a plain drain,
         # the job trained on past its save until the machine went at the deadline.
         self._flag_deadline: datetime | None = None
+        # That deadline by `steady_seconds()`, where it was written as a duration (`5m`): five
+        # minutes of real time, which a step of the wall clock (NTP's first sync) does not
+        # shorten or stretch, as the agent keeps it.
+        self._flag_deadline_at: float | None = None
         # The flag that deadline came from while its file is not handled yet (no job's save
         # removed it): gone meanwhile, it was removed by hand, which withdraws the deadline as
         # the agent clears a drain whose file goes before every client flushed.
@@ -1752,7 +1761,7 @@ class CheckpointGuard:
             return
         if found is not None and found != self._flag_kept and found != self._flag_refused:
             try:
-                deadline = _read_flag_deadline(flag)
+                deadline, is_duration = _read_flag(flag)
             except FlagError as error:
                 # A link (or a directory) there: the agent refuses it, no drain raised. Taken
                 # here, the same `ln -s` saved the job with no agent and nothing with one.
@@ -1768,6 +1777,10 @@ class CheckpointGuard:
                 # A flag written again is a new request: its deadline (or none) replaces the
                 # earlier one, as the agent clears the earlier notice.
                 self._flag_deadline = deadline
+                self._flag_deadline_at = None
+                if deadline is not None and is_duration:
+                    left = (deadline - utcnow()).total_seconds()
+                    self._flag_deadline_at = steady_seconds() + left
                 self._flag_found = found
                 self._flag_open = found if deadline is not None else None
                 self._flag_unremovable = False
@@ -1778,7 +1791,9 @@ class CheckpointGuard:
         deadline = self._flag_deadline
         if deadline is None or self._exit:
             return
-        if (deadline - utcnow()).total_seconds() > self._inherited_margin():
+        at = self._flag_deadline_at
+        left = at - steady_seconds() if at is not None else (deadline - utcnow()).total_seconds()
+        if left > self._inherited_margin():
             return
         log.warning(
             "forewarn: the flag file's deadline %s is within the exit margin: saving and exiting",
@@ -1811,15 +1826,22 @@ os.register_at_fork(after_in_child=_forked_from_guarded_process)
 def _read_flag_deadline(flag: Path) -> datetime | None:
     """The deadline the flag file holds (None: none, or it cannot be read: the drain stands).
     FlagError: the path is no flag file (a link, a directory), refused as the agent does."""
+    return _read_flag(flag)[0]
+
+
+def _read_flag(flag: Path) -> tuple[datetime | None, bool]:
+    """The flag file's deadline, as `_read_flag_deadline`, and whether it was written as a
+    duration (`5m`: counted on the boot clock) rather than a time."""
     try:
         found = read_flag(flag)
     except FlagError:
         raise
     except OSError:
-        return None
+        return None, False
     if found is None or found[1] is None:
-        return None
-    return flag_deadline(found[1], found[0])
+        return None, False
+    deadline = flag_deadline(found[1], found[0])
+    return deadline, deadline is not None and flag_deadline_is_duration(found[1])
 
 
 # Handlers that are a framework's own, replaced on purpose: Lightning's (composed with those

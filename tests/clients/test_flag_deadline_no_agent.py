@@ -9,8 +9,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from forewarn.clients import CheckpointGuard
-from forewarn.clients.guard import _read_flag_deadline
+from forewarn.clients.guard import _read_flag, _read_flag_deadline
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.local.watch import flag_report
 from hypothesis import HealthCheck, given, settings
@@ -73,8 +74,10 @@ def test_the_guard_reads_a_flag_deadline_as_the_agent_does(tmp_path: Path, conte
     flag = tmp_path / "checkpoint-now"
     flag.write_bytes(content)
     mtime_ns = flag.stat().st_mtime_ns
-    agents = flag_report(flag, content.decode(errors="replace"), mtime_ns).deadline
-    assert _read_flag_deadline(flag) == agents
+    agents = flag_report(flag, content.decode(errors="replace"), mtime_ns)
+    assert _read_flag_deadline(flag) == agents.deadline
+    # Both hold a duration (`5m`) on the boot clock, and a time as that time.
+    assert _read_flag(flag) == (agents.deadline, agents.deadline_is_duration)
 
 
 def test_a_flag_written_again_during_the_save_is_kept_and_its_deadline_read(
@@ -180,3 +183,29 @@ def test_a_flag_removed_by_hand_during_its_background_save_drops_its_deadline(
         assert guard._flag_deadline is None
     finally:
         guard.close()
+
+
+def test_a_flag_duration_follows_a_step_of_the_wall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`echo 5m > checkpoint-now` with no agent: the guard counted the five minutes from the
+    file's mtime on the wall clock, so NTP stepping the clock forward 25 min right after the
+    save made the job exit at once, 5 minutes early by the machine's end (a step back made it
+    train on past it, the steps since its save lost). Held on the boot clock, a step moves it
+    with the wall clock: the job trains on; a deadline written as a time stays that time."""
+    from forewarn.clients import guard as guard_module
+
+    for content, exits in (("5m\n", False), (format_time(utcnow() + timedelta(minutes=5)), True)):
+        flag = tmp_path / "checkpoint-now"
+        guard = job(flag, margin=30.0)
+        try:
+            flag.write_text(content + "\n")
+            eventually(lambda guard=guard: guard.due(1), timeout=5, what="the flag's save")
+            assert not guard.saved(1, 0.01).exit
+            stepped = utcnow() + timedelta(minutes=25)
+            monkeypatch.setattr(guard_module, "utcnow", lambda stepped=stepped: stepped)
+            guard._check_flag_deadline()  # as its ticker does, after the step
+            assert guard.should_exit == exits, content
+        finally:
+            monkeypatch.undo()
+            guard.close()
