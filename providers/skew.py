@@ -11,11 +11,13 @@ clock; within a few minutes this machine's own clock, finer, is the better one.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.report import Report
 
+from .health import PollHealth
 from .httpdate import parse_http_date
 
 # How far this machine's clock may be from the service's before times are moved onto it:
@@ -72,6 +74,36 @@ def report_on_clock(report: Report, ahead: timedelta) -> Report:
     return report.model_copy(update={"deadline": deadline, "until": until, "detail": detail})
 
 
+def take_skew(
+    known: timedelta,
+    date: str | None,
+    now: datetime,
+    health: PollHealth,
+    provider: str,
+    service: str,
+) -> timedelta | None:
+    """The skew of this machine's clock (`now`, as the answer came) read from an answer's
+    `Date` (`clock_ahead`) where it moved from `known` by CLOCK_MOVED or more (a `Date` has
+    whole seconds), said in the log and held as `health`'s `clock` condition while the clocks
+    are apart; None where `known` stands (no `Date` that reads, or little moved). The
+    watcher's notices then go out again on the clock as it is. One for the watchers that read
+    a `Date` (AWS, Azure, GCP)."""
+    ahead = clock_ahead(date, now)
+    if ahead is None or abs(ahead - known) < CLOCK_MOVED:
+        return None
+    log = logging.getLogger(f"forewarn.providers.{provider}")
+    if not ahead:
+        health.condition("clock", None)
+        log.info(
+            "%s: this machine's clock is within a few minutes of %s's Date again", provider, service
+        )
+        return ahead
+    message = skew_message(ahead, service)
+    log.warning("%s: %s", provider, message)
+    health.condition("clock", message)
+    return ahead
+
+
 __all__ = [
     "CLOCK_AHEAD",
     "CLOCK_MOVED",
@@ -79,4 +111,5 @@ __all__ = [
     "clock_ahead",
     "report_on_clock",
     "skew_message",
+    "take_skew",
 ]

@@ -42,7 +42,7 @@ from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id, machine_started
-from ..skew import CLOCK_MOVED, clock_ahead, report_on_clock, skew_message
+from ..skew import report_on_clock, take_skew
 from .boots import BOOT_FILE, RebootRecord
 from .client import Answer, ImdsClient, ImdsError
 from .imds import (
@@ -359,17 +359,9 @@ class AwsWatcher:
         CLOCK_MOVED or more (a `Date` has whole seconds); without one that reads, the skew
         known stands. The notices then go out again on the clock as it is: their detail
         carries the skew, so the trackers see a change."""
-        ahead = clock_ahead(date, utcnow())
-        if ahead is None or abs(ahead - self._ahead) < CLOCK_MOVED:
-            return
-        self._ahead = ahead
-        if not ahead:
-            self.health.condition("clock", None)
-            log.info("aws: this instance's clock is within a few minutes of IMDS's Date again")
-            return
-        message = skew_message(ahead, "IMDS")
-        log.warning("aws: %s", message)
-        self.health.condition("clock", message)
+        ahead = take_skew(self._ahead, date, utcnow(), self.health, "aws", "IMDS")
+        if ahead is not None:
+            self._ahead = ahead
 
     def _on_this_clock(self, reports: list[Report]) -> list[Report]:
         """IMDS's times (NotBefore, NotAfter, an interruption's time, noticeTime) as this

@@ -36,7 +36,7 @@ from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id, machine_started
 from ..fetch import Answer, fetch
 from ..httpdate import retry_after_seconds
-from ..skew import CLOCK_AHEAD, CLOCK_MOVED, clock_ahead, skew_message
+from ..skew import CLOCK_AHEAD, take_skew
 from .approve import APPROVED_FILE, Approver
 from .boots import BOOT_FILE, BootRecord
 from .events import (
@@ -298,17 +298,12 @@ class AzureWatcher:
         """Take the skew of this VM's clock from an answer's `Date`; True when it moved by
         CLOCK_MOVED or more (NTP's step), so that the events go out again on the clock as it
         is. Without a `Date` that reads, the skew known stands."""
-        ahead = clock_ahead(date, utcnow())
-        if ahead is None or abs(ahead - self._ahead) < CLOCK_MOVED:
+        ahead = take_skew(
+            self._ahead, date, utcnow(), self.health, "azure", "Azure's instance metadata"
+        )
+        if ahead is None:
             return False
         self._ahead = ahead
-        if not ahead:
-            self.health.condition("clock", None)
-            log.info("azure: this VM's clock is within a few minutes of Azure's Date again")
-            return True
-        message = skew_message(ahead, "Azure's instance metadata")
-        log.warning("azure: %s", message)
-        self.health.condition("clock", message)
         return True
 
     async def _check_configured_name(self, check: NameCheck, document: EventsDocument) -> None:

@@ -32,7 +32,7 @@ from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..fetch import fetch
-from ..skew import CLOCK_AHEAD, CLOCK_MOVED, clock_ahead, skew_message
+from ..skew import CLOCK_AHEAD, take_skew
 from .active import ACTIVE_FILE, ActiveNotices
 from .settings import Settings
 from .stopclock import StopClock
@@ -979,17 +979,9 @@ class GcpWatcher:
         """Take the skew of this VM's clock from an answer's `Date`, when it moved by
         CLOCK_MOVED or more (a `Date` has whole seconds); without one that reads, the skew
         known stands."""
-        ahead = clock_ahead(date, utcnow())
-        if ahead is None or abs(ahead - self._ahead) < CLOCK_MOVED:
-            return
-        self._ahead = ahead
-        if not ahead:
-            self.health.condition("clock", None)
-            log.info("gcp: this VM's clock is within a few minutes of the metadata server's again")
-            return
-        message = skew_message(ahead, "the metadata server")
-        log.warning("gcp: %s", message)
-        self.health.condition("clock", message)
+        ahead = take_skew(self._ahead, date, utcnow(), self.health, "gcp", "the metadata server")
+        if ahead is not None:
+            self._ahead = ahead
 
     def _window_held(self) -> bool:
         """Whether an upcoming-maintenance notice is in force (or saved from before a restart
