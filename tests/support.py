@@ -761,3 +761,26 @@ __all__ = [
     "running_watcher",
     "wait_until",
 ]
+
+
+@contextmanager
+def tmpfs_disk(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A real tmpfs of `size` (mount's `size=`, e.g. "4m") at `tmp_path/disk`, unmounted at
+    the end: a disk that really fills up or is really read-only. Root only; the test is
+    skipped where it cannot be mounted."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from forewarn.agent.rundir import AgentDirs
 from forewarn.protocol.errors import ConfigError
+from support import tmpfs_disk
 
 
 @pytest.mark.parametrize("first_runs_there", [True, False])
@@ -106,24 +107,10 @@ def test_an_agent_on_this_host_is_named_by_its_pid_alone(tmp_path: Path) -> None
 def read_only_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs holding a directory `state`, mounted read-only (as `errors=remount-ro` leaves
     a root file system, or a container's read-only root)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
+    with tmpfs_disk(tmp_path, "64k") as mount:
         (mount / "state").mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 @pytest.mark.parametrize("which", ["state", "runtime"])

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
-from support import requires
+from support import requires, tmpfs_disk
 
 pytestmark = requires("torch")
 
@@ -20,22 +19,8 @@ pytestmark = requires("torch")
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MiB tmpfs: two checkpoints of the model below fit, three do not."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
+    with tmpfs_disk(tmp_path, "3m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def _train(store: CheckpointStore, background: bool) -> tuple[list[str], dict[str, Any]]:
