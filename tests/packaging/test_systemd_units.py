@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,9 +13,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from other_user import call_as
-from support import eventually, free_port
+from support import AgentProcess, eventually, forewarn_cmd, free_port, run_forewarn
 
 Tool = Callable[[str], str]
 
@@ -163,6 +165,96 @@ def test_agent_unit_hardening_keeps_metadata_reachable():
         assert key not in service, f"{key} would cut the agent off the metadata service"
     families = " ".join(service["RestrictAddressFamilies"]).split()
     assert {"AF_INET", "AF_INET6", "AF_UNIX"} <= set(families)
+
+
+def _syscall_group(analyze: str, name: str) -> set[str]:
+    """The system calls `systemd-analyze syscall-filter` lists for a name: a group's, with
+    the groups it includes expanded, or the call itself."""
+    if not name.startswith("@"):
+        return {name}
+    listed = subprocess.run(
+        [analyze, "syscall-filter", "--no-pager", name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()[1:]
+    calls: set[str] = set()
+    for line in listed:
+        entry = line.strip()
+        if entry and not entry.startswith("#"):
+            calls |= _syscall_group(analyze, entry)
+    return calls
+
+
+def _allowed_syscalls(analyze: str, filters: list[str]) -> set[str]:
+    """What the unit's SystemCallFilter= lines let through, read as systemd reads them: the
+    first line, an allow list, sets what passes; each later `~` line takes its calls out and
+    each later plain line puts its calls back."""
+    assert filters and not filters[0].startswith("~"), filters
+    allowed: set[str] = set()
+    for value in filters:
+        denied = value.startswith("~")
+        for name in value.lstrip("~").split():
+            calls = _syscall_group(analyze, name)
+            allowed = allowed - calls if denied else allowed | calls
+    return allowed
+
+
+def test_the_agent_runs_under_the_agent_unit_s_system_call_filter(tmp_path: Path, tool: Tool):
+    """found: libzmq sets the scheduling policy of each thread it starts (sched_setscheduler,
+    in @resources) and aborts the process when that fails, so under the unit's
+    `SystemCallFilter=~@privileged @resources` (SystemCallErrorNumber=EPERM) the agent died
+    at its first socket with `Operation not permitted (src/thread.cpp:315)`, exit 134, and
+    systemd restarted it until its start limit. Every call the filter refuses is refused
+    here too (strace answers it EPERM), through a notice, a hold for a process, an ack,
+    metrics and a stop."""
+    analyze = tool("systemd-analyze")
+    strace = tool("strace")
+    service = parse_unit(AGENT)["Service"]
+    assert service["SystemCallErrorNumber"] == ["EPERM"]
+    allowed = _allowed_syscalls(analyze, service["SystemCallFilter"])
+    # `?`: a call this strace does not know is no error; `!`: all but those.
+    refused = "!" + ",".join(f"?{call}" for call in sorted(allowed))
+    port = free_port()
+    agent = AgentProcess(tmp_path)
+    agent.argv = [strace, "-f", "-qq", "-o", os.devnull, "-e", f"inject={refused}:error=EPERM"]
+    agent.argv += forewarn_cmd(
+        "agent", "--provider", "local", "--metrics-address", f"127.0.0.1:{port}"
+    )
+    agent.start(timeout=60)
+    try:
+        pid = agent.control({"op": "status"})["agent"]["pid"]
+        raised = run_forewarn("notify", "drain", "--json", env=agent.env)
+        assert raised.returncode == 0, raised.stderr + agent.output()
+        notice = json.loads(raised.stdout)["notice"]["id"]
+        held = run_forewarn(
+            "wait",
+            "--for",
+            "drain",
+            "--client",
+            "job",
+            "--pid",
+            str(os.getpid()),
+            "--json",
+            "--timeout",
+            "20s",
+            env=agent.env,
+        )
+        assert held.returncode == 0, held.stderr + agent.output()
+        acked = run_forewarn(
+            "ack", notice, "--client", "job", "--flush-seconds", "2s", env=agent.env
+        )
+        assert acked.returncode == 0, acked.stderr + agent.output()
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10)
+        assert health.status_code == 200, health.text
+        assert "forewarn_flush_seconds" in httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        os.kill(pid, signal.SIGTERM)  # the agent itself: strace passes on its exit code
+        assert agent.proc is not None
+        assert agent.proc.wait(timeout=30) == 0, agent.output()
+    finally:
+        agent.stop()
+    assert "not permitted" not in agent.output()
 
 
 def test_training_unit_orders_after_the_agent_and_leaves_time_to_flush():
