@@ -43,6 +43,37 @@ def test_every_command_and_option_is_documented() -> None:
     assert not missing, f"undocumented: {missing}"
 
 
+def _commands_finding_an_agent() -> set[str]:
+    """The commands that take `--events` to find an agent elsewhere (not the agent, which
+    binds it)."""
+    return {
+        path[0]
+        for path, option in _walk(build_parser())
+        if option == "--events" and len(path) == 1 and path[0] != "agent"
+    }
+
+
+def _commands_named_before(text: str, words: str) -> set[str]:
+    """The backticked command names in the list that ends right before `words`
+    (`` `notify`, `watch` and `status` take``)."""
+    flat = " ".join(text.split())
+    found = re.search(r"((?:`[a-z]+`(?:, | and )?)+)\)? " + re.escape(words), flat)
+    assert found, f"no list of commands before {words!r}"
+    return set(re.findall(r"`([a-z]+)`", found.group(1)))
+
+
+def test_the_commands_that_find_an_agent_are_the_ones_the_docs_list() -> None:
+    """found: `forewarn ack` takes --events, --control, --runtime-dir, --config and
+    --allow-remote as `notify` does, but the README's sentence on them named `notify`, `watch`,
+    `wait` and `status` only, so its five options were documented nowhere for it."""
+    commands = _commands_finding_an_agent()
+    assert "ack" in commands
+    assert _commands_named_before(README, "take `--events EP`") == commands
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    named = _commands_named_before(operations, "follow the same rule")
+    assert named == commands
+
+
 def test_every_option_has_a_help_line() -> None:
     """`forewarn agent --help` listed --log-level and --log-format, `status --help` --json,
     with no word on what they do or their default."""
