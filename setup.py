@@ -9,6 +9,16 @@ from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 FOLDERS = ("protocol", "agent", "providers", "clients", "testing")
+# Folders that hold only package data (pyproject.toml's package-data), without an
+# __init__.py: setuptools counts each as a package too, and without them listed here every
+# build warned "Package would be ignored" for each, saying a later version would leave their
+# files out of the wheel.
+DATA_PACKAGES = (
+    "forewarn.clients.schema",
+    "forewarn.agent.deploy.files",
+    "forewarn.agent.deploy.files.systemd",
+    "forewarn.agent.deploy.files.examples",
+)
 
 
 class FreshBuildPy(build_py):
@@ -32,5 +42,6 @@ setup(
             f"forewarn.{folder}",
             *(f"forewarn.{folder}.{name}" for name in find_packages(folder)),
         )
-    ],
+    ]
+    + list(DATA_PACKAGES),
 )

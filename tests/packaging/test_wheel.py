@@ -144,3 +144,42 @@ def test_a_module_removed_from_the_checkout_is_not_in_the_next_wheel(tmp_path: P
     names = zipfile.ZipFile(wheel).namelist()
     assert "forewarn/agent/cli.py" in names
     assert "forewarn/agent/removed_since.py" not in names
+
+
+def test_the_build_takes_every_folder_of_package_data_for_a_package(tmp_path: Path) -> None:
+    """found: `python -m build` (the README's release command) printed four warnings of
+    "Package would be ignored", one for each folder that holds only package data
+    (`clients/schema`, `agent/deploy/files` and its `systemd` and `examples`): setuptools
+    asked for each to be listed among the packages, and said a later version would leave
+    such files out. The wheel still carries them, and the build says nothing of it."""
+    tree = tmp_path / "checkout"
+    tree.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
+        (tree / name).write_bytes((ROOT / name).read_bytes())
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "c")
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, tree / folder, ignore=ignore)
+    out = tmp_path / "dist"
+    built = subprocess.run(
+        [sys.executable, "-c", BUILD_WHEEL, str(out)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    said = built.stdout + built.stderr
+    assert "absent from the `packages` configuration" not in said, said
+    (wheel,) = out.glob("forewarn-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for data in (
+        "forewarn/clients/schema/protocol-v1.json",
+        "forewarn/agent/deploy/files/systemd/forewarn-agent.service",
+        "forewarn/agent/deploy/files/systemd/example-training.service",
+        "forewarn/agent/deploy/files/examples/stop-job-on-terminate.service",
+        "forewarn/agent/deploy/files/cloud-init/user-data.yaml.tmpl",
+    ):
+        assert data in names
+    # Nothing but the data the package-data patterns name: no manifests, no Dockerfile config.
+    assert not any(name.startswith("forewarn/agent/deploy/files/kubernetes") for name in names)
+    assert not any(name.startswith("forewarn/agent/deploy/files/container") for name in names)
