@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 log = logging.getLogger("forewarn.agent")
@@ -29,13 +30,19 @@ class SpaceReserve:
         self.path = path
         self.held = 0  # the bytes allocated, as far as this agent knows
         self.wanted = MIN_RESERVE_BYTES  # the size last asked of `take`
+        # The state's writer thread takes and gives up the reserve, and so does a watcher's
+        # file written on a full disk in the event loop (`write_kept`).
+        self._lock = threading.RLock()
 
     def take(self, need: int = 0) -> OSError | None:
         """Allocate `need` bytes (MIN_RESERVE_BYTES at least) unless they are held: None when
         held, else why not (a full disk; a file system that cannot allocate). What was
         allocated before a failure is kept, and the next call tries for the rest. Never
         raises."""
-        size = max(MIN_RESERVE_BYTES, need)
+        with self._lock:
+            return self._take(max(MIN_RESERVE_BYTES, need))
+
+    def _take(self, size: int) -> OSError | None:
         self.wanted = size
         if self.held >= size:
             return None
@@ -56,25 +63,27 @@ class SpaceReserve:
         it twice over now (old checkpoints deleted): True when held. A disk without the room
         is left alone: allocating on it would take the last blocks a checkpoint's write
         needs, and the state's next write would find the disk full and give it up again."""
-        if self.held >= self.wanted:
-            return True
-        try:
-            disk = os.statvfs(self.path.parent)
-        except OSError:
-            return False
-        if disk.f_bavail * disk.f_frsize < 2 * self.wanted:
-            return False
-        return self.take(self.wanted) is None
+        with self._lock:
+            if self.held >= self.wanted:
+                return True
+            try:
+                disk = os.statvfs(self.path.parent)
+            except OSError:
+                return False
+            if disk.f_bavail * disk.f_frsize < 2 * self.wanted:
+                return False
+            return self._take(self.wanted) is None
 
     def give_up(self) -> bool:
         """Free the reserve's space: True when there was some to free."""
-        self.held = 0
-        try:
-            found = os.lstat(self.path)
-            os.unlink(self.path)
-        except OSError:
-            return False
-        return found.st_blocks > 0
+        with self._lock:
+            self.held = 0
+            try:
+                found = os.lstat(self.path)
+                os.unlink(self.path)
+            except OSError:
+                return False
+            return found.st_blocks > 0
 
 
 __all__ = ["MIN_RESERVE_BYTES", "RESERVE_FILE", "SpaceReserve"]

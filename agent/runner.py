@@ -37,7 +37,7 @@ from forewarn.providers import (
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.boot import BOOT_TIME_SLACK, machine_started
 from forewarn.providers.health import WATCHER_FAILED, WATCHER_STALLED
-from forewarn.providers.persist import remove_leftovers
+from forewarn.providers.persist import drop_room, hold_room, remove_leftovers
 from pydantic import ValidationError
 
 from .board import ANONYMOUS, EXPIRED_KEY, NoticeBoard, Sequencer
@@ -340,6 +340,9 @@ class Agent:
                 self.state_dir,
                 ", ".join(sorted(leftovers)),
             )
+        # Before the first `seq` mark: the watchers' files and the mark need the reserve on a
+        # full disk as the state does.
+        hold_room(self.state_dir, self.state_writer.make_room)
         unreserved = self.reserve.take()
         if unreserved is not None:
             log.warning(
@@ -1329,6 +1332,7 @@ class Agent:
             self._save()
 
     def _release_lock(self) -> None:
+        drop_room(self.state_dir)
         self.dirs.release()
 
     def _reserve_seq(self, mark: int) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.boot import boot_id, one_boot, saved_boot_time
-from forewarn.providers.persist import write_atomically
+from forewarn.providers.persist import write_kept
 from pydantic import ValidationError
 
 from .holders import Holder
@@ -30,8 +30,10 @@ STATE_VERSION = 1
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o640) -> None:
-    """Replace `path` with `data` so that readers see the old or the new content, never a mix."""
-    write_atomically(path, data, mode=mode)
+    """Replace `path` with `data` so that readers see the old or the new content, never a mix;
+    on a full disk, from the space the agent holds in the directory (`write_kept`): the `seq`
+    mark, the notifiers' files."""
+    write_kept(path, data, mode=mode)
 
 
 @dataclass

@@ -13,22 +13,22 @@ in progress.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from forewarn.providers.persist import NO_ROOM, write_atomically
+
 from .reserve import SpaceReserve
-from .state import write_atomic
 
 log = logging.getLogger("forewarn.agent")
 
-# A write that found no room: the disk full, or the user's quota on it used up (a cluster's
-# home or project directory, where checkpoints use up the quota long before the disk). The
-# reserve is in the same quota, so giving it up makes room for the state either way.
-_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+# A write that found no room (`NO_ROOM`): the disk full, or the user's quota on it used up (a
+# cluster's home or project directory, where checkpoints use up the quota long before the
+# disk). The reserve is in the same quota, so giving it up makes room for the state either way.
+_STATE_MODE = 0o640
 
 
 class StateWriter:
@@ -94,12 +94,12 @@ class StateWriter:
                 return False
             self._written = generation  # a failed write is retried with the next save
             try:
-                write_atomic(self.path, data)
+                write_atomically(self.path, data, mode=_STATE_MODE)
             except OSError as error:
-                if error.errno not in _NO_ROOM or not self._spend_reserve(error):
+                if error.errno not in NO_ROOM or not self.make_room(self.path, error):
                     return error
                 try:
-                    write_atomic(self.path, data)
+                    write_atomically(self.path, data, mode=_STATE_MODE)
                 except OSError as again:
                     return again
             else:
@@ -130,19 +130,22 @@ class StateWriter:
         finally:
             self._lock.release()
 
-    def _spend_reserve(self, error: OSError) -> bool:
-        """Free the reserve for the state's write on a full disk (or quota): True if it held
-        space."""
+    def make_room(self, path: Path, error: OSError) -> bool:
+        """Free the reserve for the write of `path` on a full disk (or quota): the state, or
+        another file of the state directory that must survive a full disk (`write_kept`).
+        True if it held space; taken back as for the state's own writes. Called by the
+        writer thread and by the event loop's (a watcher's file)."""
         if self._reserve is None or not self._reserve.give_up():
             return False
         if not self._spent_said:
             self._spent_said = True
             log.warning(
-                "the disk of %s is full (%s): gave up the space of %s to save the state; free "
+                "the disk of %s is full (%s): gave up the space of %s to save %s; free "
                 "space there (the state of the next notices may not fit)",
-                self.path,
+                path,
                 error.strerror or error,
                 self._reserve.path,
+                "the state" if path == self.path else path.name,
             )
         return True
 

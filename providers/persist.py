@@ -12,6 +12,8 @@ import os
 import re
 import stat
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from .health import PollHealth
@@ -51,6 +53,46 @@ def write_atomically(path: Path, data: bytes | str, *, mode: int = 0o600) -> Non
         os.close(directory)
 
 
+# A write that found no room: the disk full, or the user's quota on it used up.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+# Frees space for the write of a file that found no room (`path`, `error`): True when it freed
+# some, and the write is worth trying again.
+MakeRoom = Callable[[Path, OSError], bool]
+
+# Space held in a directory (the agent's reserve in its state directory), by directory.
+_rooms: dict[Path, MakeRoom] = {}
+_rooms_lock = threading.Lock()
+
+
+def hold_room(directory: Path, make_room: MakeRoom) -> None:
+    """Have `write_kept` of a file in `directory` call `make_room` when the disk is full."""
+    with _rooms_lock:
+        _rooms[directory] = make_room
+
+
+def drop_room(directory: Path) -> None:
+    with _rooms_lock:
+        _rooms.pop(directory, None)
+
+
+def write_kept(path: Path, data: bytes | str, *, mode: int = 0o600) -> None:
+    """`write_atomically` for a file that must survive a full disk: one whose loss loses a
+    notice, or sends one again under a new id (a watcher's memory, the `seq` mark). Written
+    on a disk (or quota) with no room, the space held in its directory (`hold_room`) is given
+    up for it, and it is written once more. Only state.json used the reserve: on a disk a
+    checkpoint had filled, GCP's notices in force were not saved, and a restart raised them
+    again under new ids."""
+    try:
+        write_atomically(path, data, mode=mode)
+    except OSError as error:
+        with _rooms_lock:
+            make_room = _rooms.get(path.parent)
+        if error.errno not in NO_ROOM or make_room is None or not make_room(path, error):
+            raise
+        write_atomically(path, data, mode=mode)
+
+
 def write_or_report(path: Path, data: bytes | str, health: PollHealth | None) -> bool:
     """`write_atomically` for a watcher's own file: True when written. A failure (a full disk,
     a read-only state directory) is counted in `health` as a `state` error and a standing
@@ -58,7 +100,7 @@ def write_or_report(path: Path, data: bytes | str, health: PollHealth | None) ->
     file. The caller keeps what it could not write and calls again at its next write."""
     condition = f"state {path.name}"
     try:
-        write_atomically(path, data)
+        write_kept(path, data)
     except OSError as error:
         message = f"cannot write {path} ({type(error).__name__}: {error}); retrying"
         if health is None:
@@ -154,10 +196,15 @@ def read_state_object(path: Path, provider: str) -> dict[str, object] | None:
 
 __all__ = [
     "MAX_STATE_BYTES",
+    "NO_ROOM",
+    "MakeRoom",
+    "drop_room",
+    "hold_room",
     "is_leftover",
     "read_small",
     "read_state_object",
     "remove_leftovers",
     "write_atomically",
+    "write_kept",
     "write_or_report",
 ]

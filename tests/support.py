@@ -753,6 +753,7 @@ __all__ = [
     "control",
     "eventually",
     "eventually_async",
+    "fill_disk",
     "forewarn_cmd",
     "free_port",
     "requires",
@@ -784,3 +785,18 @@ def tmpfs_disk(tmp_path: Path, size: str) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+def fill_disk(disk: Path) -> None:
+    """Take every free block of the file system of `disk` (a `tmpfs_disk`), as a checkpoint
+    writer does before it fails: in `disk/checkpoint.pt`, which frees them when removed."""
+    fd = os.open(disk / "checkpoint.pt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (65536, 4096, 1):
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)

@@ -9,27 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, agent_env, eventually, tmpfs_disk
+from support import AgentProcess, agent_env, eventually, fill_disk, tmpfs_disk
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     with tmpfs_disk(tmp_path, "4m") as mount:
         yield mount
-
-
-def _fill(disk: Path) -> None:
-    """Take every free block, as a checkpoint writer does before it fails."""
-    fd = os.open(disk / "checkpoint.pt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for size in (65536, 4096, 1):
-            try:
-                while os.write(fd, b"\0" * size):
-                    pass
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
 
 
 def test_a_notice_raised_on_a_full_disk_outlives_a_restart(
@@ -44,7 +30,7 @@ def test_a_notice_raised_on_a_full_disk_outlives_a_restart(
     env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(state_dir))
     with AgentProcess(tmp_path, env=env) as agent:
         assert (state_dir / "state.reserve").stat().st_blocks > 0
-        _fill(small_disk)
+        fill_disk(small_disk)
         for notice_id in ("local/full", "local/second"):
             reply = agent.control({"op": "notify", "action": "drain", "id": notice_id})
             assert reply["ok"] and reply.get("unsaved") is None, reply
@@ -60,7 +46,7 @@ def test_a_disk_full_at_the_start_is_said_and_stops_nothing(
     tmp_path: Path, small_disk: Path
 ) -> None:
     """No room for the reserve at the start: a warning names it, and the agent runs."""
-    _fill(small_disk)
+    fill_disk(small_disk)
     env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(small_disk))
     with AgentProcess(tmp_path, env=env) as agent:
         assert agent.control({"op": "status"})["ok"]
@@ -79,7 +65,7 @@ def test_a_reserve_spent_is_taken_back_once_the_disk_has_room(
     reserve = state_dir / "state.reserve"
     env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(state_dir), FOREWARN_HEARTBEAT_INTERVAL="0.1")
     with AgentProcess(tmp_path, env=env) as agent:
-        _fill(small_disk)
+        fill_disk(small_disk)
         reply = agent.control({"op": "notify", "action": "drain", "id": "local/first"})
         assert reply["ok"] and reply.get("unsaved") is None, reply
         assert not reserve.exists() or reserve.stat().st_blocks == 0
@@ -89,7 +75,7 @@ def test_a_reserve_spent_is_taken_back_once_the_disk_has_room(
             5,
             "the reserve taken back",
         )
-        _fill(small_disk)
+        fill_disk(small_disk)
         reply = agent.control({"op": "notify", "action": "drain", "id": "local/second"})
         assert reply["ok"] and reply.get("unsaved") is None, reply
     with AgentProcess(tmp_path, env=env) as again:
@@ -109,8 +95,29 @@ def test_a_reserve_is_not_taken_back_where_it_would_fill_the_disk(small_disk: Pa
         os.posix_fallocate(fd, 0, 3 * MIN_RESERVE_BYTES // 2)
     finally:
         os.close(fd)
-    _fill(small_disk)
+    fill_disk(small_disk)
     room.unlink()  # 96 KiB free: room for the reserve, not twice
     reserve = SpaceReserve(small_disk / "state.reserve")
     assert not reserve.take_back()
     assert not reserve.path.exists() or reserve.path.stat().st_blocks == 0
+
+
+def test_the_seq_mark_is_saved_on_a_full_disk_from_the_reserve(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """Only state.json used the reserve: an agent restarted on a disk a checkpoint filled
+    logged "cannot save seq" at every start, and a second restart could number its messages
+    below the first's (`seq` must only grow across restarts). The mark is written from the
+    reserve too."""
+    state_dir = small_disk / "state"
+    env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(state_dir))
+    with AgentProcess(tmp_path, env=env):
+        pass
+    first_mark = int((state_dir / "seq").read_text())
+    fill_disk(small_disk)
+    with AgentProcess(tmp_path, env=env) as agent:
+        assert "seq" not in agent.control({"op": "status"})["agent"]["conditions"]
+    output = agent.output()
+    assert "cannot save seq" not in output, output
+    assert f"{state_dir / 'state.reserve'} to save seq" in output, output
+    assert int((state_dir / "seq").read_text()) > first_mark

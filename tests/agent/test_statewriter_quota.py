@@ -19,15 +19,15 @@ def test_a_state_write_over_quota_is_saved_from_the_reserve(
 ) -> None:
     reserve = SpaceReserve(tmp_path / "state.reserve")
     assert reserve.take() is None
-    real_write = statewriter.write_atomic
+    real_write = statewriter.write_atomically
 
-    def over_quota_while_reserved(path: Path, data: bytes) -> None:
+    def over_quota_while_reserved(path: Path, data: bytes, *, mode: int) -> None:
         held = reserve.path.exists() and reserve.path.stat().st_blocks > 0
         if held:
             raise OSError(errno.EDQUOT, "Disk quota exceeded")
-        real_write(path, data)
+        real_write(path, data, mode=mode)
 
-    monkeypatch.setattr(statewriter, "write_atomic", over_quota_while_reserved)
+    monkeypatch.setattr(statewriter, "write_atomically", over_quota_while_reserved)
     results: list[OSError | None] = []
     writer = StateWriter(tmp_path / "state.json", results.append, reserve)
     try:

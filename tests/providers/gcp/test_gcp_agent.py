@@ -18,7 +18,15 @@ from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.gcp.active import ACTIVE_FILE
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd
+from support import (
+    AgentProcess,
+    Subscriber,
+    agent_env,
+    eventually,
+    fill_disk,
+    forewarn_cmd,
+    tmpfs_disk,
+)
 
 FAST_ENV = {
     "FOREWARN_GCP_RETRY_DELAY": "0.2",
@@ -314,3 +322,28 @@ def test_a_notice_whose_file_was_never_written_keeps_its_id_across_a_restart(
         status = again.control({"op": "status"})
     assert [notice["id"] for notice in status["active"]] == [drain["id"]], again.output()
     assert status["active"][0]["deadline"] == drain["deadline"]
+
+
+def test_a_notice_raised_on_a_full_disk_is_saved_in_gcp_notices_from_the_reserve(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    """The state directory's disk filled by a checkpoint: the agent saved the drain in its
+    state file from its reserve, but the watcher's write of gcp-notices.json failed ("cannot
+    write ... No space left on device", a standing condition), and the drain was in it only
+    once a later write found the room the state's had left. The watcher's file is written
+    from the reserve too, at once."""
+    with tmpfs_disk(tmp_path, "4m") as disk:
+        state_dir = disk / "state"
+        env = agent_env(
+            tmp_path, FOREWARN_GCP_URL=server.url, FOREWARN_STATE_DIR=str(state_dir), **FAST_ENV
+        )
+        with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent:
+            with _subscribed(agent) as sub:
+                fill_disk(disk)
+                sim.raise_notice("maintenance", {"type": "TERMINATE"})
+                drain = sub.notice(10)
+            notices_file = state_dir / ACTIVE_FILE
+            eventually(notices_file.is_file, 10, "gcp-notices.json written")
+            saved = json.loads(notices_file.read_text())
+            assert saved["maintenance-event"]["id"] == drain["id"], saved
+        assert "cannot write" not in agent.output(), agent.output()
