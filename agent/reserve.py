@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -73,6 +74,35 @@ class SpaceReserve:
             if disk.f_bavail * disk.f_frsize < 2 * self.wanted:
                 return False
             return self._take(self.wanted) is None
+
+    def allocated(self) -> int:
+        """The bytes the reserve's file holds on disk now (0 when there is none)."""
+        try:
+            return os.lstat(self.path).st_blocks * 512
+        except OSError:
+            return 0
+
+    def spare_a_block(self) -> bool:
+        """Give one block of the reserve's file back to the disk, for a few bytes that must
+        land on a full disk (the pid in the state directory's lock, before the agent holds
+        the reserve): True when there was one to give. The next `take` allocates it again."""
+        with self._lock:
+            self.held = 0
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                return False
+            try:
+                found = os.fstat(fd)
+                block = max(os.fstatvfs(fd).f_frsize, 512)
+                if not stat.S_ISREG(found.st_mode) or found.st_size < block:
+                    return False
+                os.ftruncate(fd, found.st_size - block)
+            except OSError:
+                return False
+            finally:
+                os.close(fd)
+            return True
 
     def give_up(self) -> bool:
         """Free the reserve's space: True when there was some to free."""

@@ -9,10 +9,14 @@ import logging
 import os
 import socket
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from forewarn.protocol.errors import ConfigError, ForewarnError
 from forewarn.protocol.wire import AGENT_LOCK
+from forewarn.providers.persist import NO_ROOM
+
+from .reserve import RESERVE_FILE, SpaceReserve
 
 log = logging.getLogger("forewarn.agent")
 
@@ -84,13 +88,19 @@ class AgentLock:
     never blocks the next one."""
 
     def __init__(
-        self, path: Path, held: str = "runs on {dir}", option: str = "--runtime-dir"
+        self,
+        path: Path,
+        held: str = "runs on {dir}",
+        option: str = "--runtime-dir",
+        make_room: Callable[[], bool] | None = None,
     ) -> None:
         """`held` says what the other agent does with the lock's directory, `option` how to
-        give this one its own."""
+        give this one its own; `make_room` frees space for the pid on a full disk (True when
+        it freed some)."""
         self.path = path
         self.held = held
         self.option = option
+        self.make_room = make_room
         self.fd: int | None = None
 
     def acquire(self) -> AgentLock:
@@ -109,7 +119,7 @@ class AgentLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(os.read(fd, 320).decode(errors="replace"))
+            holder = _holder(os.read(fd, 320).decode(errors="replace"), _flock_holder(fd))
             os.close(fd)
             held = self.held.format(dir=self.path.parent)
             raise LockHeld(
@@ -118,10 +128,19 @@ class AgentLock:
         # The pid and host only name this agent in the refusal of another: a lock whose pid
         # cannot be written (a full disk) is held all the same.
         with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+            self._write_holder(fd)
         self.fd = fd
         return self
+
+    def _write_holder(self, fd: int) -> None:
+        record = f"{os.getpid()} {socket.gethostname()}\n".encode()
+        os.ftruncate(fd, 0)
+        try:
+            os.write(fd, record)
+        except OSError as error:
+            if error.errno not in NO_ROOM or self.make_room is None or not self.make_room():
+                raise
+            os.write(fd, record)
 
     def _forbidden(self, error: OSError) -> RunDirError:
         """The lock is there and another uid's (the directory's group may write it): taken
@@ -150,17 +169,49 @@ class AgentLock:
             self.fd = None
 
 
-def _holder(written: str) -> str:
+def _holder(written: str, flocked_by: int | None = None) -> str:
     """The holder of a lock as its file names it: the pid, and the host where it is not this
     one. In another container (one volume mounted by two, a pod's sidecar and a DaemonSet's
     agent) the pid is that container's, often 1: the host name (a pod's) is what finds it.
-    An older agent wrote the pid alone."""
+    An older agent wrote the pid alone. A file that names none (made on a full disk, where
+    its content could not be written) is named by `flocked_by`, the pid the kernel lists as
+    holding it: it said "pid ?"."""
     pid, _, host = written.strip().partition(" ")
+    if not pid and flocked_by is not None:
+        pid = str(flocked_by)
     shown = f"pid {pid or '?'}"
     host = host.strip()
     if host and host != socket.gethostname():
         shown += f" on host {host}"
     return shown
+
+
+def _flock_holder(fd: int) -> int | None:
+    """The pid holding a flock on the open file `fd`, as /proc/locks lists it for this pid
+    namespace; None where it cannot be told (no /proc, a holder in another namespace)."""
+    try:
+        found = os.fstat(fd)
+        with open("/proc/locks", encoding="ascii", errors="replace") as listing:
+            text = listing.read(1 << 20)
+    except OSError:
+        return None
+    return flock_holder(text, found.st_dev, found.st_ino)
+
+
+def flock_holder(proc_locks: str, device: int, inode: int) -> int | None:
+    """The pid that /proc/locks (`proc_locks`, its text) lists as holding a FLOCK on the
+    file `inode` of `device`, not one waiting for it; None when it lists none, or a pid it
+    cannot show (0: the holder is in a pid namespace this one does not see)."""
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    for line in proc_locks.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 00:2a:17 0 EOF"; a waiter has "->" after the number.
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5].lower() != wanted:
+            continue
+        pid = fields[4]
+        if pid.isascii() and pid.isdigit() and 0 < len(pid) <= 10 and 0 < int(pid) < 2**31:
+            return int(pid)
+    return None
 
 
 class AgentDirs:
@@ -199,7 +250,14 @@ class AgentDirs:
         the other's notices: a terminate for jobs it was never raised for. LockHeld when
         another agent uses it; a lock that cannot be made (a full disk) stops nothing, as a
         state file that cannot be written does not."""
-        lock = AgentLock(self.state_dir / STATE_LOCK, "keeps its state in {dir}", "--state-dir")
+        lock = AgentLock(
+            self.state_dir / STATE_LOCK,
+            "keeps its state in {dir}",
+            "--state-dir",
+            # Made on a full disk, the lock stayed empty, and a second agent's refusal named
+            # "pid ?" (in another container, no pid this one's kernel lists either).
+            make_room=SpaceReserve(self.state_dir / RESERVE_FILE).spare_a_block,
+        )
         try:
             self.state_lock = lock.acquire()
         except LockHeld:
@@ -266,4 +324,5 @@ __all__ = [
     "RunDirError",
     "check_private_dir",
     "check_state_dir",
+    "flock_holder",
 ]

@@ -344,7 +344,18 @@ class Agent:
         # full disk as the state does.
         hold_room(self.state_dir, self.state_writer.make_room)
         unreserved = self.reserve.take()
-        if unreserved is not None:
+        kept = self.reserve.allocated()
+        if unreserved is not None and kept > 0:
+            # Less than the whole (a block given to the state lock's pid on a full disk): what
+            # is held is given up all the same, and the rest taken once the disk has room.
+            log.warning(
+                "cannot reserve %d bytes for the state in %s (%s): %d held",
+                MIN_RESERVE_BYTES,
+                self.reserve.path,
+                unreserved.strerror or unreserved,
+                kept,
+            )
+        elif unreserved is not None:
             log.warning(
                 "cannot reserve %d bytes for the state in %s (%s): on a full disk there, the "
                 "state is not saved",

@@ -13,9 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from forewarn.agent.rundir import AgentDirs
+from forewarn.agent.reserve import MIN_RESERVE_BYTES, RESERVE_FILE, SpaceReserve
+from forewarn.agent.rundir import AgentDirs, flock_holder
 from forewarn.protocol.errors import ConfigError
-from support import tmpfs_disk
+from hypothesis import given
+from hypothesis import strategies as st
+from support import fill_disk, tmpfs_disk
 
 
 @pytest.mark.parametrize("first_runs_there", [True, False])
@@ -226,3 +229,78 @@ def test_a_state_directory_whose_lock_another_user_s_agent_holds_is_refused(
         assert call_as(uid, gid, own_lock_made_read_only) == "started"
     finally:
         shutil.rmtree(base)
+
+
+def test_a_lock_made_on_a_full_disk_names_its_holder_all_the_same(tmp_path: Path) -> None:
+    """The state directory's disk full when the first agent started (a checkpoint filled it):
+    `state.lock` was made but its pid could not be written, and a second agent on the
+    directory was refused with "another agent (pid ?) keeps its state in ...". The refusal
+    names the pid the kernel lists as holding the lock."""
+    with tmpfs_disk(tmp_path, "64k") as disk:
+        state = disk / "state"
+        state.mkdir()
+        fill_disk(disk)
+        first = AgentDirs(tmp_path / "a", state).hold()
+        try:
+            assert (state / "state.lock").stat().st_size == 0  # the disk had no room for it
+            with pytest.raises(ConfigError) as refused:
+                AgentDirs(tmp_path / "b", state).hold()
+            message = str(refused.value)
+            assert f"another agent (pid {os.getpid()}) keeps its state in {state}" in message
+        finally:
+            first.release()
+
+
+@given(st.text(max_size=400), st.integers(0, 2**20), st.integers(0, 2**40))
+def test_any_proc_locks_text_gives_a_pid_or_none(text: str, device: int, inode: int) -> None:
+    found = flock_holder(text, device, inode)
+    assert found is None or 0 < found < 2**31
+
+
+@given(
+    st.integers(1, 2**31 - 1),
+    st.integers(0, 255),
+    st.integers(0, 2**20 - 1),
+    st.integers(0, 2**40),
+    st.sampled_from(["", "-> "]),
+)
+def test_the_holder_of_a_flock_is_read_from_proc_locks(
+    pid: int, major: int, minor: int, inode: int, waiting: str
+) -> None:
+    """The holder's line, among other locks' (a POSIX one on the same file, another file's
+    FLOCK); a waiter's line names no holder."""
+    device = os.makedev(major, minor)
+    where = f"{major:02x}:{minor:02x}:{inode}"
+    text = (
+        f"1: POSIX  ADVISORY  WRITE 7 {where} 0 EOF\n"
+        f"2: FLOCK  ADVISORY  WRITE 8 {major:02x}:{minor:02x}:{inode + 1} 0 EOF\n"
+        f"3: {waiting}FLOCK  ADVISORY  WRITE {pid} {where} 0 EOF\n"
+    )
+    assert flock_holder(text, device, inode) == (None if waiting else pid)
+    # A holder in a pid namespace this one does not see is listed as pid 0.
+    assert flock_holder(text.replace(f" {pid} ", " 0 "), device, inode) is None
+
+
+def test_a_lock_made_on_a_full_disk_names_its_pid_and_host_from_the_reserve(
+    tmp_path: Path,
+) -> None:
+    """A state directory whose reserve an earlier agent left, its lock gone (removed by hand,
+    a directory restored from a backup without it), on a disk a checkpoint filled: the lock
+    was made empty, and another container's agent on the volume, whose kernel lists no pid
+    for it, was refused with "pid ?". A block of the reserve makes room for the pid and the
+    host."""
+    import socket
+
+    with tmpfs_disk(tmp_path, "1m") as disk:
+        state = disk / "state"
+        state.mkdir()
+        reserve = SpaceReserve(state / RESERVE_FILE)
+        assert reserve.take() is None
+        fill_disk(disk)
+        first = AgentDirs(tmp_path / "a", state).hold()
+        try:
+            written = (state / "state.lock").read_text().split()
+            assert written == [str(os.getpid()), socket.gethostname()]
+            assert 0 < reserve.allocated() < MIN_RESERVE_BYTES  # one block spared
+        finally:
+            first.release()
