@@ -61,6 +61,7 @@ from pydantic_settings import (
 
 from .argtypes import choice_as_written
 from .notifications.settings import WebhookSettings
+from .state import STATE_FILE, saved_seq
 
 DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
 SYSTEM_STATE_DIR = Path("/var/lib/forewarn")
@@ -459,11 +460,15 @@ def _same_place(first: Path, second: Path) -> bool:
 
 def _saved_later(directory: Path, than: Path) -> bool:
     """Whether `directory` holds an agent's state file written after `than`'s (or `than`
-    holds none)."""
+    holds none). Told by their `seq` where both name one: it only grows from one start to
+    the next, each agent numbering above the directory it ran on, which held the higher;
+    by the files' times otherwise (a file no agent wrote). By the times alone, a clock
+    stepped back after the agent left one directory for the other gave the one written
+    last the older time, and a restart took up the state the agent had left."""
 
     def written(where: Path) -> float | None:
         try:
-            return os.stat(where / "state.json", follow_symlinks=False).st_mtime
+            return os.stat(where / STATE_FILE, follow_symlinks=False).st_mtime
         except OSError:
             return None
 
@@ -471,7 +476,12 @@ def _saved_later(directory: Path, than: Path) -> bool:
     if mine is None:
         return False
     theirs = written(than)
-    return theirs is None or mine > theirs
+    if theirs is None:
+        return True
+    my_seq, their_seq = saved_seq(directory), saved_seq(than)
+    if my_seq is not None and their_seq is not None:
+        return my_seq > their_seq
+    return mine > theirs
 
 
 def runtime_state_name(runtime: Path) -> str:

@@ -72,6 +72,8 @@ from .reserve import MIN_RESERVE_BYTES, RESERVE_FILE, SpaceReserve
 from .rundir import AgentDirs
 from .selfprobe import ControlProbe
 from .state import (
+    SEQ_FILE,
+    STATE_FILE,
     AgentState,
     another_boot,
     boot_id,
@@ -170,10 +172,10 @@ class Agent:
         self.runtime_dir = settings.resolved_runtime_dir()
         self.state_dir = settings.resolved_state_dir()
         self.dirs = dirs if dirs is not None else AgentDirs(self.runtime_dir, self.state_dir)
-        self.state_path = self.state_dir / "state.json"
+        self.state_path = self.state_dir / STATE_FILE
         self.reserve = SpaceReserve(self.state_dir / RESERVE_FILE)
         self.state_writer = StateWriter(self.state_path, self._state_written, self.reserve)
-        self.seq_path = self.state_dir / "seq"
+        self.seq_path = self.state_dir / SEQ_FILE
         self.parts: dict[str, asyncio.Task[None]] = {}
         # Whether control answered the agent's last self-probes (see `_probe_control`).
         self.control_answers = True

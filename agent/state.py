@@ -27,6 +27,9 @@ from .protocol import MAX_FLUSH_SECONDS, Notice, client_id_problem
 log = logging.getLogger("forewarn.agent")
 
 STATE_VERSION = 1
+# The names of the state file and of the reserved high-water mark of `seq` in the directory.
+STATE_FILE = "state.json"
+SEQ_FILE = "seq"
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o640) -> None:
@@ -351,6 +354,21 @@ def load_seq_mark(path: Path) -> int:
         return 0
 
 
+def saved_seq(directory: Path) -> int | None:
+    """The highest `seq` an agent saved in the state directory `directory` (its state file's,
+    or its mark's if higher): which of two directories an agent ran on last. None when its
+    state file names none (there is none; it is unreadable; a hand-made one). Reads only:
+    nothing is set aside."""
+    try:
+        raw = json.loads(read_small(directory / STATE_FILE))
+    except (OSError, ValueError, RecursionError):
+        return None
+    seq = raw.get("seq") if isinstance(raw, dict) else None
+    if type(seq) is not int or seq < 0:
+        return None
+    return max(seq, load_seq_mark(directory / SEQ_FILE))
+
+
 def save_seq_mark(path: Path, mark: int) -> None:
     write_atomic(path, f"{mark}\n".encode())
 
@@ -406,6 +424,8 @@ def encode_state(state: AgentState) -> bytes:
 
 
 __all__ = [
+    "SEQ_FILE",
+    "STATE_FILE",
     "AgentState",
     "another_boot",
     "boot_id",
@@ -416,6 +436,7 @@ __all__ = [
     "save_seq_mark",
     "save_state",
     "saved_notice",
+    "saved_seq",
     "saved_this_boot",
     "set_aside",
     "write_atomic",

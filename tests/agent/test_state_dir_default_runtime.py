@@ -5,14 +5,19 @@ own default is no other agent's, and its state is the default one."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from forewarn.agent import config as agent_config
 from forewarn.agent.config import load_settings, runtime_state_name
+from forewarn.agent.state import saved_seq
 from forewarn.protocol import wire
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from other_user import ForkedAgent, other_user, shared_tmp
 from support import agent_env, control, eventually
 
@@ -76,9 +81,11 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
     return runtime, state
 
 
-def _saved(directory: Path, mtime: float) -> None:
+def _saved(directory: Path, mtime: float, seq: int | None = None) -> None:
+    """A state file written at `mtime`, naming `seq` (none: a file no agent wrote)."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "state.json").write_text('{"version": 1}')
+    saved = {"version": 1} if seq is None else {"version": 1, "seq": seq}
+    (directory / "state.json").write_text(json.dumps(saved))
     os.utime(directory / "state.json", (mtime, mtime))
 
 
@@ -133,3 +140,48 @@ def test_the_state_an_earlier_version_kept_beside_the_default_is_still_found(
     _saved(state, 2_100_000_000)
     assert load_settings(runtime_dir=str(runtime)).resolved_state_dir() == state
     assert load_settings().resolved_state_dir() == state
+
+
+def test_the_state_run_on_last_is_found_after_the_clock_was_stepped_back(
+    machine: tuple[Path, Path],
+) -> None:
+    """The directory was chosen by the newer state file's time: an agent that left the
+    earlier version's directory for the default one and saved there after the clock was
+    stepped back (NTP correcting a clock that ran ahead) left the default one's file with the
+    older time, and the next start took up the state it had left behind, its notices long
+    gone, and the ones raised since lost. `seq`, which every version saves and which only
+    grows from one start to the next, tells which was run on last."""
+    runtime, state = machine
+    legacy = state / runtime_state_name(runtime)
+    _saved(legacy, 2_000_000_000, seq=2_000_000_000_000)  # its clock an hour ahead
+    _saved(state, 1_996_400_000, seq=2_000_000_012_345)  # the agent after it, clock stepped
+    assert load_settings().resolved_state_dir() == state
+    assert load_settings(runtime_dir=str(runtime)).resolved_state_dir() == state
+    # The other way round too; a seq mark above the state file's counts as its seq.
+    _saved(state, 2_000_000_000, seq=2_000_000_000_000)
+    _saved(legacy, 1_996_400_000, seq=1_999_999_000_000)
+    (legacy / "seq").write_text("2000000010000\n")
+    assert load_settings().resolved_state_dir() == legacy
+    # A file that names no seq (none an agent wrote) is told by its time, as before.
+    _saved(state, 2_100_000_000)
+    assert load_settings().resolved_state_dir() == state
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.builds(
+            lambda seq: json.dumps({"version": 1, "seq": seq}).encode(),
+            st.one_of(st.integers(), st.floats(), st.booleans(), st.text(max_size=20)),
+        ),
+    ),
+    st.binary(max_size=60),
+)
+def test_any_saved_state_gives_a_seq_or_none(state_file: bytes, mark: bytes) -> None:
+    with tempfile.TemporaryDirectory() as where:
+        directory = Path(where)
+        (directory / "state.json").write_bytes(state_file)
+        (directory / "seq").write_bytes(mark)
+        found = saved_seq(directory)
+    assert found is None or (type(found) is int and found >= 0)
