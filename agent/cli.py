@@ -636,12 +636,18 @@ def cmd_notify(args: argparse.Namespace) -> int:
         print(_readable(control, lambda: describe(reply["notice"])))
     unsaved = reply.get("unsaved")
     if isinstance(unsaved, str):
-        print(
-            "forewarn: warning: the notice is active but not saved: "
-            + "".join(char if char.isprintable() else "?" for char in unsaved[:500])
-            + "; an agent restart before its state can be written forgets it",
-            file=sys.stderr,
-        )
+        why = "".join(char if char.isprintable() else "?" for char in unsaved[:500])
+        if args.action == "clear":
+            said = (
+                f"the clear is sent but not saved: {why}; an agent restart before its state "
+                "can be written sends the notice again"
+            )
+        else:
+            said = (
+                f"the notice is active but not saved: {why}; an agent restart before its "
+                "state can be written forgets it"
+            )
+        print(f"forewarn: warning: {said}", file=sys.stderr)
     return 0
 
 

@@ -432,6 +432,9 @@ class NotifyReply(_Message):
 class ClearReply(_Message):
     ok: Literal[True] = True
     cleared: list[str]
+    # Why the clear could not be saved, when it could not: the clear is published, but an
+    # agent restarted before a later save succeeds restores the notices and sends them again.
+    unsaved: str | None = None
 
 
 class AckReply(_Message):

@@ -1080,6 +1080,12 @@ class Agent:
                 reply = reply.model_copy(update={"unsaved": unsaved})
         elif isinstance(req, ClearRequest):
             reply = self._clear(req)
+            unsaved = self._unsaved.get("state")
+            if isinstance(reply, ClearReply) and reply.cleared and unsaved is not None:
+                # Said, as for a notify: a restart before the state can be written (a full
+                # disk with the reserve spent) restored the cleared notice, and sent it again
+                # (a terminate an operator withdrew stopped the jobs started since).
+                reply = reply.model_copy(update={"unsaved": unsaved})
         elif isinstance(req, AckRequest):
             reply = self._ack(req)
             await self.state_writer.settled()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, agent_env, eventually, fill_disk, tmpfs_disk
+from support import AgentProcess, agent_env, eventually, fill_disk, run_forewarn, tmpfs_disk
 
 
 @pytest.fixture
@@ -121,3 +121,28 @@ def test_the_seq_mark_is_saved_on_a_full_disk_from_the_reserve(
     assert "cannot save seq" not in output, output
     assert f"{state_dir / 'state.reserve'} to save seq" in output, output
     assert int((state_dir / "seq").read_text()) > first_mark
+
+
+def test_a_clear_that_cannot_be_saved_says_so(tmp_path: Path, small_disk: Path) -> None:
+    """A restart on a disk a checkpoint filled spent the reserve (on the `seq` mark), and the
+    checkpoint took the room it left: `forewarn notify clear` printed "cleared: local/first"
+    and nothing else, the clear was not saved, and the next restart sent the drain again to
+    every job. The reply names why, and the command warns, as a notify's does."""
+    state_dir = small_disk / "state"
+    env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(state_dir))
+    with AgentProcess(tmp_path, env=env) as agent:
+        reply = agent.control({"op": "notify", "action": "drain", "id": "local/first"})
+        assert reply["ok"] and reply.get("unsaved") is None, reply
+    fill_disk(small_disk)
+    with AgentProcess(tmp_path, env=env) as agent:
+        fill_disk(small_disk)  # the checkpoint takes the room the reserve left
+        cleared = run_forewarn("notify", "clear", "--id", "local/first", env=env)
+        assert cleared.returncode == 0, cleared.stderr
+        assert "cleared: local/first" in cleared.stdout
+        assert "warning: the clear is sent but not saved: cannot write" in cleared.stderr
+        assert "No space left on device" in cleared.stderr, cleared.stderr
+    with AgentProcess(tmp_path, env=env) as again:
+        # What the warning said: the clear was not saved.
+        assert [notice["id"] for notice in again.control({"op": "status"})["active"]] == [
+            "local/first"
+        ]
