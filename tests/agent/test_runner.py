@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import pytest
 from forewarn.agent import runner
 from forewarn.agent import state as state_module
+from forewarn.agent import statewriter as statewriter_module
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.config import load_settings
 from forewarn.agent.observer import Observer
@@ -449,14 +450,14 @@ def _slow_disk(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[float]:
     """Each write of the agent's state takes `seconds` (a disk busy with a checkpoint); the
     times the writes began."""
     began: list[float] = []
-    write = state_module.write_atomically
+    write = statewriter_module.write_atomically
 
     def slow(path: Path, data: bytes, mode: int = 0o640) -> None:
         began.append(time.monotonic())
         time.sleep(seconds)
         write(path, data, mode=mode)
 
-    monkeypatch.setattr(state_module, "write_atomically", slow)
+    monkeypatch.setattr(statewriter_module, "write_atomically", slow)
     return began
 
 
