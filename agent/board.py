@@ -119,6 +119,11 @@ class Entry:
     # notify --deadline 15m`): a step of the wall clock moves the wall-clock deadline with it
     # (`_follow_steps`). None for a deadline that names a moment, which a step leaves be.
     deadline_clock: float | None = None
+    # A provider notice's deadline by `NoticeBoard.clock` as of its provider's last report:
+    # saved (the same boot only), so that a restored notice is judged on that clock until its
+    # watcher reports it again (`_judged_deadline`). None for a manual notice, one without a
+    # deadline, and one held on `deadline_clock`.
+    reported_clock: float | None = None
 
 
 @dataclass
@@ -241,6 +246,16 @@ class NoticeBoard:
             notice_id: entry.deadline_clock
             for notice_id, entry in self.entries.items()
             if entry.deadline_clock is not None
+        }
+
+    def reported_clocks(self) -> dict[str, float]:
+        """The provider notices' deadlines on `clock` as of their last report, by id: saved,
+        so that a restarted agent (same boot) judges a restored notice on that clock until
+        its watcher reports it again (`_judged_deadline`)."""
+        return {
+            notice_id: entry.reported_clock
+            for notice_id, entry in self.entries.items()
+            if entry.reported_clock is not None
         }
 
     def raised_clocks(self) -> dict[str, float]:
@@ -432,6 +447,7 @@ class NoticeBoard:
                 raised_clock=self.clock(),
                 deadline_clock=deadline_clock,
             )
+            entry.reported_clock = self._reading_of(report, entry)
             if remembered is not None:
                 entry.saved = remembered.saved
                 entry.acked = set(remembered.acked)
@@ -444,6 +460,7 @@ class NoticeBoard:
             self.entries[report.id] = entry
             return notice
         entry.restored = False
+        entry.reported_clock = self._reading_of(report, entry)
         # A drain sent as terminate stays terminate while its deadline stands, even when the
         # margin has shrunk since (faster flushes): its clients may be exiting already. Also
         # when it is re-sent for its reason or detail alone (an Azure event's Resources).
@@ -506,7 +523,9 @@ class NoticeBoard:
                         del self.retired[next(iter(self.retired))]
         escalated = []
         for entry in self.entries.values():
-            if entry.notice.action == "drain" and self._action_for(entry.report) == "terminate":
+            if entry.notice.action == "drain" and self._action_for(entry.report, entry) == (
+                "terminate"
+            ):
                 entry.notice = self._stamp(entry.report, "terminate")
                 escalated.append(entry.notice)
         return escalated, expired
@@ -516,7 +535,7 @@ class NoticeBoard:
         margin = timedelta(seconds=self.exit_margin)
         times = []
         for entry in self.entries.values():
-            deadline = entry.report.deadline
+            deadline = self._judged_deadline(entry)
             if entry.notice.action == "drain" and entry.report.action == "drain" and deadline:
                 times.append(_minus(deadline, margin))
             ends = self._ends(entry)
@@ -604,10 +623,17 @@ class NoticeBoard:
                 format_time(moved),
             )
             entry.report = entry.report.model_copy(update={"deadline": moved})
-            action = self._action_for(entry.report)
+            action = self._action_for(entry.report, entry)
             if entry.notice.action == "drain" and action == "drain":
                 entry.notice = self._stamp(entry.report, "drain")
                 self.moved.append(entry.notice)
+
+    def _on_the_clock(self, reading: float) -> datetime:
+        """The wall time at which `clock` will read `reading`."""
+        try:
+            return _plus(self.now(), timedelta(seconds=reading - self.clock()))
+        except OverflowError:  # a reading past any timedelta
+            return datetime.max.replace(tzinfo=self.now().tzinfo)
 
     def _on_clock(self, report: Report, entry: Entry | None) -> tuple[Report, float]:
         """A watcher's deadline given as a duration (the flag file's `5m`, counted from its
@@ -706,6 +732,7 @@ class NoticeBoard:
         held_by: Mapping[str, Iterable[str]] | None = None,
         raised_clock: Mapping[str, float] | None = None,
         deadline_clock: Mapping[str, float] | None = None,
+        reported_clock: Mapping[str, float] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -727,7 +754,9 @@ class NoticeBoard:
         same boot): their `ages` go on from them. `deadline_clock` are the notices' deadlines
         on that clock where they were given as a duration, a notify's or a flag file's
         (`deadline_clocks()`, the same boot only): they follow a step of the wall clock, as
-        before the restart."""
+        before the restart. `reported_clock` are the provider notices' deadlines on that clock
+        as of their last report (`reported_clocks()`, the same boot only): until its watcher
+        reports it again, a restored notice is judged on them (`_judged_deadline`)."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -761,6 +790,16 @@ class NoticeBoard:
                 continue
             entry.restored = not manual
             entry.restored_clock = None if manual else self.clock()
+            # The reading `report` just took is of the wall time a step may have made stale.
+            entry.reported_clock = (
+                (reported_clock or {}).get(notice.id) if entry.reported_clock is not None else None
+            )
+            judged = self._action_for(entry.report, entry)
+            if judged != entry.notice.action:
+                # A drain whose wall-clock deadline a forward step made stale: it is no
+                # terminate before its watcher says so (as within one run, where the watcher
+                # moves the deadline with the step).
+                entry.notice = self._stamp(entry.report, judged)
             # Raised before the restart: when by this clock only if it was saved in this boot.
             reading = (raised_clock or {}).get(notice.id)
             entry.raised_clock = reading if reading is not None and reading <= now else None
@@ -850,12 +889,41 @@ class NoticeBoard:
         deadline plus a grace', and raised again by its watcher 100 ms later (same id): the
         job saw terminate, clear, terminate, the clear withdrawing the exit it was saving for.
         It waits for its watcher instead (`_awaited_until`), which reports it again or not
-        (`withdraw_restored`). A step back is left be: the wall time then ends it later."""
-        if entry.raised_clock is None:
+        (`withdraw_restored`). A step back is left be: the wall time then ends it later.
+        Where the deadline's own reading of `clock` was saved, the step is the one since the
+        notice was last reported: one its watcher had already moved the deadline by before
+        the restart is not counted twice."""
+        judged, deadline = self._judged_deadline(entry), entry.report.deadline
+        if entry.restored and entry.reported_clock is not None and judged and deadline:
+            step = judged - deadline
+        elif entry.raised_clock is None:
             return timedelta(0)
-        wall = self.now() - entry.raised_at
-        step = wall - timedelta(seconds=max(0.0, self.clock() - entry.raised_clock))
+        else:
+            wall = self.now() - entry.raised_at
+            step = wall - timedelta(seconds=max(0.0, self.clock() - entry.raised_clock))
         return step if step >= DEADLINE_TOLERANCE else timedelta(0)
+
+    def _reading_of(self, report: Report, entry: Entry) -> float | None:
+        """The deadline of `report`, now reported for `entry`, on `clock` (see
+        `Entry.reported_clock`)."""
+        deadline = report.deadline
+        if entry.manual or entry.deadline_clock is not None or deadline is None:
+            return None
+        return self.clock() + (deadline - self.now()).total_seconds()
+
+    def _judged_deadline(self, entry: Entry) -> datetime | None:
+        """The deadline `entry` is escalated and retired by: its report's, except for a
+        restored provider notice not reported again yet, whose deadline on `clock` (saved in
+        this boot) stands where a forward step of the wall clock since its last report put
+        the wall time before it. A GCP maintenance drain (an hour, kept on the boot clock by
+        its watcher) read while the clock was 90 minutes behind went out as terminate at the
+        start after NTP's step, and a job reconnecting exited an hour before the stop; the
+        watcher's answer then made it a drain again. A step back is left be: the wall time
+        then ends it later, and its watcher moves it when it answers."""
+        deadline = entry.report.deadline
+        if deadline is None or not entry.restored or entry.reported_clock is None:
+            return deadline
+        return max(deadline, self._on_the_clock(entry.reported_clock))
 
     def _remember(self, notice_id: str, kept: Remembered) -> None:
         self.remembered[notice_id] = kept
@@ -891,12 +959,14 @@ class NoticeBoard:
         entry.flushed = True
         return True
 
-    def _action_for(self, report: Report) -> Action:
-        """The action to send for what the provider reports, at the current deadline."""
-        if report.action != "drain" or report.deadline is None:
+    def _action_for(self, report: Report, entry: Entry | None = None) -> Action:
+        """The action to send for what the provider reports, at the current deadline (that
+        of `entry`, holding `report`, as judged by `_judged_deadline`)."""
+        deadline = report.deadline if entry is None else self._judged_deadline(entry)
+        if report.action != "drain" or deadline is None:
             return report.action
         # A difference of two times never overflows, where `deadline - margin` can.
-        left = (report.deadline - self.now()).total_seconds()
+        left = (deadline - self.now()).total_seconds()
         return "terminate" if left <= self.exit_margin else "drain"
 
     @staticmethod

@@ -423,6 +423,9 @@ class Agent:
             deadline_clock=state.deadline_clock
             if saved_this_boot(state, self.boot_id, self.booted)
             else None,
+            reported_clock=state.reported_clock
+            if saved_this_boot(state, self.boot_id, self.booted)
+            else None,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -1395,6 +1398,7 @@ class Agent:
                 # boot's file for another boot's, its provider notices not restored.
                 self._booted_saved(),
                 self.board.deadline_clocks(),
+                self.board.reported_clocks(),
             )
         )
 

@@ -91,6 +91,11 @@ class AgentState:
     # deadline at the wall time it had come to, and a step of the clock after the restart
     # moved the terminate by the step.
     deadline_clock: dict[str, float] = field(default_factory=dict)
+    # The provider notices' deadlines on the boot clock as of their last report, by id, for
+    # the same boot as `raised_clock`: a restarted agent that forgot them judged a restored
+    # drain by the wall clock alone, and after NTP's step forward sent a GCP maintenance drain
+    # with an hour to go as a terminate until its watcher answered.
+    reported_clock: dict[str, float] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -172,6 +177,7 @@ def load_state(path: Path) -> AgentState:
         raised_clock=_clock_readings(raw.get("raised_clock", {})),
         booted=saved_boot_time(raw.get("booted")),
         deadline_clock=_clock_readings(raw.get("deadline_clock", {})),
+        reported_clock=_clock_readings(raw.get("reported_clock", {})),
     )
 
 
@@ -419,6 +425,7 @@ def encode_state(state: AgentState) -> bytes:
         },
         "raised_clock": dict(state.raised_clock),
         "deadline_clock": dict(state.deadline_clock),
+        "reported_clock": dict(state.reported_clock),
     }
     return json.dumps(payload, indent=1).encode()
 

@@ -937,3 +937,65 @@ def test_a_restored_notice_held_past_a_step_waits_for_its_watcher_no_longer_than
     restarted.clock = lambda: 5302.0
     (_, (expired,)) = restarted.due()
     assert expired.action == "clear" and restarted.active() == []
+
+
+def _restarted_with_a_maintenance_drain(
+    step: timedelta, reported_clock: bool = True
+) -> tuple[NoticeBoard, NoticeBoard, Clock, list[float]]:
+    """A GCP maintenance drain (an hour) raised by an agent whose wall clock was behind by
+    `step`; the agent restarted a second later in the same boot, the wall clock stepped
+    forward by `step` meanwhile (NTP's first sync)."""
+    wall = Clock()
+    steady = [5000.0]
+    first = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    drain = report(
+        id="gcp/maintenance-event/1",
+        reason="host-maintenance",
+        provider="gcp",
+        deadline=T0 + timedelta(hours=1),
+        noticed_at=T0,
+    )
+    first.report(drain)
+    wall.now = T0 + step + timedelta(seconds=1)
+    steady[0] += 1
+    restarted = NoticeBoard(
+        Sequencer(first.sequencer.value), 30.0, now=wall, clock=lambda: steady[0]
+    )
+    restarted.restore(
+        [],
+        provider=first.provider_notices(),
+        escalated=first.escalated_ids(),
+        raised_clock=first.raised_clocks(),
+        reported_clock=first.reported_clocks() if reported_clock else None,
+    )
+    return first, restarted, wall, steady
+
+
+def test_a_restored_drain_is_no_terminate_on_a_deadline_a_forward_step_made_stale() -> None:
+    """GCP's TERMINATE_ON_HOST_MAINTENANCE read while the wall clock was 90 minutes behind;
+    the agent restarted after NTP's step forward: the restored drain's deadline was half an
+    hour past by the stepped clock, and it went out as terminate from the start (a job
+    reconnecting exited an hour before the stop) until its watcher, which keeps the stop on
+    the boot clock, reported it again and made it a drain. By the deadline's reading of the
+    boot clock saved with it (the same boot), the stop is still an hour away: a drain, until
+    its watcher says otherwise (or, not reporting it within the grace, withdraws it)."""
+    first, restarted, wall, _ = _restarted_with_a_maintenance_drain(timedelta(minutes=90))
+    assert first.reported_clocks() == {"gcp/maintenance-event/1": 5000.0 + 3600}
+    [restored] = restarted.active()
+    assert restored.action == "drain" and restarted.escalated_ids() == []
+    assert restarted.due() == ([], [])
+    (again,) = restarted.restored_reports("gcp")
+    moved = again.model_copy(update={"deadline": wall.now + timedelta(seconds=3599)})
+    sent = restarted.report(moved)
+    assert sent is not None and (sent.action, sent.deadline) == ("drain", moved.deadline)
+    assert restarted.reported_clocks() == {"gcp/maintenance-event/1": 5000.0 + 3600}
+    assert restarted.next_due() == moved.deadline - timedelta(seconds=30)
+
+
+def test_a_restored_drain_past_its_deadline_in_real_time_is_still_a_terminate() -> None:
+    """No reading saved (a file of an older agent, another boot): the wall time judges the
+    restored drain as before. A step back leaves it a drain, as the wall time has it."""
+    _, restarted, _, _ = _restarted_with_a_maintenance_drain(timedelta(minutes=90), False)
+    assert restarted.active()[0].action == "terminate"
+    _, restarted, _, _ = _restarted_with_a_maintenance_drain(timedelta(minutes=-90))
+    assert restarted.active()[0].action == "drain"

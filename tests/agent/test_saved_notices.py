@@ -143,3 +143,17 @@ def test_a_state_files_duration_deadlines_read_back_as_written(tmp_path: Path) -
     del old["deadline_clock"]  # a file of an agent before it
     path.write_text(json.dumps(old))
     assert load_state(path).deadline_clock == {}
+
+
+def test_a_state_files_reported_deadlines_read_back_as_written(tmp_path: Path) -> None:
+    """The provider notices' deadlines on the boot clock as last reported: a restarted agent
+    that did not read them back judged a restored drain by the wall clock alone, and after a
+    step forward sent it as terminate until its watcher answered."""
+    path = tmp_path / "state.json"
+    saved = {"gcp/maintenance-event/1": 8600.5}
+    path.write_bytes(encode_state(AgentState(reported_clock=saved)))
+    assert load_state(path).reported_clock == saved
+    old = json.loads(path.read_text())
+    del old["reported_clock"]  # a file of an agent before it
+    path.write_text(json.dumps(old))
+    assert load_state(path).reported_clock == {}
