@@ -775,6 +775,10 @@ class NoticeBoard:
                 continue  # saved twice (a hand-edited file): the first stands
             raised_at = (raised or {}).get(notice.id, notice.noticed_at)
             held_on_clock = (deadline_clock or {}).get(notice.id)
+            if held_on_clock is not None and report.deadline is not None:
+                # Where the clock puts it now, before it is judged: on the wall time a step
+                # since the save made stale, a drain went out as terminate at the start.
+                report = report.model_copy(update={"deadline": self._on_the_clock(held_on_clock)})
             if held_on_clock is not None and not manual:
                 # A flag file's `5m`: its watcher, handed the report (`provider_reports`),
                 # reports it again as a duration, which the board keeps on the clock.

@@ -999,3 +999,26 @@ def test_a_restored_drain_past_its_deadline_in_real_time_is_still_a_terminate() 
     assert restarted.active()[0].action == "terminate"
     _, restarted, _, _ = _restarted_with_a_maintenance_drain(timedelta(minutes=-90))
     assert restarted.active()[0].action == "drain"
+
+
+def test_a_duration_restored_after_a_forward_step_is_no_terminate_at_the_start() -> None:
+    """`forewarn notify drain --deadline 15m`, the agent restarted (an upgrade) after NTP
+    stepped the wall clock forward 25 minutes, in the same boot: the restored drain was
+    judged on the wall time its deadline had come to, ten minutes past, and went out as
+    terminate at the start (jobs saved and exited with 14 minutes to go), before its
+    deadline was moved to where the boot clock puts it. It is restored there, a drain."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    raised = report(
+        id="local/manual/1", provider="local", reason="manual", deadline=T0 + timedelta(minutes=15)
+    )
+    b.report(raised, manual=True, deadline_clock=900.0)
+    wall.now = T0 + timedelta(minutes=25, seconds=1)  # stepped forward; a second has passed
+    steady[0] = 1.0
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: steady[0])
+    restarted.restore(b.manual(), [], [], deadline_clock=b.deadline_clocks())
+    [restored] = restarted.active()
+    assert restored.action == "drain" and restarted.escalated_ids() == []
+    assert restored.deadline == wall.now + timedelta(seconds=899)
+    assert restarted.due() == ([], []) and restarted.take_moved() == []
