@@ -606,8 +606,10 @@ class NoticeBoard:
     def _follow_steps(self) -> None:
         """Move each deadline held on `clock` to where that clock puts it on the wall clock
         now, when a step of the wall clock has set the two apart by the tolerance or more. A
-        drain moved is re-published (same id) through `take_moved`; one the move brings
-        inside the exit margin is escalated by `due` instead."""
+        notice moved is re-published (same id) through `take_moved`, a terminate too (one
+        asked for, or a drain escalated): its subscribers kept the deadline from before the
+        step while escalation and expiry followed the move. A drain the move brings inside
+        the exit margin is escalated by `due` instead."""
         now, clock = self.now(), self.clock()
         for entry in self.entries.values():
             if entry.deadline_clock is None or entry.report.deadline is None:
@@ -624,9 +626,10 @@ class NoticeBoard:
             )
             entry.report = entry.report.model_copy(update={"deadline": moved})
             action = self._action_for(entry.report, entry)
-            if entry.notice.action == "drain" and action == "drain":
-                entry.notice = self._stamp(entry.report, "drain")
-                self.moved.append(entry.notice)
+            if entry.notice.action == "drain" and action == "terminate":
+                continue  # escalated by `due`, with the deadline moved
+            entry.notice = self._stamp(entry.report, action)
+            self.moved.append(entry.notice)
 
     def _on_the_clock(self, reading: float) -> datetime:
         """The wall time at which `clock` will read `reading`."""
@@ -651,7 +654,7 @@ class NoticeBoard:
         return report, entry.deadline_clock
 
     def take_moved(self) -> list[Notice]:
-        """The drains whose deadline `due` moved after a step of the wall clock, to publish."""
+        """The notices whose deadline `due` moved after a step of the wall clock, to publish."""
         moved, self.moved = self.moved, []
         return moved
 

@@ -1034,7 +1034,7 @@ class Agent:
         moved = self.board.take_moved()
         for notice in moved:
             # A deadline given as a duration, moved by a step of the wall clock: the same
-            # drain, its deadline where the boot clock puts it.
+            # notice (a drain or a terminate), its deadline where the boot clock puts it.
             self._send(notice, escalated=False)
         for notice in escalated:
             self._send(notice, escalated=True)

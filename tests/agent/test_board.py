@@ -1001,6 +1001,38 @@ def test_a_restored_drain_past_its_deadline_in_real_time_is_still_a_terminate() 
     assert restarted.active()[0].action == "drain"
 
 
+def test_a_terminate_given_a_duration_is_sent_again_when_a_step_moves_its_deadline() -> None:
+    """`forewarn notify terminate --deadline 15m`, then NTP stepped the wall clock back 10
+    minutes (or forward): the deadline moved with the boot clock, and escalation and expiry
+    followed it, but the terminate was not sent again as a drain is: its subscribers kept a
+    deadline 10 minutes off, and a job weighing a background save against the time left
+    took the wrong time. An escalated drain (sent as terminate) is the same."""
+    for step in (timedelta(minutes=-10), timedelta(minutes=5)):
+        wall = Clock()
+        steady = [0.0]
+        b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda steady=steady: steady[0])
+        for notice_id, action, seconds in (("1", "terminate", 900.0), ("2", "drain", 20.0)):
+            raised = report(
+                id=f"local/manual/{notice_id}",
+                provider="local",
+                reason="manual",
+                action=action,
+                deadline=T0 + timedelta(seconds=seconds),
+            )
+            sent = b.report(raised, manual=True, deadline_clock=seconds)
+            assert sent is not None and sent.action == "terminate"
+        wall.now = T0 + step + timedelta(seconds=1)
+        steady[0] = 1.0
+        assert b.due() == ([], []), step
+        moved = {notice.id: notice for notice in b.take_moved()}
+        assert sorted(moved) == ["local/manual/1", "local/manual/2"], step
+        for notice_id, seconds in (("local/manual/1", 899), ("local/manual/2", 19)):
+            assert moved[notice_id].action == "terminate"
+            assert moved[notice_id].deadline == wall.now + timedelta(seconds=seconds)
+        assert b.active() == sorted(moved.values(), key=lambda notice: notice.seq)
+        assert b.due() == ([], []) and b.take_moved() == []
+
+
 def test_a_duration_restored_after_a_forward_step_is_no_terminate_at_the_start() -> None:
     """`forewarn notify drain --deadline 15m`, the agent restarted (an upgrade) after NTP
     stepped the wall clock forward 25 minutes, in the same boot: the restored drain was
