@@ -1339,6 +1339,8 @@ class CheckpointGuard:
                     with self._lock:
                         self._undecided[event.id] = (event, time.monotonic())
                     self._decide_inherited()
+                else:
+                    self._replan_inherited(event)
                 return
             with self._lock:
                 self._inherited.pop(event.id, None)
@@ -1388,7 +1390,7 @@ class CheckpointGuard:
     def _still_inherited(self, event: Event) -> bool:
         """A terminate from before this job's start, re-sent for its reason or the provider's
         own detail (an Azure DocumentIncarnation bump) with a later `noticed_at`: the same
-        terminate, deadline and all. Only a new deadline makes it act at once."""
+        terminate, deadline and all. A new deadline is planned for (`_replan_inherited`)."""
         with self._lock:
             if event.id in self._undecided:
                 known: Event | None = self._undecided[event.id][0]
@@ -1444,8 +1446,9 @@ class CheckpointGuard:
         acted on (it saved and acked). The machine is still here, so it does not make this job
         exit at once: the job trains, and saves and exits `exit_margin` before the notice's
         deadline. Without a deadline, or with one already past, it asks nothing of this job. A
-        notice raised after the start, a signal, or the same notice changed by the agent still
-        acts at once."""
+        notice raised after the start or a signal still acts at once; the same notice sent
+        again with its deadline moved is planned for at its new deadline
+        (`_replan_inherited`)."""
         if event.id in self._inherited:
             return
         left = event.seconds_left
@@ -1469,6 +1472,27 @@ class CheckpointGuard:
             event.provider,
             event.noticed_at.isoformat(),
             plan,
+        )
+
+    def _replan_inherited(self, event: Event) -> None:
+        """An inherited terminate sent again with its deadline moved (by its provider, or by a
+        step of the wall clock the agent followed on the boot clock): the exit is planned for
+        the new deadline. The plan kept the old one, and after NTP stepped the clock back 10
+        minutes the job's save came 10 minutes after the machine was gone."""
+        left = event.seconds_left
+        with self._lock:
+            if event.id not in self._inherited:
+                return
+            self._inherited[event.id] = event.deadline if left is not None and left > 0 else None
+            self._events[event.id] = event
+        log.warning(
+            "forewarn: terminate %s, in force before this job started, was sent again with "
+            "its deadline moved to %s: %s",
+            event.id,
+            event.deadline.isoformat() if event.deadline else "none",
+            f"this job saves and exits {self._inherited_margin():g}s before it ({left:.0f}s away)"
+            if left is not None and left > 0
+            else "it asks nothing of this job",
         )
 
     def _inherited_margin(self) -> float:

@@ -905,6 +905,50 @@ def test_an_inherited_terminate_resent_for_its_detail_does_not_end_the_job(
         agent.close()
 
 
+def test_an_inherited_terminate_sent_again_with_a_moved_deadline_plans_for_the_new_one(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """The agent sends a terminate again, same id and `noticed_at`, when a step of the wall
+    clock moved its deadline (a deadline given as a duration, kept on the boot clock). A job
+    that inherited it (an earlier job saved for it) kept planning its exit for the deadline
+    from before the step: stepped back 10 minutes, the job's save came 10 minutes after the
+    machine was gone. The plan follows the new deadline, later or earlier; neither moves the
+    exit to now."""
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=1.0)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False, exit_margin=3)
+    try:
+        agent.subscribed()
+        agent.beat(active=["aws/T1"], acked=["aws/T1"])
+        earlier = format_time(utcnow() - timedelta(hours=1))
+        deadline = format_time(utcnow() + timedelta(seconds=60))
+        agent.notice("aws/T1", "terminate", noticed_at=earlier, deadline=deadline)
+        assert eventually(
+            lambda: warnings_about(caplog, "an earlier client acted on it"), timeout=5
+        )
+        seen: list[Any] = []
+        notices.add_listener(seen.append)
+        later = format_time(utcnow() + timedelta(seconds=660))
+        agent.notice("aws/T1", "terminate", noticed_at=earlier, deadline=later)
+        eventually(lambda: seen, timeout=5, what="the terminate sent again")
+        assert not guard.should_exit and not guard.due(1)
+        soon = format_time(utcnow() + timedelta(seconds=2))
+        agent.notice("aws/T1", "terminate", noticed_at=earlier, deadline=soon)
+        assert eventually(lambda: guard.should_exit, timeout=5, what="the exit for the move")
+        assert guard.due(2)
+        assert guard.saved(2, 0.01).exit
+        # Saved and exiting: the same terminate moved again asks for no second exit save.
+        seen.clear()
+        again = format_time(utcnow() + timedelta(seconds=30))
+        agent.notice("aws/T1", "terminate", noticed_at=earlier, deadline=again)
+        eventually(lambda: seen, timeout=5, what="the terminate moved again")
+        assert not guard.due(3)
+    finally:
+        guard.close()
+        notices.close()
+        agent.close()
+
+
 def test_an_ack_to_an_endpoint_zmq_refuses_is_a_warning_not_a_dead_sender(
     tmp_path: Path, caplog: Any
 ) -> None:
