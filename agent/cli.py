@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from forewarn.protocol.ages import status_ages
 from forewarn.protocol.errors import ForewarnError, UsageError
+from forewarn.protocol.notifydeadline import for_an_older_agent, is_duration
 from forewarn.protocol.seqgap import SeqGaps
 from forewarn.protocol.timefmt import (
     format_time,
@@ -585,7 +586,7 @@ def cmd_notify(args: argparse.Namespace) -> int:
             if problem is not None:
                 raise UsageError(f"--deadline: {args.deadline!r}: {problem}")
             payload["deadline"] = format_time(deadline)
-            if _is_duration(args.deadline):
+            if is_duration(args.deadline):
                 # 15 minutes from now however the wall clock is stepped meanwhile: the agent
                 # keeps it on the boot clock. `deadline` beside it is for older agents.
                 payload["deadline_in"] = parse_duration(args.deadline)
@@ -616,10 +617,11 @@ def cmd_notify(args: argparse.Namespace) -> int:
         unanswered=unanswered,
         refusals=clear_one or "deadline_in" in payload,
     )
-    if "deadline_in" in payload and str(reply.get("error")).startswith(_NO_DEADLINE_IN):
+    older = for_an_older_agent(payload, reply)
+    if older is not None:
         # An agent older than the field (the package upgraded, the agent not restarted yet):
         # the deadline as a time, as it was always sent. The same id: no second notice.
-        del payload["deadline_in"]
+        payload = older
         reply = _ask(control, payload, args.runtime_dir, args.timeout, unanswered=unanswered)
     if reply.get("ok") is not True:
         refused = str(reply.get("error"))
@@ -649,19 +651,6 @@ def cmd_notify(args: argparse.Namespace) -> int:
             )
         print(f"forewarn: warning: {said}", file=sys.stderr)
     return 0
-
-
-# What an agent older than `deadline_in` answers a notify that carries it.
-_NO_DEADLINE_IN = "deadline_in: not a field of a notify request"
-
-
-def _is_duration(text: str) -> bool:
-    """Whether a `--deadline` that parsed is a duration (`15m`), not an RFC 3339 time."""
-    try:
-        parse_time(text)
-    except ValueError:
-        return True
-    return False
 
 
 def _nothing_cleared(control: str, args: argparse.Namespace) -> int:

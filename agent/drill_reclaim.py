@@ -13,12 +13,13 @@ a few seconds) is reclaimed the way each platform does it:
 - `torchrun`: SIGTERM to torchrun only; torchrun forwards it to each rank's process group and
   escalates to SIGKILL after its `--shutdown-timeout` (30 s unless set; here the lead).
 
-Every reclaim also raises a terminate notice (deadline = now + lead) on that machine's agent,
-at a random moment of the chosen kind: during a training step, in the middle of an evaluation
-pass, or during the (long) first step. Each run is one "machine": a fresh agent with its own
-runtime and state directories; all share one checkpoint store, and the next run resumes from
-it. The drill reports per cell the steps lost, the time from notice to durable checkpoint,
-whether the resumed state is bit-for-bit the saved one, and partial generations left behind.
+Every reclaim also raises a terminate notice (deadline = now + lead, sent as a duration) on
+that machine's agent, at a random moment of the chosen kind: during a training step, in the
+middle of an evaluation pass, or during the (long) first step. Each run is one "machine": a
+fresh agent with its own runtime and state directories; all share one checkpoint store, and
+the next run resumes from it. The drill reports per cell the steps lost, the time from
+notice to durable checkpoint, whether the resumed state is bit-for-bit the saved one, and
+partial generations left behind.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from forewarn.protocol.errors import UsageError
-from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
+from forewarn.protocol.notifydeadline import for_an_older_agent, seconds_fields
+from forewarn.protocol.timefmt import duration_arg
 from forewarn.protocol.wire import request
 
 from .argtypes import word_as_written
@@ -637,10 +638,15 @@ class Reclaim:
         result.notice_step = job.step
         started = time.monotonic()
         kill_at = started + cell.lead
-        deadline = format_time(utcnow() + timedelta(seconds=cell.lead))
-        notice = {"op": "notify", "action": "terminate", "reason": "drill", "deadline": deadline}
-        note = f"reclaim drill {cell.label}"
-        reply = request(machine.control, {**notice, "note": note}, EVENT_TIMEOUT)
+        # The lead as a duration: the agent counts it on the boot clock, as the drill's own
+        # kill below counts it on the monotonic clock, so a step of the wall clock during the
+        # cell moves the terminate's deadline with the kill (a fixed time stayed behind).
+        notice: dict[str, Any] = {"op": "notify", "action": "terminate", "reason": "drill"}
+        notice.update(seconds_fields(cell.lead), note=f"reclaim drill {cell.label}")
+        reply = request(machine.control, notice, EVENT_TIMEOUT)
+        older = for_an_older_agent(notice, reply)
+        if older is not None:  # an agent older than `deadline_in`: the time alone
+            reply = request(machine.control, older, EVENT_TIMEOUT)
         if not reply.get("ok"):
             raise TimeoutError(f"the agent refused the terminate: {reply.get('error')}")
         if cell.platform == "systemd":

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.timefmt import format_time, parse_deadline
+from forewarn.protocol.notifydeadline import deadline_fields, for_an_older_agent
 from forewarn.protocol.wire import ENV_CONTROL, ENV_EVENTS, ENV_RUNTIME_DIR, request
 
 from . import _lifeline
@@ -55,6 +55,13 @@ _env_lock = threading.Lock()
 class AgentDied(ForewarnError, RuntimeError):
     """The agent (or its simulator) exited or never became ready; the message ends with the
     tail of its log."""
+
+
+def _accepted(payload: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    """`reply`, unless it refuses `payload`: then an AssertionError naming the agent's error."""
+    if not reply.get("ok"):
+        raise AssertionError(f"the agent refused {payload}: {reply.get('error')}")
+    return reply
 
 
 def _clean_environ() -> dict[str, str]:
@@ -362,11 +369,12 @@ class RunningAgent:
 
     def control(self, payload: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         """One control request; raises AgentDied when the agent is gone."""
+        return _accepted(payload, self._ask(payload, timeout))
+
+    def _ask(self, payload: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        """The agent's reply to one control request, a refusal too."""
         self._check_alive()
-        reply = request(self.control_endpoint, payload, timeout, runtime=self.runtime_dir)
-        if not reply.get("ok"):
-            raise AssertionError(f"the agent refused {payload}: {reply.get('error')}")
-        return reply
+        return request(self.control_endpoint, payload, timeout, runtime=self.runtime_dir)
 
     def status(self) -> dict[str, Any]:
         return self.control({"op": "status"})
@@ -381,14 +389,20 @@ class RunningAgent:
         id: str | None = None,
     ) -> str:
         """Raise a manual notice (as `forewarn notify`); `deadline` is RFC 3339 or a duration
-        from now (`90s`, `15m`). The same `id` again changes that notice. Returns its id."""
+        from now (`90s`, `15m`), which the agent counts on the boot clock as the command's
+        (a step of the wall clock moves the deadline with it). The same `id` again changes
+        that notice. Returns its id."""
         payload: dict[str, Any] = {"op": "notify", "action": action}
         if deadline is not None:
-            payload["deadline"] = format_time(parse_deadline(deadline))
+            payload.update(deadline_fields(deadline))
         for key, value in (("reason", reason), ("note", note), ("id", id)):
             if value is not None:
                 payload[key] = value
-        notice_id = str(self.control(payload)["notice"]["id"])
+        reply = self._ask(payload)
+        older = for_an_older_agent(payload, reply)
+        if older is not None:  # an agent older than `deadline_in`: the time alone, as before
+            payload, reply = older, self._ask(older)
+        notice_id = str(_accepted(payload, reply)["notice"]["id"])
         self._raised[notice_id] = (action, reason, note)
         return notice_id
 

@@ -6,6 +6,7 @@ its SIGKILL at the deadline."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import signal
@@ -22,7 +23,7 @@ import zmq
 from forewarn.agent import drill_reclaim
 from forewarn.agent.drill_reclaim import Cell, CellResult, Job, Reclaim
 from forewarn.agent.reclaim_procs import JobTree, _stat
-from support import eventually
+from support import eventually, running_agent
 
 
 def short_cell(resumed_step: int, detection: float | None) -> CellResult:
@@ -288,3 +289,75 @@ def test_a_cell_whose_loss_is_not_known_is_not_summed_as_nothing_lost(
     )
     assert out[-1] == "cells failed: 1 of 2"
     assert drill_reclaim.summary([ran])[0].endswith("flush: 0")
+
+
+def _stand_in_job(tmp_path: Path) -> Job:
+    """A job of one process that sleeps until the drill's SIGKILL."""
+    job = Job.__new__(Job)
+    job.log = (tmp_path / "job.log").open("w")
+    job.proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    job.tree = JobTree(job.proc.pid, set())
+    job.events = queue.Queue()
+    job.seen = []
+    job.step = 0
+    job._start_reading()
+    return job
+
+
+def test_a_cells_terminate_has_its_lead_on_the_boot_clock(tmp_path: Path) -> None:
+    """The drill sent the terminate's deadline as a time (now + lead): a step of the wall
+    clock during the cell moved it away from the SIGKILL, which the drill times on the
+    monotonic clock. Sent as a duration (`deadline_in`), the agent keeps it on the boot clock
+    (its state's `deadline_clock`), as `forewarn notify --deadline 8s` does."""
+    with running_agent(tmp_path) as agent:
+        job = _stand_in_job(tmp_path)
+        try:
+            result = CellResult(Cell("cloud", "mid-step", 1.0))
+            machine = types.SimpleNamespace(control=agent.control_endpoint)
+            drill_reclaim.Reclaim._reclaim(
+                Reclaim.__new__(Reclaim), machine, job, result.cell, result
+            )
+        finally:
+            job.close()
+        [terminate] = agent.control({"op": "status"})["active"]
+        assert (terminate["action"], terminate["reason"]) == ("terminate", "drill")
+        saved = json.loads((tmp_path / "state" / "state.json").read_text())
+        assert list(saved["deadline_clock"]) == [terminate["id"]]
+
+
+def test_a_cells_terminate_reaches_an_agent_older_than_deadline_in(tmp_path: Path) -> None:
+    """An agent that refuses `deadline_in` (older than the field) gets the terminate again
+    with its deadline as a time alone, as `forewarn notify` sends it."""
+    control = f"ipc://{tmp_path}/control"
+    rep = zmq.Context.instance().socket(zmq.REP)
+    rep.setsockopt(zmq.LINGER, 0)
+    rep.bind(control)
+    asked: list[dict[str, Any]] = []
+
+    def older_agent() -> None:
+        for _ in range(2):
+            if not rep.poll(30_000):
+                return
+            asked.append(rep.recv_json())  # type: ignore[arg-type]
+            refused = {"ok": False, "error": "deadline_in: not a field of a notify request"}
+            rep.send_json(refused if "deadline_in" in asked[-1] else {"ok": True})
+
+    answering = threading.Thread(target=older_agent, daemon=True)
+    answering.start()
+    job = _stand_in_job(tmp_path)
+    try:
+        result = CellResult(Cell("cloud", "mid-step", 1.0))
+        machine = types.SimpleNamespace(control=control)
+        drill_reclaim.Reclaim._reclaim(Reclaim.__new__(Reclaim), machine, job, result.cell, result)
+    finally:
+        job.close()
+        answering.join(5)
+        rep.close()
+    first, second = asked
+    assert first["deadline_in"] == 1.0 and "deadline_in" not in second
+    assert {**second, "deadline_in": 1.0} == first

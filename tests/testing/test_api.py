@@ -360,3 +360,21 @@ def test_a_replay_to_a_subscriber_that_joined_late_is_not_a_second_event() -> No
         second = agent.notify("terminate", deadline="10m")
         agent.wait_for_event(id=second)
         assert [event["id"] for event in agent.events] == [first, second]
+
+
+def test_a_deadline_given_as_a_duration_is_counted_on_the_agents_boot_clock() -> None:
+    """`notify(deadline="15m")` sent the time it came to, which a step of the wall clock
+    (NTP's first sync) left where it was while the machine's end moved with real time: sent
+    as `forewarn notify --deadline 15m` sends it (`deadline_in`), the agent keeps it on the
+    boot clock (its state's `deadline_clock`). A time stays a time."""
+    import json
+    from datetime import timedelta
+
+    from forewarn.protocol.timefmt import format_time, utcnow
+
+    with start_agent() as agent:
+        in_a_while = agent.notify("drain", deadline="15m")
+        at_a_time = agent.notify("drain", deadline=format_time(utcnow() + timedelta(hours=1)))
+        saved = json.loads((agent.state_dir / "state.json").read_text())
+        assert list(saved["deadline_clock"]) == [in_a_while]
+        assert {n["id"] for n in agent.status()["active"]} == {in_a_while, at_a_time}
