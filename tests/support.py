@@ -760,6 +760,7 @@ __all__ = [
     "run_forewarn",
     "running_agent",
     "running_watcher",
+    "shifted_wall_clock",
     "wait_until",
 ]
 
@@ -800,3 +801,49 @@ def fill_disk(disk: Path) -> None:
                 pass
     finally:
         os.close(fd)
+
+
+# A sitecustomize that runs a Python process on a wall clock off the machine's by the number
+# of seconds in the file $TEST_WALL_CLOCK_OFFSET_FILE, read at each reading (`datetime.now`,
+# `time.time`): writing another number there is a step of that process's wall clock, as NTP
+# makes one. The boot and monotonic clocks are left be, as a step leaves them.
+_SHIFTED_WALL_CLOCK = """\
+import datetime as _datetime
+import os
+import time
+
+_path = os.environ["TEST_WALL_CLOCK_OFFSET_FILE"]
+_time = time.time
+_real = _datetime.datetime
+
+
+def _offset():
+    try:
+        with open(_path) as file:
+            return float(file.read() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+class _Shifted(_real):
+    @classmethod
+    def now(cls, tz=None):
+        return _real.now(tz) + _datetime.timedelta(seconds=_offset())
+
+
+_datetime.datetime = _Shifted
+time.time = lambda: _time() + _offset()
+time.time_ns = lambda: int(time.time() * 1e9)
+"""
+
+
+def shifted_wall_clock(tmp_path: Path, seconds: float = 0.0) -> tuple[dict[str, str], Path]:
+    """Environment entries that run a Python process (an agent) on a wall clock `seconds` off
+    the machine's, and the file holding the offset: write another number of seconds to it to
+    step that clock."""
+    site = tmp_path / "shifted-clock"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_SHIFTED_WALL_CLOCK)
+    offset = site / "offset"
+    offset.write_text(str(seconds))
+    return {"PYTHONPATH": str(site), "TEST_WALL_CLOCK_OFFSET_FILE": str(offset)}, offset

@@ -17,7 +17,7 @@ from forewarn.agent.cli import main
 from forewarn.agent.protocol import NotifyRequest
 from forewarn.protocol.timefmt import parse_time, utcnow
 from pydantic import ValidationError
-from support import running_agent
+from support import AgentProcess, agent_env, run_forewarn, running_agent, shifted_wall_clock
 
 
 class OlderAgent:
@@ -119,3 +119,23 @@ def test_the_agent_takes_a_deadline_given_as_a_duration(tmp_path: Path) -> None:
 def test_a_deadline_in_out_of_range_is_refused_naming_it(seconds: object) -> None:
     with pytest.raises(ValidationError, match="deadline_in"):
         NotifyRequest.model_validate({"op": "notify", "action": "drain", "deadline_in": seconds})
+
+
+def test_a_terminate_moved_by_a_step_of_the_agents_clock_is_sent_again(tmp_path: Path) -> None:
+    """`forewarn notify terminate --deadline 15m`, then the agent's wall clock stepped back 10
+    minutes (NTP setting right a clock that ran ahead): the agent moved the deadline with
+    the step but sent nothing, and subscribers kept a deadline 10 minutes off the agent's
+    clock. The terminate is sent again, same id, its deadline moved with the step."""
+    shifted, offset = shifted_wall_clock(tmp_path)
+    env = agent_env(tmp_path, **shifted)
+    with AgentProcess(tmp_path, env=env) as agent, agent.subscriber() as sub:
+        done = run_forewarn("notify", "terminate", "--deadline", "15m", env=agent_env(tmp_path))
+        assert done.returncode == 0, done.stderr
+        terminate = sub.notice(10)
+        offset.write_text("-600")
+        moved = sub.notice(10)
+        assert (moved["id"], moved["action"]) == (terminate["id"], "terminate")
+        shift = parse_time(terminate["deadline"]) - parse_time(moved["deadline"])
+        assert abs(shift - timedelta(minutes=10)) < timedelta(seconds=1), (terminate, moved)
+        [active] = agent.control({"op": "status"})["active"]
+        assert active["deadline"] == moved["deadline"]

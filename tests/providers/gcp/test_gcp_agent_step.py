@@ -1,7 +1,8 @@
 """A step of the wall clock between two agents of the same boot, through the real agent
 subprocess on the GCP simulator: the first agent runs on a wall clock moved by a
-sitecustomize (`datetime.now` and `time.time`, as NTP leaves a VM's clock before its first
-sync), the second on the right one. The boot clock both read is the machine's own."""
+sitecustomize (`shifted_wall_clock`: `datetime.now` and `time.time`, as a VM's clock is
+before NTP's first sync), the second on the right one. The boot clock both read is the
+machine's own."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.boot import boot_id
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, agent_env, eventually
+from support import AgentProcess, agent_env, eventually, shifted_wall_clock
 
 KEYS = "/computeMetadata/v1/instance/"
 FAST = {
@@ -23,40 +24,11 @@ FAST = {
     "FOREWARN_GCP_READ_TIMEOUT_MARGIN": "1",
     "FOREWARN_GCP_MAINTENANCE_NOTICE": "3600",
 }
-# The agent's wall clock this many seconds off the machine's (`datetime.now`, `time.time`).
-SHIFTED_CLOCK = """\
-import datetime as _datetime
-import os
-import time
-
-_offset = float(os.environ.get("TEST_WALL_CLOCK_OFFSET", "0"))
-_time = time.time
-_real = _datetime.datetime
-
-
-class _Shifted(_real):
-    @classmethod
-    def now(cls, tz=None):
-        return _real.now(tz) + _datetime.timedelta(seconds=_offset)
-
-
-_datetime.datetime = _Shifted
-time.time = lambda: _time() + _offset
-time.time_ns = lambda: int(time.time() * 1e9)
-"""
 
 
 def _agent(tmp_path: Path, server: SimServer, offset: timedelta) -> AgentProcess:
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(SHIFTED_CLOCK)
-    env = agent_env(
-        tmp_path,
-        FOREWARN_GCP_URL=server.url,
-        PYTHONPATH=str(site),
-        TEST_WALL_CLOCK_OFFSET=str(offset.total_seconds()),
-        **FAST,
-    )
+    shifted, _ = shifted_wall_clock(tmp_path, offset.total_seconds())
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **shifted, **FAST)
     return AgentProcess(tmp_path, providers=("gcp",), env=env)
 
 
