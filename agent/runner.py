@@ -1169,6 +1169,14 @@ class Agent:
         existing = self.board.get(notice_id)
         if existing is not None and existing.provider != "local":
             return ErrorReply(error=f"id {notice_id!r} belongs to a {existing.provider} notice")
+        if existing is not None and notice_id not in {n.id for n in self.board.manual()}:
+            # A flag file's drain: taken as manual, its terminate went back to a drain with
+            # the notify's deadline, which `notify clear` then refused as not manual.
+            return ErrorReply(
+                error=f"id {notice_id!r} belongs to the flag file's notice, which the file "
+                "raises and withdraws: write the file again (a deadline on its first line), "
+                "or raise a notice of another id"
+            )
         if existing is None and len(self.board.manual()) >= MAX_MANUAL:
             return ErrorReply(
                 error=f"{MAX_MANUAL} manual notices are active already; clear some first "

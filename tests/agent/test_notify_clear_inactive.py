@@ -53,3 +53,36 @@ def test_clearing_an_id_that_is_not_active_exits_1_naming_the_active_ones(
 
 def _active(agent: AgentProcess) -> list[str]:
     return [str(notice["id"]) for notice in agent.control({"op": "status"})["active"]]
+
+
+def test_a_notify_naming_a_flag_files_notice_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    # `forewarn notify drain --id <the flag's id> --deadline 5m`, the id copied from
+    # `status`: the flag's terminate, sent 30 s before its deadline, went out again as a
+    # drain of the notify's deadline (jobs told to exit were told to train on), and a
+    # `notify clear --id` of it then answered 'not a manual notice'.
+    with AgentProcess(tmp_path, args=("--set", "exit_margin=10m")) as agent:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("5m\n")
+        flag_id = eventually(
+            lambda: next((n for n in _active(agent) if n.startswith("local/flag/")), None),
+            timeout=10,
+            what="the flag file's drain",
+        )
+        before = _notice(agent, flag_id)
+        assert before["action"] == "terminate"  # within the exit margin of its deadline
+        for action in ("drain", "terminate"):
+            changed = run_forewarn(
+                "notify", action, "--id", flag_id, "--deadline", "1h", env=agent.env, timeout=60
+            )
+            assert changed.returncode == 2, changed.stderr
+            assert f"id {flag_id!r} belongs to the flag file's notice" in changed.stderr
+        after = _notice(agent, flag_id)
+        assert (after["action"], after["deadline"]) == ("terminate", before["deadline"])
+
+
+def _notice(agent: AgentProcess, notice_id: str) -> dict[str, object]:
+    found = [n for n in agent.control({"op": "status"})["active"] if n["id"] == notice_id]
+    assert len(found) == 1, found
+    return dict(found[0])
