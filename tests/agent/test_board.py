@@ -893,7 +893,12 @@ def _restarted_with_a_preemption(step: timedelta, down: float) -> tuple[NoticeBo
     restarted = NoticeBoard(
         Sequencer(first.sequencer.value), 30.0, now=wall, clock=lambda: steady[0]
     )
-    restarted.restore([], provider=first.provider_notices(), raised_clock=first.raised_clocks())
+    restarted.restore(
+        [],
+        provider=first.provider_notices(),
+        raised_clock=first.raised_clocks(),
+        reported_clock=first.reported_clocks(),
+    )
     return restarted, wall
 
 
@@ -1054,3 +1059,83 @@ def test_a_duration_restored_after_a_forward_step_is_no_terminate_at_the_start()
     assert restored.action == "drain" and restarted.escalated_ids() == []
     assert restored.deadline == wall.now + timedelta(seconds=899)
     assert restarted.due() == ([], []) and restarted.take_moved() == []
+
+
+def test_a_restored_drain_is_not_sent_as_terminate_at_start_by_a_deadline_a_step_made_stale() -> (
+    None
+):
+    """An AWS scheduled reboot 20 min ahead, read while the wall clock was 3 h behind, the
+    agent restarted (same boot) once NTP set the clock right: the restored drain was sent as
+    terminate at start, its deadline 2 h 40 min past by the wall time the wrong clock gave
+    it, and as a drain again 0.2 s later at its watcher's first answer (same id, the deadline
+    moved). A `forewarn wait --for terminate && kill` stopped its job for nothing, and a guard
+    whose step outran that answer saved and exited. By the boot clock read when it was raised
+    the deadline is still 20 min ahead: it stays a drain and waits for its watcher."""
+    wall = Clock()
+    steady = [5000.0]
+    first = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    scheduled = report(
+        id="aws/scheduled/instance-event-1",
+        reason="scheduled-maintenance",
+        deadline=T0 + timedelta(minutes=20),
+        noticed_at=T0,
+    )
+    assert first.report(scheduled) is not None
+    wall.now = T0 + timedelta(hours=3, seconds=7)
+    steady[0] += 7.0
+    restarted = NoticeBoard(
+        Sequencer(first.sequencer.value), 30.0, now=wall, clock=lambda: steady[0]
+    )
+    restarted.restore(
+        [],
+        provider=first.provider_notices(),
+        raised_clock=first.raised_clocks(),
+        reported_clock=first.reported_clocks(),
+    )
+    assert [n.action for n in restarted.active()] == ["drain"]
+    assert restarted.due() == ([], [])
+    due_next = restarted.next_due()
+    assert due_next is not None and due_next > wall.now  # no loop of due() meanwhile
+    moved = scheduled.model_copy(update={"deadline": wall.now + timedelta(minutes=20)})
+    again = restarted.report(moved)
+    assert again is not None and again.action == "drain" and again.deadline == moved.deadline
+
+
+def test_a_duration_restored_after_a_step_before_the_restart_keeps_its_boot_clock_deadline() -> (
+    None
+):
+    """`forewarn notify drain --deadline 3m` on an agent whose wall clock was 3 h behind, the
+    agent restarted (same boot) after NTP set the clock right: the restored drain, 2 min 50 s
+    from its end by the boot clock, was sent as terminate at start with its deadline 3 h in
+    the past (the wall time the wrong clock gave it) and stayed so: jobs exited 2 min early.
+    Its deadline is where the boot clock puts it, a drain until the exit margin of that."""
+    from forewarn.providers.local.watch import flag_report
+
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    raised = report(
+        id="local/manual/1", provider="local", reason="manual", deadline=T0 + timedelta(minutes=3)
+    )
+    b.report(raised, manual=True, deadline_clock=180.0)
+    mtime_ns = int(T0.timestamp()) * 10**9
+    flag = flag_report(Path("/run/forewarn/checkpoint-now"), "3m\n", mtime_ns)
+    b.report(flag.model_copy(update={"noticed_at": T0}))  # read as written
+    wall.now = T0 + timedelta(hours=3, seconds=10)
+    steady[0] = 10.0
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: steady[0])
+    restarted.restore(
+        b.manual(),
+        provider=b.provider_notices(),
+        deadline_clock=b.deadline_clocks(),
+        raised_clock=b.raised_clocks(),
+        reported_clock=b.reported_clocks(),
+    )
+    expected = wall.now + timedelta(seconds=170)
+    assert [(n.action, n.deadline) for n in restarted.active()] == [("drain", expected)] * 2
+    assert restarted.due() == ([], []) and restarted.take_moved() == []
+    wall.now += timedelta(seconds=141)
+    steady[0] += 141.0
+    escalated, expired = restarted.due()
+    assert [(n.action, n.deadline) for n in escalated] == [("terminate", expected)] * 2
+    assert expired == []
