@@ -12,11 +12,13 @@ clock; within a few minutes this machine's own clock, finer, is the better one.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.report import Report
 
+from .boot import since_boot
 from .health import PollHealth
 from .httpdate import parse_http_date
 
@@ -74,6 +76,36 @@ def report_on_clock(report: Report, ahead: timedelta) -> Report:
     return report.model_copy(update={"deadline": deadline, "until": until, "detail": detail})
 
 
+@dataclass(frozen=True)
+class ServiceClock:
+    """A service's `Date`, and the boot clock when it was read: the service's time later,
+    carried on a clock no step of the wall clock moves, so a step (NTP's first sync) shows
+    against it without asking the service again."""
+
+    date: datetime
+    read_at: float  # `since_boot()` when the answer came
+
+    @classmethod
+    def read(cls, header: str | None) -> ServiceClock | None:
+        """From an answer's `Date` header; None without one, or one that is not a date."""
+        at = since_boot()
+        if header is None or at is None:
+            return None
+        try:
+            return cls(parse_http_date(header), at)
+        except (ValueError, OverflowError):
+            return None
+
+    def now(self) -> datetime | None:
+        """The service's time now; None where the boot clock cannot be read."""
+        at = since_boot()
+        return None if at is None else self.date + timedelta(seconds=at - self.read_at)
+
+    def started(self) -> datetime:
+        """When this machine booted, by the service's clock."""
+        return self.date - timedelta(seconds=self.read_at)
+
+
 def take_skew(
     known: timedelta,
     date: str | None,
@@ -108,6 +140,7 @@ __all__ = [
     "CLOCK_AHEAD",
     "CLOCK_MOVED",
     "TRUSTED_SKEW",
+    "ServiceClock",
     "clock_ahead",
     "report_on_clock",
     "skew_message",

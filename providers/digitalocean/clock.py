@@ -20,55 +20,17 @@ later could hear of it; 3 h behind, its terminate came 3 h after the reclaim.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.report import Report
 
-from ..httpdate import parse_http_date
+from ..boot import since_boot
 
 # TRUSTED_SKEW: how far the droplet's clock may be from the service's before mail is judged
 # by the service's (within a few minutes the droplet's own clock, finer and read with the
 # mail, is the better one). CLOCK_AHEAD and CLOCK_MOVED: as every provider moves times.
-from ..skew import CLOCK_AHEAD, CLOCK_MOVED, TRUSTED_SKEW
-
-
-def since_boot() -> float | None:
-    """Seconds since this machine booted, suspend included; None where it cannot be read."""
-    try:
-        return time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (AttributeError, OSError):  # not Linux
-        return None
-
-
-@dataclass(frozen=True)
-class ServiceClock:
-    """The metadata service's `Date`, and the boot clock when it was read."""
-
-    date: datetime
-    read_at: float  # `since_boot()` when the answer came
-
-    @classmethod
-    def read(cls, header: str | None) -> ServiceClock | None:
-        """From an answer's `Date` header; None without one, or one that is not a date."""
-        at = since_boot()
-        if header is None or at is None:
-            return None
-        try:
-            return cls(parse_http_date(header), at)
-        except ValueError:
-            return None
-
-    def now(self) -> datetime | None:
-        """The service's time now; None where the boot clock cannot be read."""
-        at = since_boot()
-        return None if at is None else self.date + timedelta(seconds=at - self.read_at)
-
-    def started(self) -> datetime:
-        """When this machine booted, by the service's clock."""
-        return self.date - timedelta(seconds=self.read_at)
+from ..skew import CLOCK_AHEAD, CLOCK_MOVED, TRUSTED_SKEW, ServiceClock
 
 
 def judging_clock(
