@@ -33,7 +33,7 @@ from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..boot import machine_started
 from ..fetch import Answer, fetch, within
-from .clock import ServiceClock, judging_clock, on_droplet_clock, standing
+from .clock import ServiceClock, judging_clock, on_droplet_clock
 from .imap import (
     ANSWERS_PER_CALL,
     IDLE_PAUSE,
@@ -286,30 +286,17 @@ class DigitalOceanWatcher:
             emit(moved)
             self.active.add(moved, now)
 
-    async def watch(self, emit: Emit) -> None:
-        s = self.settings
-        # Reclaims raised before a restart still stand until their deadline; those saved in
-        # another boot, once this droplet is known to be the one they were raised for.
-        for report in self.active.load(utcnow()):
+    def _saved_reclaims(self, sent: set[str]) -> list[Report]:
+        """The saved reclaims that stand for this droplet, now it is known, not among `sent`:
+        judged by the time as mail is (the metadata service's, where the droplet's clock is
+        far off). By the droplet's clock, a reclaim saved before a step of 3 h forward (due
+        in 90 min) was past at the restart, and dropped."""
+        assert self.droplet is not None
+        now, _, _ = self._judging_times()
+        held = self.active.of_another_boot(now)
+        kept = [r for r in self.active.load(now) if r.id not in sent]
+        for report in kept:
             log.info("digitalocean: %s still stands after a restart", report.id)
-            emit(report)
-        held = self.active.of_another_boot(utcnow())
-        if not s.imap_host or s.credentials_file is None:
-            for report, _ in held:  # no droplet to compare with is read without a mailbox
-                emit(report)
-            self.health.error(
-                "config",
-                "no mailbox configured (set digitalocean.imap_host and "
-                "digitalocean.credentials_file): reclaim emails are not watched",
-            )
-            await asyncio.Event().wait()
-        backoff = Backoff(1.0, s.retry_max)
-        while self.droplet is None:
-            try:
-                self.droplet = await self.identify()
-            except MetadataUnavailable as error:
-                self.health.error("metadata", str(error))
-                await asyncio.sleep(backoff.next())
         self.active.identified, self.active.droplet_id = True, self.droplet.id
         for report, saved_for in held:
             if self.droplet.id is not None and saved_for != self.droplet.id:
@@ -321,9 +308,64 @@ class DigitalOceanWatcher:
                     self.droplet.id,
                 )
                 continue
-            if standing(report, utcnow()):
-                log.info("digitalocean: %s still stands after a reboot", report.id)
+            log.info("digitalocean: %s still stands after a reboot", report.id)
+            kept.append(report)
+        return kept
+
+    def _emit_on_clock(self, reports: list[Report], emit: Emit) -> None:
+        """Send saved reclaims once the droplet is known, their times on its clock as it is
+        now (`on_droplet_clock`); one that moved is saved so."""
+        if not reports:
+            return
+        _, _, ahead = self._judging_times()
+        now = utcnow()
+        for report in reports:
+            moved = on_droplet_clock(report, ahead)
+            if moved is not report:
+                log.info(
+                    "digitalocean: the droplet's clock moved against the metadata service's "
+                    "since %s was saved: it goes out with deadline %s",
+                    report.id,
+                    moved.deadline.isoformat() if moved.deadline else None,
+                )
+                self.active.add(moved, now)
+            emit(moved)
+
+    async def watch(self, emit: Emit) -> None:
+        s = self.settings
+        # Reclaims raised before a restart still stand until their deadline; those saved in
+        # another boot, once this droplet is known to be the one they were raised for. Both
+        # are judged and go out once the droplet is known, by the time as mail is judged and
+        # on the droplet's clock as it is now (`_saved_reclaims`).
+        if not s.imap_host or s.credentials_file is None:
+            for report in self.active.load(utcnow()):
+                log.info("digitalocean: %s still stands after a restart", report.id)
                 emit(report)
+            for report, _ in self.active.of_another_boot(utcnow()):
+                emit(report)  # no droplet to compare with is read without a mailbox
+            self.health.error(
+                "config",
+                "no mailbox configured (set digitalocean.imap_host and "
+                "digitalocean.credentials_file): reclaim emails are not watched",
+            )
+            await asyncio.Event().wait()
+        backoff = Backoff(1.0, s.retry_max)
+        sent: set[str] = set()  # reclaims sent before the droplet was known
+        while self.droplet is None:
+            try:
+                self.droplet = await self.identify()
+            except MetadataUnavailable as error:
+                self.health.error("metadata", str(error))
+                if not sent:
+                    # Metadata is down: this boot's reclaims go out as saved rather than wait
+                    # for it (the agent retires a restored notice not reported within its
+                    # grace); they are put on the clock once it answers (`_times_on_clock`).
+                    for report in self.active.load(utcnow()):
+                        log.info("digitalocean: %s still stands after a restart", report.id)
+                        sent.add(report.id)
+                        emit(report)
+                await asyncio.sleep(backoff.next())
+        self._emit_on_clock(self._saved_reclaims(sent), emit)
         rules = self._rules(self.droplet)
         log.info(
             "digitalocean: watching %s:%d/%s for reclaim emails naming droplet %s",
@@ -335,7 +377,7 @@ class DigitalOceanWatcher:
             ),
         )
         backoff.reset()
-        # The reclaims saved went out before the droplet (and the service's clock) was known.
+        # Reclaims sent while metadata was down went out before the service's clock was known.
         self._times_on_clock(emit)
         following = asyncio.create_task(self._follow_clock(emit))
         try:
