@@ -268,12 +268,12 @@ class DigitalOceanWatcher:
                 log.error("digitalocean: %s: %s", type(error).__name__, error)
 
     def _times_on_clock(self, emit: Emit) -> None:
-        now = utcnow()
-        reclaims = self.active.current(now)
-        if not reclaims:
-            return
+        # The clock is looked at with or without a reclaim: the `clock` condition follows
+        # it (looked at only by a mailbox pass, it stood for up to the IDLE renewal after
+        # NTP set the clock right).
         _, _, ahead = self._judging_times()
-        for report in reclaims:
+        now = utcnow()
+        for report in self.active.current(now):
             moved = on_droplet_clock(report, ahead)
             if moved is report:
                 continue

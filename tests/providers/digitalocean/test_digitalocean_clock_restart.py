@@ -1,5 +1,6 @@
-"""A droplet whose clock is stepped while the agent is down: a reclaim saved on the old clock
-goes out on the clock as it is the first time."""
+"""A droplet whose clock is stepped while the agent is down, or while no reclaim stands: a
+reclaim saved on the old clock goes out on the clock as it is the first time, and the `clock`
+condition follows the clock without waiting for the next mailbox pass."""
 
 from __future__ import annotations
 
@@ -69,3 +70,29 @@ async def test_a_reclaim_saved_before_a_step_goes_out_on_the_new_clock_the_first
             assert shifted == pytest.approx(after * 3600, abs=2)
             assert kept.detail.get(CLOCK_AHEAD, 0) == pytest.approx(after * 3600, abs=2)
             assert ("clock" in again.health.conditions) == bool(after)
+
+
+async def test_the_clock_condition_follows_the_clock_with_no_reclaim_standing(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The condition was looked at only as a mailbox pass judged mail: with no reclaim
+    # standing, `forewarn status` said the clock was 3 h off for up to the IDLE renewal (29
+    # min) after NTP had set it right, and said nothing of a clock stepped 3 h off as long.
+    clock = SteppedClock(timedelta(hours=3))
+    monkeypatch.setattr(do_watch, "utcnow", clock)
+    monkeypatch.setattr(do_watch, "CLOCK_CHECK", 0.05)
+    with SimServer(DropletMetadataSimulator(droplet_id=int(DROPLET_ID))) as metadata:
+        settings = settings_for(dovecot, mail_user, tmp_path, url=metadata.url, droplet_id=None)
+        async with running(settings, tmp_path / "state") as run:
+            await run.idling()
+            assert "3.0 h ahead of" in run.health.conditions["clock"]
+            clock.ahead = timedelta(0)  # NTP's step
+            await run.until(lambda: "clock" not in run.health.conditions, 3, "the clock right")
+            clock.ahead = timedelta(hours=-2)
+            await run.until(
+                lambda: "2.0 h behind" in run.health.conditions.get("clock", ""),
+                3,
+                "the clock 2 h behind",
+            )
+            assert run.reports == []
+            assert run.watcher._session is not None and run.watcher._session.idling
