@@ -12,6 +12,8 @@ clock; within a few minutes this machine's own clock, finer, is the better one.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -31,6 +33,8 @@ CLOCK_AHEAD = "clock_ahead_seconds"
 # How much the skew must change (NTP setting the clock right) before the times are moved
 # again: a deadline a minute off is within the board's margins.
 CLOCK_MOVED = timedelta(minutes=1)
+# A skew past this in a restored notice is no skew this code wrote.
+MOST_AHEAD = timedelta(days=3650)
 
 
 def clock_ahead(date_header: str | None, local: datetime) -> timedelta | None:
@@ -106,6 +110,37 @@ class ServiceClock:
         return self.date - timedelta(seconds=self.read_at)
 
 
+def sent_skew(report: Report) -> timedelta | None:
+    """The skew `report`'s times were moved by (its CLOCK_AHEAD), None when it has none that
+    this code could have written (restored from a state file: any value)."""
+    seconds = report.detail.get(CLOCK_AHEAD)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
+    if not math.isfinite(seconds) or abs(seconds) > MOST_AHEAD.total_seconds():
+        return None
+    return timedelta(seconds=seconds)
+
+
+def resume_skew(reports: Iterable[Report], health: PollHealth, service: str) -> timedelta:
+    """The skew known before an agent restart: the one the latest of its restored `reports`
+    was sent with, held as `health`'s `clock` condition; zero when none carries one. The
+    watcher starts from it, so that the first `Date`, a second or a few off it (a `Date` has
+    whole seconds, an unset clock drifts), does not send each restored notice again with its
+    deadline moved by that much, a change to every job (`take_skew` moves it by CLOCK_MOVED
+    or more only)."""
+    skews = [
+        (report.noticed_at, skew)
+        for report in reports
+        if report.action != "clear" and (skew := sent_skew(report)) is not None
+    ]
+    if not skews:
+        return timedelta(0)
+    ahead = max(skews, key=lambda pair: pair[0])[1]
+    if ahead:
+        health.condition("clock", skew_message(ahead, service))
+    return ahead
+
+
 def take_skew(
     known: timedelta,
     date: str | None,
@@ -139,10 +174,13 @@ def take_skew(
 __all__ = [
     "CLOCK_AHEAD",
     "CLOCK_MOVED",
+    "MOST_AHEAD",
     "TRUSTED_SKEW",
     "ServiceClock",
     "clock_ahead",
     "report_on_clock",
+    "resume_skew",
+    "sent_skew",
     "skew_message",
     "take_skew",
 ]

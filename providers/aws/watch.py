@@ -42,7 +42,7 @@ from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id, machine_started
-from ..skew import report_on_clock, take_skew
+from ..skew import report_on_clock, resume_skew, take_skew
 from .boots import BOOT_FILE, RebootRecord
 from .client import Answer, ImdsClient, ImdsError
 from .imds import (
@@ -407,6 +407,9 @@ class AwsWatcher:
         path's first answer reports it again as it stands, so the agent does not withdraw it
         for want of a report while a change of it waits for its second answer (a rebalance
         that answer does not show is let go: the agent withdraws it, as before)."""
+        if not any(path.answers for path in self.paths):
+            mine = [report for report in reports if report.provider == self.name]
+            self._ahead = resume_skew(mine, self.health, "IMDS")
         by_reason = {"spot-interruption": "spot", "rebalance-recommendation": "rebalance"}
         for report in reports:
             name = by_reason.get(report.reason)

@@ -36,7 +36,7 @@ from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id, machine_started
 from ..fetch import Answer, fetch
 from ..httpdate import retry_after_seconds
-from ..skew import CLOCK_AHEAD, take_skew
+from ..skew import CLOCK_AHEAD, resume_skew, take_skew
 from .approve import APPROVED_FILE, Approver
 from .boots import BOOT_FILE, BootRecord
 from .events import (
@@ -68,6 +68,8 @@ BACKOFF_STRETCH = 1.25
 RETRY_AFTER_CAP = 5.0
 # Unreadable events remembered as logged, so a document is not re-logged at every change.
 MALFORMED_LOGGED = 256
+# What `status` names the service as, in the `clock` condition.
+SERVICE = "Azure's instance metadata"
 # Documents in a row without one of this VM's published events after which it is cleared:
 # one such document (a host update, a stray answer) is not its end.
 ABSENT_DOCUMENTS = 2
@@ -298,9 +300,7 @@ class AzureWatcher:
         """Take the skew of this VM's clock from an answer's `Date`; True when it moved by
         CLOCK_MOVED or more (NTP's step), so that the events go out again on the clock as it
         is. Without a `Date` that reads, the skew known stands."""
-        ahead = take_skew(
-            self._ahead, date, utcnow(), self.health, "azure", "Azure's instance metadata"
-        )
+        ahead = take_skew(self._ahead, date, utcnow(), self.health, "azure", SERVICE)
         if ahead is None:
             return False
         self._ahead = ahead
@@ -465,6 +465,8 @@ class AzureWatcher:
         at the agent's start-up are among them: an event still listed is raised again with the
         deadline it had, as after `forget`."""
         self._restored = {report.id: report for report in reports if report.provider == self.name}
+        if not self.documents:
+            self._ahead = resume_skew(self._restored.values(), self.health, SERVICE)
 
     # Approval.
 

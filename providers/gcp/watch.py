@@ -32,7 +32,7 @@ from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..fetch import fetch
-from ..skew import CLOCK_AHEAD, take_skew
+from ..skew import CLOCK_AHEAD, resume_skew, take_skew
 from .active import ACTIVE_FILE, ActiveNotices
 from .settings import Settings
 from .stopclock import StopClock
@@ -44,6 +44,8 @@ METADATA_PATH = "/computeMetadata/v1"
 DEFAULT_HOST = "metadata.google.internal"
 FLAVOR_HEADER = "Metadata-Flavor"
 FLAVOR = "Google"
+# What `status` names the metadata server as, in the `clock` condition.
+SERVICE = "the metadata server"
 # Seconds to connect to the metadata server.
 CONNECT_SECONDS = 5.0
 
@@ -579,8 +581,11 @@ class GcpWatcher:
         self.preempted_seen = self.tracks["preempted"].saved is not None
         self._unpreempted_logged = False
         # How far this VM's clock is ahead of Google's, by the upcoming-maintenance answers'
-        # Date (`skew.py`): zero within TRUSTED_SKEW. A window goes out moved by it.
+        # Date (`skew.py`): zero within TRUSTED_SKEW. A window goes out moved by it. From the
+        # one saved, until an answer says: read afresh from zero, a second or a few off it
+        # made the saved window one changed while the agent was down, sent again.
         self._ahead = timedelta(0)
+        self._resume_skew()
         self._failing: set[str] = set()  # keys whose last answer was an error (see `_good`)
         self._no_etag: set[str] = set()  # long-polled keys whose last answer had no ETag
         self._client: httpx.AsyncClient | None = None
@@ -669,6 +674,14 @@ class GcpWatcher:
                 self.preempted_seen = True  # this boot's: the agent restores no other boot's
             if kind in self._stops:
                 self._stops[kind] = StopClock(report.deadline, None)
+        self._resume_skew()
+
+    def _resume_skew(self) -> None:
+        """Start from the skew the window saved before a restart went out with
+        (`resume_skew`), until an answer of upcoming-maintenance takes it from its `Date`."""
+        track = self.tracks["upcoming-maintenance"]
+        if not track.answered and track.saved is not None:
+            self._ahead = resume_skew([track.saved], self.health, SERVICE)
 
     def forget(self, notice_id: str) -> None:
         """The agent retired `notice_id` past its deadline plus a grace: an answer that still
@@ -979,7 +992,7 @@ class GcpWatcher:
         """Take the skew of this VM's clock from an answer's `Date`, when it moved by
         CLOCK_MOVED or more (a `Date` has whole seconds); without one that reads, the skew
         known stands."""
-        ahead = take_skew(self._ahead, date, utcnow(), self.health, "gcp", "the metadata server")
+        ahead = take_skew(self._ahead, date, utcnow(), self.health, "gcp", SERVICE)
         if ahead is not None:
             self._ahead = ahead
 

@@ -24,9 +24,12 @@ from forewarn.providers.persist import write_atomically
 from forewarn.providers.report import Report
 from forewarn.providers.skew import (
     CLOCK_AHEAD,
+    MOST_AHEAD,
     TRUSTED_SKEW,
     clock_ahead,
     report_on_clock,
+    resume_skew,
+    sent_skew,
     skew_message,
 )
 from hypothesis import example, given, settings
@@ -239,6 +242,41 @@ def test_retry_after_as_a_date_is_the_time_left(moment: datetime) -> None:
 
 class TestClockSkew:
     NOW = datetime(2026, 12, 5, 15, 0, tzinfo=timezone.utc)
+
+    @given(
+        st.lists(
+            st.one_of(
+                st.none(),
+                st.booleans(),
+                st.integers(),
+                st.floats(allow_nan=True, allow_infinity=True),
+                st.text(max_size=10),
+            ),
+            max_size=4,
+        )
+    )
+    @example([-7200, None])
+    @example([float("nan"), 10**20])
+    def test_any_restored_skew_resumes_without_raising(self, values: list[object]) -> None:
+        """A restored notice's skew comes from a state file: any value, only one this code
+        could have written counts, and the latest notice's is the one resumed."""
+        reports = [
+            Report(
+                id=f"p/{index}",
+                action="drain",
+                reason="manual",
+                provider="p",
+                noticed_at=self.NOW + timedelta(seconds=index),
+                detail={} if value is None else {CLOCK_AHEAD: value},
+            )
+            for index, value in enumerate(values)
+        ]
+        health = PollHealth("p")
+        ahead = resume_skew(reports, health, "the service")
+        skews = [skew for report in reports if (skew := sent_skew(report)) is not None]
+        assert all(abs(skew) <= MOST_AHEAD for skew in skews)
+        assert ahead == (skews[-1] if skews else timedelta(0))
+        assert ("clock" in health.conditions) == bool(ahead)
 
     @given(st.integers(-3 * 86400, 3 * 86400))
     def test_the_skew_counts_only_beyond_a_few_minutes(self, ahead: int) -> None:

@@ -11,9 +11,13 @@ from aws_support import watching
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.aws import watch as aws_watch
+from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.aws.watch import AwsWatcher
+from forewarn.providers.base import PollHealth
 from forewarn.providers.simulator import SimServer
 from forewarn.providers.skew import CLOCK_AHEAD
+from support import WatcherRun, running_watcher
 
 FAST = {"scheduled_interval": 0.2, "asg_interval": 0.5}
 
@@ -64,3 +68,28 @@ async def test_a_scheduled_event_is_timed_on_a_clock_hours_off_as_on_a_right_one
         assert (moved.deadline, moved.until) == (not_before, not_before + timedelta(hours=2))
         assert CLOCK_AHEAD not in moved.detail
         assert "clock" not in run.health.conditions
+
+
+@pytest.mark.parametrize("drift", [0, 30])
+async def test_a_restart_on_a_clock_hours_off_sends_a_scheduled_event_as_restored(
+    sim: ImdsSimulator, server: SimServer, monkeypatch: pytest.MonkeyPatch, drift: int
+) -> None:
+    # After an agent restart the scheduled event is reported again. Its skew, read afresh
+    # from 0, is a second (a `Date` has whole seconds) or a few (an unset clock drifts:
+    # `drift`) off the one the agent's notice was sent with: a deadline moved by that much,
+    # a changed notice to every job, though nothing changed.
+    clock = SteppedClock(timedelta(hours=-2))
+    monkeypatch.setattr(aws_watch, "utcnow", clock)
+    not_before = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=30)
+    sim.raise_notice("scheduled", {"code": "system-reboot", "not_before": not_before.isoformat()})
+    async with watching(server.url, **FAST) as run:
+        drain, _ = await run.report_at(action="drain")
+    clock.ahead += timedelta(seconds=drift)
+    watcher = AwsWatcher(Settings(url=server.url, **FAST), PollHealth("aws"))
+    watcher.restored([drain])
+    assert "clock" in watcher.health.conditions  # before the first answer
+    async with running_watcher(WatcherRun(watcher)) as again:
+        kept, _ = await again.report_at(id=drain.id)
+        assert (kept.action, kept.deadline, kept.until) == ("drain", drain.deadline, drain.until)
+        assert kept.detail[CLOCK_AHEAD] == drain.detail[CLOCK_AHEAD]
+        assert "clock" in watcher.health.conditions

@@ -10,8 +10,13 @@ from azure_harness import running
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.azure import watch as azure_watch
+from forewarn.providers.azure.settings import Settings
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.azure.watch import AzureWatcher
+from forewarn.providers.base import PollHealth
+from forewarn.providers.simulator import SimServer
 from forewarn.providers.skew import CLOCK_AHEAD
-from support import eventually_async
+from support import WatcherRun, eventually_async, running_watcher
 
 
 class SteppedClock:
@@ -55,3 +60,31 @@ async def test_a_reboot_is_timed_on_a_vm_clock_hours_off_as_on_a_right_one(
         assert abs((moved.deadline - written).total_seconds()) < 3
         assert CLOCK_AHEAD not in moved.detail
         assert "clock" not in h.health.conditions
+
+
+@pytest.mark.parametrize("drift", [0, 30])
+async def test_a_restart_on_a_clock_hours_off_sends_notbefore_as_restored(
+    monkeypatch: pytest.MonkeyPatch, drift: int
+) -> None:
+    # After an agent restart the watcher is given the agent's notice as restored, on this
+    # VM's clock. The first answer's skew, read afresh from 0, is a second (a `Date` has whole
+    # seconds) or a few (an unset clock drifts: `drift`) off the one the notice was sent
+    # with: the notice went out again with its deadline moved by that much, a changed notice
+    # to every job, though nothing changed.
+    clock = SteppedClock(timedelta(hours=-2))
+    monkeypatch.setattr(azure_watch, "utcnow", clock)
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10)
+    with SimServer(sim) as server:
+        settings = Settings(url=server.url, interval=0.25)
+        sim.raise_notice("Reboot", {"not_before_seconds": 900})
+        first = AzureWatcher(settings, PollHealth("azure"))
+        async with running_watcher(WatcherRun(first)) as run:
+            [drain] = await eventually_async(lambda: run.reports, what="the reboot")
+        clock.ahead += timedelta(seconds=drift)
+        again = AzureWatcher(settings, PollHealth("azure"))
+        again.restored([drain])
+        assert "clock" in again.health.conditions  # before the first answer
+        async with running_watcher(WatcherRun(again)) as run:
+            await eventually_async(lambda: again.documents >= 3, what="three answers")
+            assert [(r.id, r.deadline) for r in run.reports] == [(drain.id, drain.deadline)]
+            assert "clock" in again.health.conditions

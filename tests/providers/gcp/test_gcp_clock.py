@@ -5,6 +5,7 @@ maintenance-event carry no time: their deadlines are counted from this VM's cloc
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from forewarn.agent.board import NoticeBoard, Sequencer
@@ -61,3 +62,30 @@ async def test_a_window_is_timed_on_a_vm_clock_hours_off_as_on_a_right_one(
         )
         assert CLOCK_AHEAD not in moved.detail
         assert "clock" not in run.health.conditions
+
+
+@pytest.mark.parametrize("drift", [0, 30])
+async def test_a_restart_on_a_clock_hours_off_sends_the_saved_window_as_it_was(
+    server: SimServer,
+    sim: GcpSimulator,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    drift: int,
+) -> None:
+    # The window saved before an agent restart was sent on this VM's clock. The first answer
+    # after it, its skew read afresh from 0, is a second (a `Date` has whole seconds) or a
+    # few (an unset clock drifts: `drift`) off the saved one: the window was taken for one
+    # changed while the agent was down and went out again with its deadline moved by that
+    # much, a changed notice to every job, though nothing changed.
+    clock = SteppedClock(timedelta(hours=-3))
+    monkeypatch.setattr(gcp_watch, "utcnow", clock)
+    sim.raise_notice("upcoming", {"start_in": 7200, "window": 3600})
+    async with watching(server.url, tmp_path) as run:
+        [drain] = await run.count(1)
+    clock.ahead += timedelta(seconds=drift)
+    async with watching(server.url, tmp_path) as again:
+        await again.until_polling(4)
+        assert [(r.id, r.deadline, r.until) for r in again.reports] == [
+            (drain.id, drain.deadline, drain.until)
+        ]
+        assert "clock" in again.health.conditions
