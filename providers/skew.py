@@ -1,12 +1,14 @@
-"""How far this machine's clock is off a metadata service's, read from the `Date` of its answer.
+"""How far this machine's clock is off a metadata service's (or the Kubernetes API server's),
+read from the `Date` of its answer.
 
 A notice that carries a time of its own (Azure's NotBefore, a DigitalOcean reclaim mail's
-deadline) gives it by the provider's clock, while the agent's board and the job time it by
-this machine's: on a VM whose clock is 2 h behind (no NTP, a wrong RTC), a reboot 15 min away
-was 2 h 15 min away, and its terminate came 2 h after the reboot. Such a time goes out as this
-machine's clock reads it, when the two clocks are more than TRUSTED_SKEW apart, with the skew
-in the notice's detail (CLOCK_AHEAD). RFC 9110 asks a `Date` of every origin server with a
-clock; within a few minutes this machine's own clock, finer, is the better one.
+deadline, Karpenter's termination timestamp) gives it by the provider's clock, while the
+agent's board and the job time it by this machine's: on a VM whose clock is 2 h behind (no
+NTP, a wrong RTC), a reboot 15 min away was 2 h 15 min away, and its terminate came 2 h after
+the reboot. Such a time goes out as this machine's clock reads it, when the two clocks are
+more than TRUSTED_SKEW apart, with the skew in the notice's detail (CLOCK_AHEAD). RFC 9110
+asks a `Date` of every origin server with a clock; within a few minutes this machine's own
+clock, finer, is the better one.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ def take_skew(
     whole seconds), said in the log and held as `health`'s `clock` condition while the clocks
     are apart; None where `known` stands (no `Date` that reads, or little moved). The
     watcher's notices then go out again on the clock as it is. One for the watchers that read
-    a `Date` (AWS, Azure, GCP)."""
+    a `Date` (AWS, Azure, GCP, Kubernetes)."""
     ahead = clock_ahead(date, now)
     if ahead is None or abs(ahead - known) < CLOCK_MOVED:
         return None

@@ -183,6 +183,9 @@ class NodeApi:
     ) -> None:
         self.cluster = cluster
         self.node_name = node_name
+        # The `Date` of the API server's last answer (None: it sent none): the cluster's
+        # clock, which a NodeClaim's termination timestamp is on (the watcher's `clock`).
+        self.date: str | None = None
         self.client = client or httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(
                 verify=cluster.verify, trust_env=False, socket_options=keepalive_options()
@@ -215,6 +218,7 @@ class NodeApi:
             deadline=REQUEST_TIMEOUT,
             max_body=MAX_LIST_BODY,
         )
+        self.date = response.headers.get("Date")
         if response.status_code != 200:
             raise error_for(
                 response.status_code,
@@ -242,6 +246,7 @@ class NodeApi:
             deadline=REQUEST_TIMEOUT,
             max_body=MAX_LIST_BODY,
         )
+        self.date = response.headers.get("Date")
         if response.status_code == 404:
             return None
         if response.status_code != 200:
@@ -276,6 +281,7 @@ class NodeApi:
         async with self.client.stream(
             "GET", self.nodes_url, params=params, headers=await self._headers(), timeout=timeout
         ) as response:
+            self.date = response.headers.get("Date")
             if response.status_code != 200:
                 body = await _head_of(response)
                 raise error_for(

@@ -19,6 +19,9 @@
   disrupts the node (403 before the operator applies `components/karpenter`, a transport
   error) is read again with a backoff until it answers or the disruption ends; a 403 is a
   standing condition in `status`.
+- The termination timestamp (and an AKS event's NotBefore) is a time on the cluster's clock:
+  on a node whose clock is more than 5 min off the API server's `Date`, it goes out as this
+  node's clock reads it (`clock`).
 """
 
 from __future__ import annotations
@@ -28,15 +31,18 @@ import logging
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import ClassVar
 
 import httpx
+from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..fetch import within
+from ..httpdate import format_http_date
+from ..skew import ServiceClock, report_on_clock, resume_skew, sent_skew, take_skew
 from .api import REQUEST_TIMEOUT, ApiError, Gone, NodeApi, TooLarge, read_margin
 from .config import ConfigError, host_boot, node_name, resolve
 from .karpenter import KARPENTER_TAINTS, being_disrupted, nodeclaim_name, termination_deadline
@@ -68,6 +74,12 @@ NODECLAIM_RETRY = 1.0
 NODECLAIM_REFUSED = "nodeclaim-refused"
 # The error kind of a watch the server ended at once with no event.
 WATCH_CLOSED = "watch-closed"
+# Seconds between two looks at this node's clock against the API server's (carried on the
+# boot clock from its last `Date`): how late, at most, a deadline follows NTP's step. A watch
+# brings a new `Date` only every watch_timeout (5 min).
+CLOCK_CHECK = 5.0
+# What `status` names the API server as, in the `clock` condition.
+SERVICE = "the Kubernetes API server"
 
 
 def certificate_refused(error: BaseException) -> bool:
@@ -99,8 +111,21 @@ def restored_deadline(
     ids.add(notice_id(node_name, "deleting"))
     for report in restored.values():
         if report.id in ids and report.deadline is not None and report.detail.get("uid") == uid:
-            return name, report.deadline
+            return name, as_written(report)
     return None
+
+
+def as_written(report: Report) -> datetime:
+    """A restored report's deadline as the cluster's clock wrote it: sent on this node's
+    clock, it is moved by the skew in its detail (CLOCK_AHEAD), which would move it twice."""
+    assert report.deadline is not None
+    skew = sent_skew(report)
+    if skew is None:
+        return report.deadline
+    try:
+        return report.deadline - skew
+    except OverflowError:  # a time past what a datetime holds: left as it is
+        return report.deadline
 
 
 class KubernetesWatcher:
@@ -150,6 +175,12 @@ class KubernetesWatcher:
         self._nodeclaim_reader: asyncio.Task[None] | None = None
         # The Node changed while a read was under way: what it read may predate the stamp.
         self._nodeclaim_stale = False
+        # How far this node's clock is ahead of the API server's, by its answers' `Date`
+        # (`skew.py`): zero within TRUSTED_SKEW. The deadlines go out moved by it (`_node`).
+        self.clock_ahead = timedelta(0)
+        # The API server's clock from its last `Date`, carried on the boot clock: a step of
+        # this node's clock shows against it within CLOCK_CHECK (`_follow_clock`).
+        self.service_clock: ServiceClock | None = None
 
     def progress_bound(self) -> float | None:
         """A whole watch (a good one counts within its first SHORT_STREAM) with its read
@@ -193,9 +224,11 @@ class KubernetesWatcher:
         await asyncio.sleep(wait)
 
     async def watch(self, emit: Emit) -> None:
+        following = asyncio.create_task(self._follow_clock(emit))
         try:
             await self._watch(emit)
         finally:
+            following.cancel()
             if self._nodeclaim_reader is not None:
                 self._nodeclaim_reader.cancel()
                 self._nodeclaim_reader = None
@@ -267,6 +300,9 @@ class KubernetesWatcher:
 
     async def _relist(self, api: NodeApi, emit: Emit) -> None:
         listed = await api.list_node()
+        # Before the node is applied: after a restart on a clock hours off, its deadline then
+        # goes out as the agent restored it, not first as written and then moved.
+        self._took_date(api.date, emit, apply=False)
         self.lists += 1
         self.resource_version = listed.resource_version
         self.node_missing = False
@@ -320,6 +356,7 @@ class KubernetesWatcher:
         before this one), as reported (`RestoreAware`). Used only when the first list does not
         show the node; when it does, what it shows supersedes them."""
         self._restored = {report.id: report for report in reports if report.provider == self.name}
+        self.clock_ahead = resume_skew(self._restored.values(), self.health, SERVICE)
 
     async def _watch_once(self, api: NodeApi, emit: Emit) -> bool:
         """One watch request until the server ends it; True if it did useful work. The
@@ -336,6 +373,7 @@ class KubernetesWatcher:
         loop = asyncio.get_running_loop()
         started = loop.time()
         async with api.watch(self.resource_version, self.settings.watch_timeout) as stream:
+            self._took_date(api.date, emit)
             self.watches += 1
             # A good answer once the stream has held a while (or at its first event), not as
             # it opens: a server that ended every watch at once looked healthy in `status`
@@ -436,7 +474,7 @@ class KubernetesWatcher:
                 failed = True
                 continue  # reconnecting: the next try reads it through the new client
             self._nodeclaim_stale = False
-            read, deadline = await self._get_deadline(api, name)
+            read, deadline = await self._get_deadline(api, name, emit)
             # The Node as it is after the read (an event may have come meanwhile).
             node = self.node_object
             if deadline is not None and nodeclaim_name(node) == name and being_disrupted(node):
@@ -447,7 +485,9 @@ class KubernetesWatcher:
             if read and not self._nodeclaim_stale:
                 return
 
-    async def _get_deadline(self, api: NodeApi, name: str) -> tuple[bool, datetime | None]:
+    async def _get_deadline(
+        self, api: NodeApi, name: str, emit: Emit
+    ) -> tuple[bool, datetime | None]:
         """GET the NodeClaim: whether it answered, and its termination deadline if any."""
         self.nodeclaim_gets += 1
         try:
@@ -463,12 +503,44 @@ class KubernetesWatcher:
             # the reader's task, it would end the task and every read after it.
             log.info("kubernetes: NodeClaim %s not read: %s", name, error)
             return False, None
+        self._took_date(api.date, emit)
         self.nodeclaim_backoff.reset()
         if self.nodeclaims_refused:
             self.nodeclaims_refused = False
             self.health.condition(NODECLAIM_REFUSED, None)
             log.info("kubernetes: NodeClaim %s read: the API server shows NodeClaims now", name)
         return True, termination_deadline(nodeclaim)
+
+    def _took_date(self, date: str | None, emit: Emit, *, apply: bool = True) -> None:
+        """Take the skew of this node's clock from an answer's `Date` (`take_skew`, which
+        holds the `clock` condition); where it moved (NTP's step), the node's notices go out
+        again on the clock as it is (`apply`; a list applies the node itself)."""
+        service = ServiceClock.read(date)
+        if service is not None:
+            self.service_clock = service
+        self._clock_is(date, emit, apply=apply)
+
+    def _clock_is(self, date: str | None, emit: Emit, *, apply: bool = True) -> None:
+        ahead = take_skew(self.clock_ahead, date, utcnow(), self.health, "kubernetes", SERVICE)
+        if ahead is None:
+            return
+        self.clock_ahead = ahead
+        if apply and self.node_object is not None and self.node_name is not None:
+            self._node(self.node_object, self.node_name, emit)
+
+    async def _follow_clock(self, emit: Emit) -> None:
+        """Every CLOCK_CHECK seconds, this node's clock against the API server's as its last
+        `Date` and the boot clock since give it: a watch brings a `Date` only as it opens,
+        so NTP setting the clock right left a deadline hours off, and `status` said the clock
+        was off, for the rest of the watch."""
+        while True:
+            await asyncio.sleep(CLOCK_CHECK)
+            service = self.service_clock.now() if self.service_clock is not None else None
+            try:
+                if service is not None:
+                    self._clock_is(format_http_date(service), emit)
+            except Exception as error:  # never let a surprise end the following
+                log.error("kubernetes: %s: %s", type(error).__name__, error)
 
     def _refused(self, name: str, node_name: str) -> None:
         """A 403 on the NodeClaim: said once in the log, and in `status` until it is read."""
@@ -516,6 +588,11 @@ class KubernetesWatcher:
             terminate_taints=self.terminate_taints,
             karpenter_deadline=self.karpenter_deadline[1] if self.karpenter_deadline else None,
         )
+        # The deadlines are on the cluster's clock; the board and the job time them by this
+        # node's: 2 h behind, Karpenter's forced termination came 2 h before the terminate.
+        current = [
+            report_on_clock(r, self.clock_ahead) if r.deadline is not None else r for r in current
+        ]
         again = readded(previous, current) if relisted else []
         for clear in again:
             log.info("kubernetes: clear %s (its taint was added again)", clear.id)
