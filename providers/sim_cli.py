@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from forewarn.protocol.errors import UsageError
-from forewarn.protocol.timefmt import duration_arg
+from forewarn.protocol.timefmt import duration_arg, parse_duration
 
 from .sim_faults import FaultError, parse_fault_flag
 from .simulator import CONTROL_PREFIX, SimError, SimServer, Simulator, check_after
@@ -92,6 +92,15 @@ class SimulatorCommand:
             "(see the docs' fault table)",
         )
         parser.add_argument(
+            "--date-ahead",
+            type=date_ahead,
+            default=0.0,
+            metavar="S",
+            help="send each answer's Date S ahead of this machine's clock (2h; behind: "
+            "--date-ahead=-2h): this machine then stands for one whose clock is that far off "
+            "the provider's",
+        )
+        parser.add_argument(
             "--notice",
             action="append",
             default=[],
@@ -125,6 +134,7 @@ class SimulatorCommand:
             sim = self.build(**{name: getattr(args, name) for name in self.passes})
         except (SimError, ValueError) as error:
             raise UsageError(str(error)) from None
+        sim.date_ahead = args.date_ahead
         for fields in args.fault:
             try:
                 sim.add_fault(**fields)
@@ -174,6 +184,26 @@ class SimulatorCommand:
                 except SimError as error:
                     raise UsageError(f"--notice {kind}: {error}") from None
         return sim
+
+
+# The farthest `--date-ahead` goes: a `Date` past year 9999 cannot be written.
+MOST_DATE_AHEAD = 3650 * 86400.0
+
+
+def date_ahead(text: str) -> float:
+    """An argparse `type=` for `--date-ahead`: a duration (`7200`, `2h`), `-` before it for
+    behind, within MOST_DATE_AHEAD either way."""
+    behind = text.strip().startswith("-")
+    magnitude = text.strip()[1:] if behind else text
+    try:
+        seconds = parse_duration(magnitude)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error}; `-` before it for behind") from None
+    if seconds > MOST_DATE_AHEAD:
+        raise argparse.ArgumentTypeError(
+            f"at most {MOST_DATE_AHEAD / 86400:.0f} days either way, got {text!r}"
+        )
+    return -seconds if behind else seconds
 
 
 def _port(text: str) -> int:
@@ -330,4 +360,4 @@ def _serve(
     return 0
 
 
-__all__ = ["Scripted", "SimulatorCommand", "serve_until_signalled"]
+__all__ = ["Scripted", "SimulatorCommand", "date_ahead", "serve_until_signalled"]

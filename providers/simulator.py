@@ -136,6 +136,10 @@ class Simulator:
         # all, must still let those go. The newest SPENT_KEPT are kept.
         self._spent: dict[str, Fault] = {}
         self.started_at = time.time()
+        # Seconds the `Date` of every answer is ahead of this machine's clock (negative:
+        # behind): a provider's clock against which this machine's is off, as on a node with
+        # no NTP, without stepping the machine's clock (`forewarn simulate --date-ahead`).
+        self.date_ahead = 0.0
 
     # Provider hooks.
 
@@ -719,7 +723,7 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             headers = dict(response.headers)
             # Exactly one Server header: the provider's own, else the simulator's name.
             self.send_header("Server", headers.pop("Server", sim.server_header))
-            self.send_header("Date", self.date_time_string())
+            self.send_header("Date", self.date_time_string(time.time() + sim.date_ahead))
             self.send_header("Content-Type", response.content_type)
             for key, value in headers.items():
                 self.send_header(key, value)

@@ -4,10 +4,13 @@ stdout once listening, `--ready-file`, `--fault`, `--notice`, SIGTERM, and bad v
 
 from __future__ import annotations
 
+import argparse
+import email.utils
 import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -16,7 +19,10 @@ from forewarn.agent.cli import main
 from forewarn.protocol.errors import UsageError
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.sim_cli import MOST_DATE_AHEAD, date_ahead
 from forewarn.providers.simulator import SimError, SimServer, Simulator
+from hypothesis import example, given
+from hypothesis import strategies as st
 from support import SimControl, agent_env, eventually, forewarn_cmd, run_forewarn
 
 # provider -> (a path the endpoint answers 200, its headers, a notice kind it raises)
@@ -174,6 +180,9 @@ BAD = [
     # Past what a timer takes: its thread died with OverflowError, the simulator ran on.
     (["--notice", "volcano,after=99999999999d"], "volcano"),
     (["--ready-file"], "--ready-file"),
+    (["--date-ahead", "soon"], "--date-ahead"),
+    (["--date-ahead", "99999d"], "--date-ahead"),
+    (["--date-ahead=-2x"], "--date-ahead"),
 ]
 
 
@@ -380,3 +389,33 @@ def test_a_yes_or_no_notice_field_is_read_as_one() -> None:
     assert gcp.upcoming["can_reschedule"] is False
     with pytest.raises(UsageError, match="can_reschedule"):
         _start("gcp", "--notice", "upcoming,can_reschedule=0")
+
+
+@given(st.text(max_size=20))
+@example("-2h")
+@example("- 2h")
+@example("--2h")
+@example("3650d")
+@example("-3651d")
+def test_any_date_ahead_is_seconds_within_the_bound_or_refused(text: str) -> None:
+    try:
+        seconds = date_ahead(text)
+    except argparse.ArgumentTypeError as error:
+        assert str(error)
+        return
+    assert abs(seconds) <= MOST_DATE_AHEAD
+
+
+def test_a_date_ahead_moves_every_answers_date(tmp_path: Path) -> None:
+    """The simulator's `Date` stands for a provider's clock that this machine's is off."""
+    with simulator(tmp_path, "gcp", "--date-ahead=-2h") as (proc, url):
+        with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
+            answer = http.get("/computeMetadata/v1/instance/id", headers=GOOGLE)
+        date = email.utils.parsedate_to_datetime(answer.headers["Date"])
+        behind = (datetime.now(timezone.utc) - date).total_seconds()
+        assert 7200 - 3 < behind < 7200 + 3, answer.headers["Date"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+
+
+GOOGLE = {"Metadata-Flavor": "Google"}
