@@ -736,3 +736,32 @@ def test_a_cordon_whose_taint_came_after_it_is_not_sent_again_after_a_restart(
         eventually(lambda: published(agent.output(), cordon), what="the cordon's clear")
         assert [line.split()[1] for line in published(agent.output(), cordon)] == ["clear"]
     assert "Traceback" not in agent.output()
+
+
+def test_karpenters_deadline_reaches_a_job_on_the_nodes_clock_when_it_is_hours_off(
+    tmp_path: Path,
+) -> None:
+    """This node's clock 2 h behind the cluster's (the simulator's `Date` 2 h ahead): Karpenter
+    stamps the NodeClaim by the cluster's clock, 30 min from its now. The job must hear a
+    deadline 30 min from the node's now, not 2 h 30 min (its terminate 2 h after the machine
+    was gone), and `status` must say why."""
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    sim.date_ahead = 7200.0
+    with SimServer(sim) as server:
+        env = _kubernetes_env(tmp_path, server)
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with agent, agent.subscriber() as sub:
+            wait_for_watch(server)
+            termination = (utcnow() + timedelta(hours=2, minutes=30)).replace(microsecond=0)
+            control(server, "karpenter", termination=termination.isoformat())
+            notices: dict[str, dict[str, Any]] = {}
+            while len(notices) < 2 or not all(n.get("deadline") for n in notices.values()):
+                notice = sub.notice(timeout=10)
+                notices[str(notice["id"])] = notice
+            for notice in notices.values():
+                deadline = parse_time(str(notice["deadline"]))
+                left = (deadline - utcnow()).total_seconds()
+                assert 30 * 60 - 15 < left <= 30 * 60, notice
+                assert notice["detail"]["clock_ahead_seconds"] == pytest.approx(-7200, abs=3)
+            [health] = agent.control({"op": "status"})["health"]
+            assert "2.0 h behind the Kubernetes API server" in str(health["conditions"]), health
