@@ -45,6 +45,7 @@ from .agreement import DEFAULT_AGREE_EVERY, RankAgreement
 from .event import Event
 from .flagjobs import FlagJobs, Identity
 from .notices import Notices
+from .proctime import process_started, process_started_boot, steady_seconds
 from .steppace import StepPace
 from .workers import guard_handles_sigterm, in_protected_worker
 
@@ -1898,44 +1899,6 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (found.st_dev, found.st_ino, found.st_mtime_ns)
-
-
-def process_started() -> float:
-    """When this process started (wall clock), from /proc on Linux; now elsewhere. A notice
-    raised while the job loaded its model is the job's own, not an inherited one. /proc counts
-    in clock ticks (10 ms), so a notice raised up to a tick before the start may count as the
-    job's own too: the job then saves and exits, the side to err on."""
-    try:
-        with open("/proc/self/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        # The kernel's boot clock, the one /proc/self/stat counts from: /proc/uptime may be
-        # a container's own (lxcfs), and the start then came out hours in the future.
-        up = time.clock_gettime(time.CLOCK_BOOTTIME)
-        ticks = os.sysconf("SC_CLK_TCK")
-        return time.time() - (up - int(fields[19]) / ticks)
-    except (OSError, ValueError, IndexError, AttributeError):
-        return time.time()
-
-
-def process_started_boot() -> float | None:
-    """When this process started, in seconds on the kernel's boot clock (the one
-    /proc/self/stat counts from, and the agent ages its notices on); None where that is not
-    known (not Linux)."""
-    try:
-        with open("/proc/self/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-
-
-def steady_seconds() -> float:
-    """Seconds since boot, suspends included (as the agent's clock: forewarn.agent.steadyclock,
-    which a client does not import), else the monotonic clock."""
-    try:
-        return time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (AttributeError, OSError):  # not Linux
-        return time.monotonic()
 
 
 def exit_line(
