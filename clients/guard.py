@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
@@ -46,6 +46,7 @@ from .event import Event
 from .flagjobs import FlagJobs, Identity
 from .notices import Notices
 from .proctime import process_started, process_started_boot, steady_seconds
+from .saveresult import SaveResult
 from .steppace import StepPace
 from .workers import guard_handles_sigterm, in_protected_worker
 
@@ -66,24 +67,6 @@ INHERITED_EXIT_MARGIN = 30.0
 # An exit's save still running says so this often: after a SIGTERM, or without a store, nothing
 # bounds it, and a hung one (a stalled network filesystem) said nothing until the SIGKILL.
 EXIT_SAVE_WARN_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class SaveResult:
-    """What a save answered: `exit` is true when the process should stop now."""
-
-    exit: bool
-    step: int
-    reasons: tuple[str, ...]
-    notices: tuple[str, ...]
-    flush_seconds: float | None
-    # The committed generation, when the guard saved through a CheckpointStore (None for a
-    # background save until it commits: see CheckpointGuard.save_state).
-    generation: Any = None
-    # For a final save with background saves on: "waited", "cancelled" or "nothing in
-    # flight" about the background save it found, and why.
-    choice: str | None = None
-    choice_reason: str | None = None
 
 
 def _a_duration(seconds: object) -> bool:
