@@ -1,0 +1,80 @@
+"""`GuardState`: what the parts of `CheckpointGuard` share, declared in one place.
+
+The guard is one object made of parts, one job each (the modules named `guard_*`), that all
+ask for saves and exits through the same pending state, under one lock: a signal, a notice, a
+flag file or a deadline asks by filling `_pending` and setting `_wake` (and `_exit`), and the
+save that answers clears them. This class declares that state and the attributes more than one
+part reads, and answers two questions about it; `CheckpointGuard.__init__` sets it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .agreement import RankAgreement
+    from .event import Event
+    from .notices import Notices
+    from .steppace import StepPace
+
+# How often the guard's ticker looks (periodic time, flag file, inherited deadlines, handlers),
+# and the step a wait on a background save takes.
+TICK_SECONDS = 0.25
+
+
+class GuardState:
+    """The state the guard's parts share (see the module's docstring)."""
+
+    # Read by `due` on every step: plain attributes, no property.
+    _wake: bool
+    _next_step: float
+    _lock: threading.Lock
+    _pending: dict[str, str | None]  # reason -> notice id
+    _notice_ids: set[str]
+    _events: dict[str, Event]  # the notices that asked for the pending save
+    # Notices this job received as a drain (until cleared): see CheckpointGuard.__init__.
+    _drains_seen: set[str]
+    _handled: set[str]  # drains already flushed for
+    _exit: bool
+    # What asks for the pending exit: "notice:<id>" per terminate, else the reason.
+    _exit_by: set[str]
+    _exit_answered: bool
+    _exit_code: int
+    # Notices a save that said exit answered (until cleared): see CheckpointGuard.__init__.
+    _exited_for: set[str]
+    # With rank agreement: the save the ranks last agreed on (step, exit, reasons, notices).
+    _agreed: tuple[int, bool, frozenset[str], frozenset[str]] | None
+    _seen_step: int | None
+    _eval_checks: int
+    _pace: StepPace
+    _due_since: float | None
+    _due_step: int
+    _due_failed: float | None
+    _started: float
+    _slowest_flush: float
+    durable_step: int | None
+    exit_margin: float
+    notices: Notices | None
+    agreement: RankAgreement | None
+    # A background save's failure, raised by the next due() or save (see guard_background).
+    _failure: BaseException | None
+
+    def _answers_exit(self) -> bool:
+        """Under the lock, with an exit pending: whether a save now is the exit's, not one made
+        past the exit's save (by a loop that went on) with nothing new asking for the exit."""
+        return not self._exit_answered or bool(self._exit_by)
+
+    def _seconds_left(self) -> float | None:
+        """Time to the nearest deadline of the terminates asking for this save (None: a
+        signal or a notice without one)."""
+        with self._lock:
+            events = [self._events[i] for i in self._notice_ids if i in self._events]
+        left = [
+            e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None
+        ]
+        known = [value for value in left if value is not None]
+        return max(min(known), 0.0) if known else None
+
+
+__all__ = ["TICK_SECONDS", "GuardState"]
