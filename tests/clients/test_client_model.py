@@ -24,7 +24,7 @@ import time as real_time
 from datetime import datetime, timedelta
 from typing import Any
 
-from forewarn.clients import CheckpointGuard, Notices
+from forewarn.clients import CheckpointGuard, Notices, guard_report
 from forewarn.clients import guard as guard_module
 from forewarn.clients import notices as notices_module
 from forewarn.clients.event import Event
@@ -41,6 +41,8 @@ DEADLINES = st.sampled_from([None, 7200])
 LOST = st.sampled_from([False, False, True])
 AGENT_MARGIN = 120.0
 RESERVED = 100_000  # how far a restarted agent's `seq` starts past the last one
+# The modules whose `time` is the test's clock: the subscriber's and the guard's parts'.
+CLOCKED = (notices_module, guard_module, guard_report)
 
 
 class Clock:
@@ -61,9 +63,9 @@ class ClientModel(RuleBasedStateMachine):
         super().__init__()
         self.clock = Clock()
         self.started = utcnow()  # the agent's wall clock at clock.now 1000, moving with it
-        self._patched = (notices_module.time, guard_module.time)
-        notices_module.time = self.clock  # type: ignore[assignment]
-        guard_module.time = self.clock  # type: ignore[assignment]
+        self._patched = [module.time for module in CLOCKED]
+        for module in CLOCKED:
+            setattr(module, "time", self.clock)  # noqa: B010
         self.notices = Notices(
             "ipc:///nonexistent/events", "ipc:///nonexistent/control", start=False
         )
@@ -96,7 +98,8 @@ class ClientModel(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.guard is not None:
             self.guard.close()
-        notices_module.time, guard_module.time = self._patched  # type: ignore[assignment]
+        for module, patched in zip(CLOCKED, self._patched, strict=True):
+            setattr(module, "time", patched)  # noqa: B010
 
     # The client side.
 

@@ -368,10 +368,10 @@ def test_an_exit_save_still_running_is_said_every_interval(
     import threading
     from datetime import datetime, timedelta, timezone
 
-    from forewarn.clients import guard as guard_module
+    from forewarn.clients import guard_report
     from forewarn.clients.event import Event
 
-    monkeypatch.setattr(guard_module, "EXIT_SAVE_WARN_SECONDS", 0.3)
+    monkeypatch.setattr(guard_report, "EXIT_SAVE_WARN_SECONDS", 0.3)
     guard = quiet_guard()
     if deadline is None:
         guard._on_signal(signal.SIGTERM, None)
@@ -469,9 +469,9 @@ def test_an_evaluation_after_the_exit_save_asks_for_no_second_save(
     30 s that "the exit's save ... is still running"."""
     import signal
 
-    from forewarn.clients import guard as guard_module
+    from forewarn.clients import guard_report
 
-    monkeypatch.setattr(guard_module, "EXIT_SAVE_WARN_SECONDS", 1e-6)
+    monkeypatch.setattr(guard_report, "EXIT_SAVE_WARN_SECONDS", 1e-6)
     guard = quiet_guard()
     guard._on_signal(signal.SIGTERM, None)
     assert guard.due(4) and guard.saved(4).exit
@@ -544,9 +544,9 @@ def test_a_save_after_the_exits_save_that_fails_or_runs_long_is_not_the_exits(
     step 8 (on periodic)". The exit's state was saved at step 3: its code stays 143."""
     import signal
 
-    from forewarn.clients import guard as guard_module
+    from forewarn.clients import guard_report
 
-    monkeypatch.setattr(guard_module, "EXIT_SAVE_WARN_SECONDS", 1e-6)
+    monkeypatch.setattr(guard_report, "EXIT_SAVE_WARN_SECONDS", 1e-6)
     guard = quiet_guard(every_steps=5)
     guard._on_signal(signal.SIGTERM, None)
     assert guard.due(3) and guard.saved(3).exit and guard.exit_code == 143

@@ -790,9 +790,9 @@ def test_an_exit_save_of_the_trainer_that_runs_long_is_said_while_it_runs(
 ) -> None:
     """A SIGTERM's save has no time limit: a Trainer's save that hung (a stalled network
     filesystem) said nothing until the platform's SIGKILL."""
-    from forewarn.clients import guard as guard_module
+    from forewarn.clients import guard_report
 
-    monkeypatch.setattr(guard_module, "EXIT_SAVE_WARN_SECONDS", 0.3)
+    monkeypatch.setattr(guard_report, "EXIT_SAVE_WARN_SECONDS", 0.3)
     callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
     trainer = hf.Trainer(
         model=models.Tiny(),
