@@ -1168,7 +1168,7 @@ def test_an_inherited_terminate_follows_a_step_of_the_wall_clock(
     stepped forward by most of an hour, the agent's deadline was 2 s away while the job
     meant to train for most of an hour more. Nothing new comes from the agent (the notice is
     a terminate already): the job must see the step itself."""
-    from forewarn.clients import guard as guard_module
+    from forewarn.clients import guard_notices
 
     agent = FakeAgent(tmp_path)
     notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=1.0)
@@ -1184,7 +1184,7 @@ def test_an_inherited_terminate_follows_a_step_of_the_wall_clock(
         )
         assert not guard.should_exit
         stepped = deadline - timedelta(seconds=2)
-        monkeypatch.setattr(guard_module, "utcnow", lambda: stepped)
+        monkeypatch.setattr(guard_notices, "utcnow", lambda: stepped)
         assert eventually(lambda: guard.should_exit, timeout=5, what="the exit after the step")
     finally:
         guard.close()
