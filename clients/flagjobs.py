@@ -30,7 +30,7 @@ from pathlib import Path
 
 log = logging.getLogger("forewarn.clients")
 
-# A flag file's identity, as `guard._identity` reads it: (device, inode, mtime_ns).
+# A flag file's identity, as `guard_flag._identity` reads it: (device, inode, mtime_ns).
 Identity = tuple[int, int, int]
 
 # Sticky and open to every user, as /tmp; a place says only which flag its job saved for.

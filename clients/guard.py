@@ -28,25 +28,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forewarn.protocol.flagfile import (
-    FlagError,
-    flag_deadline,
-    flag_deadline_is_duration,
-    read_flag,
-)
-from forewarn.protocol.timefmt import utcnow
-from forewarn.protocol.wire import runtime_dir
-
 from .adaptive import AdaptiveInterval
 from .agreement import DEFAULT_AGREE_EVERY, RankAgreement
 from .event import Event
-from .flagjobs import FlagJobs, Identity
+from .guard_flag import FlagFileRequests
 from .guard_notices import NoticeRequests
 from .guard_report import ExitReporting, exit_causes, exit_line
 from .guard_signals import SignalHandling
 from .guard_state import TICK_SECONDS
 from .notices import Notices
-from .proctime import process_started, process_started_boot, steady_seconds
+from .proctime import process_started, process_started_boot
+from .proctime import steady_seconds as steady_seconds  # imported from here before the split
 from .saveresult import SaveResult
 from .steppace import StepPace
 from .workers import in_protected_worker
@@ -58,9 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("forewarn.clients")
 
-FLAG_NAME = "checkpoint-now"
-# The reason a save answers when a flag file's deadline came within the exit margin.
-FLAG_DEADLINE = "flag deadline"
 # A terminate that was in force before this job started (see `_on_event`) makes it save and exit
 # this long before the notice's deadline, or twice the slowest flush seen if that is longer.
 INHERITED_EXIT_MARGIN = 30.0
@@ -82,7 +71,7 @@ def _positive(value: object) -> bool:
     return math.isfinite(number) and number > 0
 
 
-class CheckpointGuard(SignalHandling, NoticeRequests, ExitReporting):
+class CheckpointGuard(SignalHandling, FlagFileRequests, NoticeRequests, ExitReporting):
     def __init__(
         self,
         every_steps: int | None = None,
@@ -234,37 +223,7 @@ class CheckpointGuard(SignalHandling, NoticeRequests, ExitReporting):
         # and notices pending then), which `_record` answers with the agreed exit.
         self._agreed: tuple[int, bool, frozenset[str], frozenset[str]] | None = None
 
-        # A flag file the guard took but could not remove (see `_record`).
-        self._flag_kept: tuple[int, int, int] | None = None
-        # The background save a flag file asked for: the file goes once that is durable.
-        self._flag_step: int | None = None
-        if flag_file == "default":
-            self.flag_file: Path | None = runtime_dir() / FLAG_NAME
-        else:
-            self.flag_file = Path(flag_file) if flag_file else None
-        # The other jobs on this node that take the flag file themselves: it goes once every
-        # one has saved for it (see flagjobs). The flag this guard's pending save answers, and
-        # the one it saved for while others still save.
-        self._flag_jobs = FlagJobs(self.flag_file) if self.flag_file is not None else None
-        if self._flag_jobs is not None:
-            self._flag_jobs.join()
-        self._flag_found: Identity | None = None
-        self._flag_waits: Identity | None = None
-        # The deadline written in the last flag file taken (read as the agent reads it): the
-        # drain stays in force past its save, and the job saves again and exits within its
-        # margin of it, as the agent sends such a drain as terminate. Taken for a plain drain,
-        # the job trained on past its save until the machine went at the deadline.
-        self._flag_deadline: datetime | None = None
-        # That deadline by `steady_seconds()`, where it was written as a duration (`5m`): five
-        # minutes of real time, which a step of the wall clock (NTP's first sync) does not
-        # shorten or stretch, as the agent keeps it.
-        self._flag_deadline_at: float | None = None
-        # The flag that deadline came from while its file is not handled yet (no job's save
-        # removed it): gone meanwhile, it was removed by hand, which withdraws the deadline as
-        # the agent clears a drain whose file goes before every client flushed.
-        self._flag_open: Identity | None = None
-        self._flag_unremovable = False  # a save could not remove it: only its owner can
-        self._flag_refused: Identity | None = None  # a link or directory there, warned about
+        self._init_flag_file(flag_file)
 
         if isinstance(notices, Notices):
             self.notices: Notices | None = notices
@@ -549,98 +508,11 @@ class CheckpointGuard(SignalHandling, NoticeRequests, ExitReporting):
         self._next_step = step + self.every_steps if self.every_steps else math.inf
         self._last_save = now
         self._due_since = None
-        if "flag" in reasons and self.flag_file is not None:
-            if durable or (self.durable_step is not None and self.durable_step >= step):
-                self._flag_done(self._flag_found)
-            else:
-                # A background save: the file goes once it is durable, as the agent removes it
-                # only once the clients acked. Removed at the snapshot, it told a script that
-                # waits for it to go that the save was made seconds before it was. It counts
-                # once meanwhile.
-                with self._lock:
-                    self._flag_kept = _identity(self.flag_file)
-                    self._flag_step = step
-        elif durable and self._flag_step is not None and step >= self._flag_step:
-            self._flag_saved(True)  # a final save that cancelled the flag's background save
+        self._flag_recorded(step, reasons, durable)
         if answers_exit:
             self._exit_saved = (step, exit_causes(reasons, events))
         result = SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds)
         return result, reasons, events, exit_now and not answers_exit
-
-    def _remove_flag(self) -> None:
-        assert self.flag_file is not None
-        try:
-            self.flag_file.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            self._flag_unremovable = True
-            # Another user's file in a directory this one may only enter (the agent's 0750
-            # /run/forewarn, reached through its group): the save is made, and raising here
-            # crashed the loop right after it. The file counts once; touching it counts again.
-            self._flag_kept = _identity(self.flag_file)
-            log.warning(
-                "forewarn: cannot remove the flag file %s (%s): it counts once; its owner "
-                "removes it, or touches it to ask again",
-                self.flag_file,
-                error.strerror or error,
-            )
-            return
-        self._flag_open = None  # handled: its deadline stands, the file gone by this save
-
-    def _flag_done(self, identity: Identity | None) -> None:
-        """This job's save for the flag `identity` is durable: the file goes if every other job
-        reading it has saved too; else it counts once here and the last job's save (or the
-        ticker, once the others are gone) removes it."""
-        jobs = self._flag_jobs
-        written_again = (
-            identity is not None
-            and self.flag_file is not None
-            and _identity(self.flag_file) != identity
-        )
-        if written_again:
-            # Written again since this job took it: a new request (a deadline added) this save
-            # does not answer, which the next look takes, as the agent keeps a flag written
-            # again since its drain. Removed here, it went unread.
-            if jobs is not None and identity is not None:
-                jobs.saved_for(identity)
-            if identity is not None and identity == self._flag_open:
-                assert self.flag_file is not None
-                if _identity(self.flag_file) is None:  # gone before this save: by hand
-                    self._flag_gone(identity, saved=False)
-            return
-        if jobs is None or identity is None:
-            self._remove_flag()
-            return
-        jobs.saved_for(identity)
-        if jobs.all_saved(identity):
-            self._remove_flag()
-            return
-        if not jobs.joined:
-            log.warning(
-                "forewarn: cannot join or see the other jobs that read the flag file %s in %s "
-                "(another user's): the file is left for their save to remove (remove that "
-                "directory if none of them runs)",
-                self.flag_file,
-                jobs.directory,
-            )
-        with self._lock:
-            self._flag_kept = self._flag_waits = identity
-
-    def _flag_saved(self, durable: bool) -> None:
-        """The background save the flag file asked for is durable (or failed: the file then
-        counts again, and asks for another save)."""
-        found = _identity(self.flag_file) if self.flag_file is not None else None
-        with self._lock:
-            kept, self._flag_kept = self._flag_kept, None
-            self._flag_step = None
-            if not durable and found is not None:
-                self._pending["flag"] = None  # the retry answers it
-                self._wake = True
-        if durable and found is not None and found == kept:
-            self._flag_done(found)  # not if touched again meanwhile: that asks for another save
-        elif durable and found is None and kept is not None and kept == self._flag_open:
-            self._flag_gone(kept, saved=False)  # removed by hand while the save was made
 
     def save(self, step: int, write: Callable[[Any], object]) -> SaveResult:
         """Save and record it. With a `store`, `write(gen)` fills a new generation that the
@@ -1149,19 +1021,6 @@ class CheckpointGuard(SignalHandling, NoticeRequests, ExitReporting):
 
     # The other threads' side.
 
-    def _flag_is_ours(self) -> bool:
-        """The agent's local provider handles the flag file when it runs; otherwise we do.
-        Until the agent has been heard from, or given up on, nobody takes it: both taking it
-        would flush twice."""
-        notices = self.notices
-        if notices is None:
-            return True
-        if notices.alive:
-            if notices.agent is None:
-                return False  # alive (a notice came) but no heartbeat yet says what it runs
-            return "local" not in notices.agent.get("providers", ())
-        return time.monotonic() - self._started >= notices.heartbeat_timeout
-
     def _tick(self) -> None:
         interval = TICK_SECONDS
         if self.every_seconds is not None:
@@ -1179,135 +1038,6 @@ class CheckpointGuard(SignalHandling, NoticeRequests, ExitReporting):
             self._check_inherited()
             self._check_handlers()
             self._check_exit_save()
-
-    def _check_flag_removed(self) -> None:
-        """The flag whose deadline is in force went before it was handled (see `_flag_gone`)."""
-        taken = self._flag_open
-        if taken is None or self.flag_file is None:
-            return
-        found = _identity(self.flag_file)
-        if found == taken:
-            return
-        if found is not None:
-            self._flag_open = None  # written again: the next look takes the new request
-            return
-        with self._lock:
-            saved = "flag" not in self._pending and self._flag_step is None
-        self._flag_gone(taken, saved=saved)
-
-    def _flag_gone(self, taken: Identity, *, saved: bool) -> None:
-        """The flag `taken`, whose deadline is in force, is gone and no save of this job
-        removed it. Removed by hand (before this job saved, while another job still saved,
-        or by its owner where no job could remove it), the request is withdrawn and the
-        deadline with it, as the agent clears a drain whose file goes before every client
-        flushed. Removed by the save of the last job to save, it stands. Where that cannot be
-        told (this job holds no place among the jobs), it stands too: kept, the job exits
-        early; dropped, it trained on until the machine went."""
-        self._flag_open = None
-        jobs = self._flag_jobs
-        if jobs is None or not jobs.joined:
-            return
-        by_hand = self._flag_unremovable or not saved or not jobs.all_saved(taken)
-        if not by_hand:
-            return
-        with self._lock:
-            dropped, self._flag_deadline = self._flag_deadline, None
-        if dropped is not None:
-            log.warning(
-                "forewarn: the flag file %s was removed before every job saved for it: its "
-                "deadline %s is withdrawn, as the agent clears its drain",
-                self.flag_file,
-                dropped.isoformat(),
-            )
-
-    def _check_flag(self) -> None:
-        flag = self.flag_file
-        if flag is None or "flag" in self._pending or not self._flag_is_ours():
-            return
-        found = _identity(flag)
-        jobs = self._flag_jobs
-        if found is not None and found == self._flag_waits and jobs is not None:
-            if jobs.all_saved(found):  # the other jobs saved since, or are gone
-                self._flag_waits = None
-                self._remove_flag()
-            return
-        if found is not None and found != self._flag_kept and found != self._flag_refused:
-            try:
-                deadline, is_duration = _read_flag(flag)
-            except FlagError as error:
-                # A link (or a directory) there: the agent refuses it, no drain raised. Taken
-                # here, the same `ln -s` saved the job with no agent and nothing with one.
-                self._flag_refused = found
-                log.warning("forewarn: the flag file %s %s", flag, error.strerror)
-                return
-            log.info("forewarn: flag file %s found", flag)
-            if jobs is not None:
-                jobs.join()  # a directory made since the guard was
-            if deadline is not None:
-                log.info("forewarn: flag file %s: deadline %s", flag, deadline.isoformat())
-            with self._lock:
-                # A flag written again is a new request: its deadline (or none) replaces the
-                # earlier one, as the agent clears the earlier notice.
-                self._flag_deadline = deadline
-                self._flag_deadline_at = None
-                if deadline is not None and is_duration:
-                    left = (deadline - utcnow()).total_seconds()
-                    self._flag_deadline_at = steady_seconds() + left
-                self._flag_found = found
-                self._flag_open = found if deadline is not None else None
-                self._flag_unremovable = False
-                self._pending["flag"] = None
-                self._wake = True
-
-    def _check_flag_deadline(self) -> None:
-        deadline = self._flag_deadline
-        if deadline is None or self._exit:
-            return
-        at = self._flag_deadline_at
-        left = at - steady_seconds() if at is not None else (deadline - utcnow()).total_seconds()
-        if left > self._inherited_margin():
-            return
-        log.warning(
-            "forewarn: the flag file's deadline %s is within the exit margin: saving and exiting",
-            deadline.isoformat(),
-        )
-        with self._lock:
-            self._flag_deadline = None
-            self._pending[FLAG_DEADLINE] = None
-            self._exit_by.add(FLAG_DEADLINE)
-            self._exit = True
-            self._wake = True
-
-
-def _read_flag_deadline(flag: Path) -> datetime | None:
-    """The deadline the flag file holds (None: none, or it cannot be read: the drain stands).
-    FlagError: the path is no flag file (a link, a directory), refused as the agent does."""
-    return _read_flag(flag)[0]
-
-
-def _read_flag(flag: Path) -> tuple[datetime | None, bool]:
-    """The flag file's deadline, as `_read_flag_deadline`, and whether it was written as a
-    duration (`5m`: counted on the boot clock) rather than a time."""
-    try:
-        found = read_flag(flag)
-    except FlagError:
-        raise
-    except OSError:
-        return None, False
-    if found is None or found[1] is None:
-        return None, False
-    deadline = flag_deadline(found[1], found[0])
-    return deadline, deadline is not None and flag_deadline_is_duration(found[1])
-
-
-def _identity(path: Path) -> tuple[int, int, int] | None:
-    """What tells one flag file from the next: its inode and modification time (None when
-    there is none)."""
-    try:
-        found = path.lstat()  # a link is its own, not its target's: the agent follows none
-    except OSError:
-        return None
-    return (found.st_dev, found.st_ino, found.st_mtime_ns)
 
 
 __all__ = ["CheckpointGuard", "SaveResult", "exit_line"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from forewarn.clients import CheckpointGuard
-from forewarn.clients.guard import _read_flag, _read_flag_deadline
+from forewarn.clients.guard_flag import _read_flag, _read_flag_deadline
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.local.watch import flag_report
 from hypothesis import HealthCheck, given, settings
@@ -193,7 +193,7 @@ def test_a_flag_duration_follows_a_step_of_the_wall_clock(
     save made the job exit at once, 5 minutes early by the machine's end (a step back made it
     train on past it, the steps since its save lost). Held on the boot clock, a step moves it
     with the wall clock: the job trains on; a deadline written as a time stays that time."""
-    from forewarn.clients import guard as guard_module
+    from forewarn.clients import guard_flag
 
     for content, exits in (("5m\n", False), (format_time(utcnow() + timedelta(minutes=5)), True)):
         flag = tmp_path / "checkpoint-now"
@@ -203,7 +203,7 @@ def test_a_flag_duration_follows_a_step_of_the_wall_clock(
             eventually(lambda guard=guard: guard.due(1), timeout=5, what="the flag's save")
             assert not guard.saved(1, 0.01).exit
             stepped = utcnow() + timedelta(minutes=25)
-            monkeypatch.setattr(guard_module, "utcnow", lambda stepped=stepped: stepped)
+            monkeypatch.setattr(guard_flag, "utcnow", lambda stepped=stepped: stepped)
             guard._check_flag_deadline()  # as its ticker does, after the step
             assert guard.should_exit == exits, content
         finally:
