@@ -24,7 +24,14 @@ import time as real_time
 from datetime import datetime, timedelta
 from typing import Any
 
-from forewarn.clients import CheckpointGuard, Notices, guard_flag, guard_notices, guard_report
+from forewarn.clients import (
+    CheckpointGuard,
+    Notices,
+    guard_background,
+    guard_flag,
+    guard_notices,
+    guard_report,
+)
 from forewarn.clients import guard as guard_module
 from forewarn.clients import notices as notices_module
 from forewarn.clients.event import Event
@@ -42,7 +49,7 @@ LOST = st.sampled_from([False, False, True])
 AGENT_MARGIN = 120.0
 RESERVED = 100_000  # how far a restarted agent's `seq` starts past the last one
 # The modules whose `time` is the test's clock: the subscriber's and the guard's parts'.
-CLOCKED = (notices_module, guard_module, guard_flag, guard_notices, guard_report)
+CLOCKED = (notices_module, guard_module, guard_background, guard_flag, guard_notices, guard_report)
 
 
 class Clock:

@@ -1,0 +1,364 @@
+"""Background saves (`CheckpointGuard(background=True)`, `save_state`): the loop waits for a
+snapshot in host memory only, the upload and commit run on the saver's thread.
+
+`BackgroundSaves` starts a save, joins one already in flight for the same step, acks the
+notices a save answered once it is durable (or records its failure for the next `due()` and
+asks for a retry), makes an exit's final save (waiting for the save in flight or cancelling
+it), and waits for the last one in close(), bounded by its progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .event import Event
+from .guard_state import TICK_SECONDS, GuardState
+from .saveresult import SaveResult
+
+if TYPE_CHECKING:
+    from .checkpoint import BackgroundSaver, CheckpointStore, Generation, SaveTiming
+
+log = logging.getLogger("forewarn.clients")
+
+
+class BackgroundSaves(GuardState):
+    """The background-save side of `CheckpointGuard`."""
+
+    store: CheckpointStore | None
+    saver: BackgroundSaver | None
+    _awaiting: dict[int, tuple[str, ...]]  # step -> notices its ack is owed to
+    _unrecorded: set[int]
+    _early: dict[int, tuple[SaveTiming, Generation | None, BaseException | None]]
+    _flag_step: int | None
+
+    if TYPE_CHECKING:
+        # CheckpointGuard's own, and FlagFileRequests' and ExitReporting's.
+
+        def _record(
+            self, step: int, seconds: float | None, *, durable: bool = True
+        ) -> tuple[SaveResult, dict[str, str | None], list[Event], bool]: ...
+
+        def save_failed(
+            self, step: int, error: BaseException, owed: tuple[str, ...] = ()
+        ) -> None: ...
+
+        def _flag_saved(self, durable: bool) -> None: ...
+
+        def _log_saved(
+            self,
+            result: SaveResult,
+            reasons: dict[str, str | None],
+            events: list[Event],
+            where: str | None,
+            past_exit: bool,
+        ) -> None: ...
+
+    def _init_background(self, background: bool | BackgroundSaver) -> None:
+        """Background saves (save_state): the loop waits for a snapshot in host memory only.
+        `background` is a saver, True for one made for the store, or False for none."""
+        self.saver = None
+        self._failure = None
+        self._awaiting = {}
+        # Background saves started whose notices save_state has not recorded yet, and the
+        # completions that came first (a save of a few bytes can commit that fast): acked
+        # once recorded, else the ack would go out without the notices it answers.
+        self._unrecorded = set()
+        self._early = {}
+        if background is not False:
+            self._start_background(background)
+
+    def _save_in_background(
+        self,
+        saver: BackgroundSaver,
+        step: int,
+        state: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None,
+        in_flight: int | None,
+    ) -> SaveResult:
+        """save_state with a saver: an exit's final save, this step's save already in flight
+        joined, or a new background save once the one in flight is done."""
+        assert self.store is not None
+        if self._exit:
+            return self._final_save(saver, step, state, metadata)
+        if in_flight == step:
+            return self._join_in_flight(step)
+        waited_since = time.monotonic()  # the wait for the save in flight is part of the stall
+        if in_flight is not None:
+            # The save in flight is waited for here, in ticks, not inside saver.save(): an exit
+            # asked for meanwhile (SIGTERM during a slow or stalled upload) then goes through
+            # final(), which cancels that upload when the deadline (or a signal's lack of one)
+            # leaves no time for it. Waited for inside save(), the exit waited for the whole
+            # upload, then a second one of this step, and a stalled connection held the loop
+            # there until the platform's SIGKILL took both.
+            # Bounded by progress, as close() is: an upload stuck in a write (a hung mount)
+            # held the loop here for as long as the mount stayed hung; it is given up and
+            # raised as that save's failure (the retry is asked for, as after any failure).
+            while saver.in_flight is not None and not self._exit:
+                if saver.give_up_if_stalled():
+                    break
+                saver.wait(TICK_SECONDS)
+            if self._exit:
+                return self._final_save(saver, step, state, metadata)
+            if self._failure is not None:
+                self._raise_failure()
+        from .checkpoint.errors import CheckpointError
+
+        with self._lock:
+            self._unrecorded.add(step)
+        try:
+            timing = saver.save(step, state, metadata=metadata, waited_since=waited_since)
+        except BaseException as error:
+            self._recorded(step)
+            if isinstance(error, CheckpointError):
+                with self._lock:
+                    self._failure = None  # the saver raised it itself: once is enough
+            raise
+        result, reasons, events, past_exit = self._record(step, timing.stall_seconds, durable=False)
+        with self._lock:
+            self._awaiting[step] = result.notices
+        self._recorded(step)
+        # An exit asked for while this save waited for the one in flight is answered by it
+        # (the loop leaves, close() waits for the commit): the exit line names it.
+        from .checkpoint.manifest import generation_name
+
+        where = f"{self.store.url}/{generation_name(step)}"
+        self._log_saved(result, reasons, events, where, past_exit)
+        return result
+
+    def _close_background(self) -> None:
+        """close(): wait for the save in flight, and say when the last one failed unsaved."""
+        if self.saver is not None:
+            self._wait_for_background(self.saver)
+            with self._lock:
+                # The last background save failed and the loop left before its retry: exit 0
+                # marked the Job complete (torchrun reported success) with the run's last
+                # steps saved nowhere, never to be redone.
+                unsaved = "retry" in self._pending and self._exit_code == 0
+                if unsaved:
+                    self._exit_code = 1
+            if unsaved:
+                log.error(
+                    "forewarn: the last background checkpoint failed and was not saved again "
+                    "before close(): exit_code is 1, so the job is restarted from the last "
+                    "durable checkpoint (%s)",
+                    f"step {self.durable_step}" if self.durable_step is not None else "none",
+                )
+
+    def _recorded(self, step: int) -> None:
+        """save_state has recorded what the background save of `step` answers: a completion
+        that came before that is handled now."""
+        with self._lock:
+            self._unrecorded.discard(step)
+            early = self._early.pop(step, None)
+        if early is not None:
+            self._background_done(*early)
+
+    def _join_in_flight(self, step: int) -> SaveResult:
+        """A save asked for at the step whose background save is still in flight (a drain
+        arriving at a periodic step): that save already holds this step's state. Saving it
+        again would wait for the whole upload, then fail in the background on the committed
+        generation (`GenerationExistsError`, raised by the next `due()`); instead this save
+        is that one, and the notices it answers are acked when it commits."""
+        started = time.monotonic()
+        result, _reasons, _events, _past_exit = self._record(step, None, durable=False)
+        late: tuple[str, ...] = ()
+        with self._lock:
+            owed = self._awaiting.get(step)
+            if self.durable_step is not None and self.durable_step >= step:
+                late = result.notices  # it committed a moment ago
+            elif owed is not None:
+                self._awaiting[step] = tuple(sorted(set(owed) | set(result.notices)))
+            else:
+                # It failed a moment ago: the retry it asked for answers these notices too.
+                self._notice_ids.update(result.notices)
+        if self.notices is not None:
+            for notice_id in late:
+                # That save's own flush was acked with it; this one measured none.
+                self.notices.ack(notice_id, step=step)
+        log.info(
+            "forewarn: step %d is already being saved in the background; the %s save is that one",
+            step,
+            ", ".join(result.reasons) or "requested",
+        )
+        return replace(result, flush_seconds=time.monotonic() - started)
+
+    def _final_save(
+        self,
+        saver: BackgroundSaver,
+        step: int,
+        state: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None,
+    ) -> SaveResult:
+        seconds_left = self._seconds_left()
+        try:
+            final = saver.final(step, state, seconds_left, metadata=metadata)
+        except BaseException as error:
+            with self._lock:
+                owed_ids = tuple(n for ids in self._awaiting.values() for n in ids)
+            self.save_failed(step, error, owed_ids)
+            raise
+        with self._lock:
+            self._failure = None  # an older save's failure is superseded by this one
+            owed = sorted({notice for ids in self._awaiting.values() for notice in ids})
+            self._awaiting.clear()
+        # With nothing in flight the reason says so alone ("no background save was running").
+        what = {"waited": "waited for", "cancelled": "cancelled"}.get(final.choice)
+        log.warning(
+            "forewarn: final checkpoint at step %d (%s left): %s%s",
+            step,
+            "unknown time" if seconds_left is None else f"{seconds_left:.1f}s",
+            "" if what is None else f"{what} the background save; ",
+            final.reason,
+        )
+        result, reasons, events, past_exit = self._record(step, final.durable_seconds)
+        if self.notices is not None:
+            # Drains whose background save this one replaced are answered by it too.
+            answered: list[str | None] = [*sorted(set(result.notices) | set(owed))]
+            for notice_id in answered or [None]:
+                self.notices.ack(
+                    notice_id,
+                    step=step,
+                    flush_seconds=final.durable_seconds,
+                    stall_seconds=final.stall_seconds,
+                    durable_seconds=final.durable_seconds,
+                    choice=final.choice,
+                    note=final.reason[:500],
+                )
+        where = f"{self.store.url}/{final.generation.name}" if self.store else None
+        self._log_saved(result, reasons, events, where, past_exit)
+        return replace(
+            result,
+            generation=final.generation,
+            choice=final.choice,
+            choice_reason=final.reason,
+        )
+
+    def _start_background(self, background: bool | BackgroundSaver) -> None:
+        from .checkpoint.background import BackgroundSaver
+
+        if isinstance(background, BackgroundSaver):
+            self.saver = background
+        elif self.store is None:
+            raise ValueError("background=True needs store=CheckpointStore(...)")
+        else:
+            self.saver = BackgroundSaver(self.store)
+        if self.agreement is not None:
+            raise ValueError(
+                "background=True saves one process's state; with several ranks save through "
+                "DCP (forewarn.clients.checkpoint.async_save_dcp)"
+            )
+        self.saver.on_done = self._background_done
+
+    def _background_done(
+        self, timing: SaveTiming, generation: Generation | None, error: BaseException | None
+    ) -> None:
+        """On the saver's thread: ack the notices the save answered, now that it is durable,
+        or record the failure for the next `due()` and ask for another save."""
+        with self._lock:
+            if timing.step in self._unrecorded:
+                self._early[timing.step] = (timing, generation, error)  # see _recorded
+                return
+            owed = self._awaiting.pop(timing.step, ())
+            flagged = self._flag_step == timing.step
+            if error is not None:
+                from .checkpoint.background import BackgroundSaveError
+
+                self._failure = BackgroundSaveError(timing.step, error)
+                self._pending.setdefault("retry", None)
+                # The notices it answered are still owed a save: the retry acks them once it
+                # is durable (the agent releases a drain only on a "saved" ack).
+                self._notice_ids.update(owed)
+                self._wake = True
+                if self._exit and self._exit_code:
+                    # This save answered the exit (the loop left, close() waited for it): the
+                    # state of the exit is not saved, which 143 would claim (see exit_code).
+                    self._exit_code = 1
+            else:
+                self.durable_step = max(self.durable_step or 0, timing.step)
+                if timing.durable_seconds is not None:
+                    self._slowest_flush = max(self._slowest_flush, timing.durable_seconds)
+        if flagged:
+            self._flag_saved(error is None)
+        if error is not None:
+            log.error(
+                "forewarn: the background checkpoint of step %d failed: %s", timing.step, error
+            )
+        else:
+            log.info(
+                "forewarn: step %d durable after %.3fs (training waited %.3fs)",
+                timing.step,
+                timing.durable_seconds or 0.0,
+                timing.stall_seconds,
+            )
+        if self.notices is None:
+            return
+        for notice_id in owed or (None,):
+            self.notices.ack(
+                notice_id,
+                step=timing.step,
+                flush_seconds=timing.durable_seconds if error is None else None,
+                outcome="saved" if error is None else "failed",
+                stall_seconds=timing.stall_seconds,
+                durable_seconds=timing.durable_seconds if error is None else None,
+            )
+
+    def _raise_failure(self) -> None:
+        with self._lock:
+            error, self._failure = self._failure, None
+        if error is not None:
+            if self.saver is not None:
+                from .checkpoint.errors import CheckpointError
+
+                with contextlib.suppress(CheckpointError):
+                    self.saver.check()  # the saver's copy of it: reported here, once
+            raise error
+
+    def _wait_for_background(self, saver: BackgroundSaver) -> None:
+        """close(): wait for the save in flight, however long (it is the last state there
+        is). A terminate whose deadline passes meanwhile is said once, while the process is
+        still there to say it: the platform's SIGKILL is due and that step is not durable."""
+        from .checkpoint import background
+
+        told = False
+        while (step := saver.in_flight) is not None:
+            # Bounded by progress, as at the interpreter's exit: a save stuck in a write (a
+            # hung mount, a storage service that stopped answering) held close(), and the
+            # process, as long as the mount stayed hung, and the job was never restarted.
+            if saver.stalled_seconds() >= background.EXIT_STALL_SECONDS:
+                self._give_up_on(saver, step)
+                return
+            saver.wait(TICK_SECONDS)
+            if told or not self._exit or saver.in_flight is None:
+                continue
+            left = self._seconds_left()
+            if left is not None and left <= 0:
+                told = True
+                log.warning(
+                    "forewarn: the terminate's deadline passed while close() waits for the "
+                    "background save of step %d: it is still uploading and not durable yet",
+                    step,
+                )
+        saver.wait()
+
+    def _give_up_on(self, saver: BackgroundSaver, step: int) -> None:
+        last = saver.last_durable
+        log.error(
+            "forewarn: close() stops waiting for the background save of step %d: it wrote "
+            "nothing for %.0f s (a hung mount or a storage service that stopped answering?); it "
+            "is not committed, and the last durable generation is %s",
+            step,
+            saver.stalled_seconds(),
+            last.name if last is not None else "none",
+        )
+        with self._lock:
+            if self._exit and self._exit_code:
+                # It answered the exit: that state is not saved, which 143 would claim.
+                self._exit_code = 1
+
+
+__all__ = ["BackgroundSaves"]
