@@ -28,6 +28,7 @@ from forewarn.clients import (
     CheckpointGuard,
     Notices,
     guard_background,
+    guard_due,
     guard_flag,
     guard_notices,
     guard_report,
@@ -49,7 +50,15 @@ LOST = st.sampled_from([False, False, True])
 AGENT_MARGIN = 120.0
 RESERVED = 100_000  # how far a restarted agent's `seq` starts past the last one
 # The modules whose `time` is the test's clock: the subscriber's and the guard's parts'.
-CLOCKED = (notices_module, guard_module, guard_background, guard_flag, guard_notices, guard_report)
+CLOCKED = (
+    notices_module,
+    guard_module,
+    guard_background,
+    guard_due,
+    guard_flag,
+    guard_notices,
+    guard_report,
+)
 
 
 class Clock:
