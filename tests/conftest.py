@@ -180,29 +180,66 @@ CLI_PRELOAD = (
 )
 
 
+# What `forewarn drill kubernetes` loads beyond that once it has a node and credentials: the
+# Kubernetes client library (~0.35 CPU-s of a fresh drill's ~0.75).
+KUBERNETES_DRILL_PRELOAD = (
+    *CLI_PRELOAD,
+    "forewarn.providers.kubernetes.drill",
+    "kubernetes.client",
+    "kubernetes.client.exceptions",
+    "urllib3.exceptions",
+)
+
+ForkedForewarn = Callable[..., subprocess.CompletedProcess[str]]
+
+
 @pytest.fixture(scope="session")
-def _cli_launcher() -> Iterator[RankLauncher]:
-    base = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
-    base.pop("PYTHONUNBUFFERED", None)
-    with RankLauncher(preload=CLI_PRELOAD, env=base) as launcher:
-        yield launcher
+def _cli_launchers() -> Iterator[dict[tuple[str, ...], RankLauncher]]:
+    """One launcher per preload per pytest process, started when a test first needs it."""
+    launchers: dict[tuple[str, ...], RankLauncher] = {}
+    yield launchers
+    for launcher in launchers.values():
+        launcher.close()
 
 
-@pytest.fixture
-def run_forewarn_forked(
-    _cli_launcher: RankLauncher,
-) -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
-    """`run_forewarn` in a process forked from one that loaded forewarn's command line once
-    (tests/forked_ranks.py): its own process, environment, exit code and stderr, as
-    `python -m forewarn.agent.cli ARGS` has them, for ~0.02 CPU-s instead of ~0.23. For the
-    many bad inputs of one command; a test of the installed command keeps `run_forewarn`."""
+def _forked_forewarn(
+    launchers: dict[tuple[str, ...], RankLauncher], preload: tuple[str, ...]
+) -> tuple[ForkedForewarn, RankLauncher]:
+    if preload not in launchers:
+        base = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
+        base.pop("PYTHONUNBUFFERED", None)
+        launchers[preload] = RankLauncher(preload=preload, env=base)
+    launcher = launchers[preload]
 
     def run(
         *args: str, env: dict[str, str], timeout: float = 30
     ) -> subprocess.CompletedProcess[str]:
-        process = _cli_launcher.start("-m forewarn.agent.cli", list(args), env)
+        process = launcher.start("-m forewarn.agent.cli", list(args), env)
         out, err = process.communicate(timeout=timeout)
         return subprocess.CompletedProcess(["forewarn", *args], process.wait(), out, err)
 
+    return run, launcher
+
+
+@pytest.fixture
+def run_forewarn_forked(
+    _cli_launchers: dict[tuple[str, ...], RankLauncher],
+) -> Iterator[ForkedForewarn]:
+    """`run_forewarn` in a process forked from one that loaded forewarn's command line once
+    (tests/forked_ranks.py): its own process, environment, exit code and stderr, as
+    `python -m forewarn.agent.cli ARGS` has them, for ~0.02 CPU-s instead of ~0.23. For the
+    many bad inputs of one command; a test of the installed command keeps `run_forewarn`."""
+    run, launcher = _forked_forewarn(_cli_launchers, CLI_PRELOAD)
     yield run
-    _cli_launcher.cleanup()
+    launcher.cleanup()
+
+
+@pytest.fixture
+def run_kubernetes_drill_forked(
+    _cli_launchers: dict[tuple[str, ...], RankLauncher],
+) -> Iterator[ForkedForewarn]:
+    """`run_forewarn_forked` from a launcher that also loaded the Kubernetes client library:
+    for the cases of `forewarn drill kubernetes` past the first few, which run it fresh."""
+    run, launcher = _forked_forewarn(_cli_launchers, KUBERNETES_DRILL_PRELOAD)
+    yield run
+    launcher.cleanup()
