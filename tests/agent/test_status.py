@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from forewarn.agent.runner import provider_health
@@ -12,8 +14,15 @@ from forewarn.providers.health import WATCHER_FAILED, PollHealth
 from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_forewarn
 from webhook_receiver import receiver
 
+# `forewarn status` runs as its own fresh interpreter, as a user runs it, for its text reply
+# (exit 0 and exit 1) and its JSON reply, and in the weeks-long timeout test. Its other
+# runs, most of them polls inside `eventually`, fork from a process that loaded forewarn's
+# command line once (`run_forewarn_forked`, tests/conftest.py; each still its own process,
+# environment, output and exit code): ~0.05 CPU-s a run instead of ~0.25.
+Forked = Callable[..., subprocess.CompletedProcess[str]]
 
-def test_status_shows_each_provider_and_notice(tmp_path: Path) -> None:
+
+def test_status_shows_each_provider_and_notice(tmp_path: Path, run_forewarn_forked: Forked) -> None:
     env = agent_env(tmp_path, FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}")
     with AgentProcess(tmp_path, providers=("local", "aws"), env=env) as agent:
         agent.control(
@@ -21,7 +30,7 @@ def test_status_shows_each_provider_and_notice(tmp_path: Path) -> None:
         )
 
         def health() -> dict[str, dict[str, object]] | None:
-            reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+            reply = json.loads(run_forewarn_forked("status", "--json", env=env).stdout)
             states = {item["name"]: item for item in reply["health"]}
             ready = states.get("aws", {}).get("state") == "degraded"
             return states if ready and states["local"]["state"] == "healthy" else None
@@ -50,7 +59,9 @@ def _in_minutes(minutes: int) -> str:
     return format_time(datetime.now(timezone.utc) + timedelta(minutes=minutes))
 
 
-def test_status_shows_a_standing_condition_until_it_is_resolved(tmp_path: Path) -> None:
+def test_status_shows_a_standing_condition_until_it_is_resolved(
+    tmp_path: Path, run_forewarn_forked: Forked
+) -> None:
     """A state file the agent cannot write is a standing problem: `status` names it while it
     lasts (the log says it once), and drops it once the retry has written the file."""
     env = agent_env(tmp_path)
@@ -60,16 +71,16 @@ def test_status_shows_a_standing_condition_until_it_is_resolved(tmp_path: Path) 
         agent.control({"op": "notify", "action": "drain", "id": "local/kept"})
 
         def conditions() -> dict[str, str]:
-            reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+            reply = json.loads(run_forewarn_forked("status", "--json", env=env).stdout)
             return dict(reply["agent"]["conditions"])
 
         standing = eventually(conditions, what="the failed write in status")
         assert list(standing) == ["state"] and str(state) in standing["state"], standing
-        text = run_forewarn("status", env=env).stdout
+        text = run_forewarn_forked("status", env=env).stdout
         assert f"condition  agent: state: cannot write {state}" in text, text
         state.rmdir()
         eventually(lambda: conditions() == {}, what="the condition resolved")
-        assert "condition " not in run_forewarn("status", env=env).stdout
+        assert "condition " not in run_forewarn_forked("status", env=env).stdout
 
 
 def test_the_readmes_status_reply_names_every_field_of_the_reply() -> None:
@@ -114,7 +125,9 @@ def test_a_control_timeout_of_weeks_waits_as_long_as_needed(tmp_path: Path) -> N
         assert huge.returncode == 0, huge.stderr
 
 
-def test_status_shows_what_each_notifier_failed_to_deliver(tmp_path: Path) -> None:
+def test_status_shows_what_each_notifier_failed_to_deliver(
+    tmp_path: Path, run_forewarn_forked: Forked
+) -> None:
     """A webhook receiver refusing every notice (a 401: not retried) lost each one with only a
     WARNING in the log; `forewarn status` showed nothing of notifications at all."""
     with receiver(script=[401]) as hook:
@@ -123,12 +136,12 @@ def test_status_shows_what_each_notifier_failed_to_deliver(tmp_path: Path) -> No
             agent.control({"op": "notify", "action": "drain"})
 
             def failed() -> dict[str, object] | None:
-                reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+                reply = json.loads(run_forewarn_forked("status", "--json", env=env).stdout)
                 webhook = reply["notifiers"]["webhook"]
                 return reply if webhook["failed"] == 1 else None
 
             reply = eventually(failed, what="the webhook's failure in status")
-            text = run_forewarn("status", env=env)
+            text = run_forewarn_forked("status", env=env)
     assert reply["notifiers"] == {
         "webhook": {"delivered": 0, "failed": 1, "dropped": 0, "pending": 0}
     }
@@ -138,7 +151,9 @@ def test_status_shows_what_each_notifier_failed_to_deliver(tmp_path: Path) -> No
     assert "s3cr3t" not in text.stdout
 
 
-def test_status_exits_1_naming_a_dead_part_as_healthz_does(tmp_path: Path) -> None:
+def test_status_exits_1_naming_a_dead_part_as_healthz_does(
+    tmp_path: Path, run_forewarn_forked: Forked
+) -> None:
     """The events socket file removed (a /tmp cleaner, a job cleaning the shared emptyDir):
     no new client could subscribe, /healthz answered 503, but `forewarn status`, the
     liveness probe of the Kubernetes overlays and the Docker HEALTHCHECK, said all was well
@@ -150,7 +165,7 @@ def test_status_exits_1_naming_a_dead_part_as_healthz_does(tmp_path: Path) -> No
         assert json.loads(healthy.stdout)["parts"]["events"] is True
         (tmp_path / "run" / "events").unlink()
         text = run_forewarn("status", env=env)
-        as_json = run_forewarn("status", "--json", env=env)
+        as_json = run_forewarn_forked("status", "--json", env=env)
         assert agent.proc is not None and agent.proc.poll() is None
     assert text.returncode == 1, text.stdout
     dead = [line for line in text.stdout.splitlines() if line.startswith("dead ")]
@@ -161,7 +176,7 @@ def test_status_exits_1_naming_a_dead_part_as_healthz_does(tmp_path: Path) -> No
 
 
 def test_status_names_the_clients_a_notice_is_held_for_and_their_processes(
-    tmp_path: Path,
+    tmp_path: Path, run_forewarn_forked: Forked
 ) -> None:
     """A notice held for a shell job (`forewarn wait --client ID --pid $$`) is not flushed
     until that job acks, or its process is gone: `status` showed neither the hold nor the
@@ -177,17 +192,19 @@ def test_status_names_the_clients_a_notice_is_held_for_and_their_processes(
         assert agent.control({**here, "pid_namespace": pid_namespace()})["watched"] is True
         unwatched = {"op": "hold", "notice_id": notice["id"], "client": "train-b"}
         assert agent.control(unwatched)["held"] is True
-        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        reply = json.loads(run_forewarn_forked("status", "--json", env=env).stdout)
         assert reply["held_for"] == {notice["id"]: {"train-a": os.getpid(), "train-b": None}}
-        text = run_forewarn("status", env=env).stdout
+        text = run_forewarn_forked("status", env=env).stdout
         active = next(line for line in text.splitlines() if line.startswith("active "))
         assert f"waiting for train-a (pid {os.getpid()}), train-b" in active, active
         assert agent.control({"op": "ack", "notice_id": notice["id"], "client": "train-a"})["ok"]
-        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        reply = json.loads(run_forewarn_forked("status", "--json", env=env).stdout)
         assert reply["held_for"] == {notice["id"]: {"train-b": None}}, reply
 
 
-def test_status_after_a_restart_says_when_each_notice_was_noticed(tmp_path: Path) -> None:
+def test_status_after_a_restart_says_when_each_notice_was_noticed(
+    tmp_path: Path, run_forewarn_forked: Forked
+) -> None:
     """A restarted agent sends its restored notices again: each line's time, its `sent_at`,
     became the restart's, and an operator reading `status` after a SIGKILL read every drain
     as raised a moment ago, however long it had stood. The line says when it was noticed."""
@@ -200,8 +217,8 @@ def test_status_after_a_restart_says_when_each_notice_was_noticed(tmp_path: Path
     finally:
         first.stop(signal.SIGKILL)
     with AgentProcess(tmp_path, env=env):
-        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
-        text = run_forewarn("status", env=env).stdout
+        reply = json.loads(run_forewarn_forked("status", "--json", env=env).stdout)
+        text = run_forewarn_forked("status", env=env).stdout
     (restored,) = reply["active"]
     assert restored["noticed_at"] == notice["noticed_at"] != restored["sent_at"]
     active = next(line for line in text.splitlines() if line.startswith("active "))
