@@ -208,7 +208,13 @@ def _forked_forewarn(
     if preload not in launchers:
         base = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
         base.pop("PYTHONUNBUFFERED", None)
-        launchers[preload] = RankLauncher(preload=preload, env=base)
+        launcher = RankLauncher(preload=preload, env=base)
+        # A fork copies only the forking thread: a thread some preloaded module started
+        # (a pool, a watcher) could hold a lock each forked command would then wait on.
+        if launcher.threads != 1:
+            launcher.close()
+            raise RuntimeError(f"a CLI launcher has {launcher.threads} threads after {preload}")
+        launchers[preload] = launcher
     launcher = launchers[preload]
 
     def run(
