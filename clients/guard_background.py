@@ -348,11 +348,11 @@ class BackgroundSaves(GuardState):
     def _give_up_on(self, saver: BackgroundSaver, step: int) -> None:
         last = saver.last_durable
         log.error(
-            "forewarn: close() stops waiting for the background save of step %d: it wrote "
-            "nothing for %.0f s (a hung mount or a storage service that stopped answering?); it "
-            "is not committed, and the last durable generation is %s",
+            "forewarn: close() stops waiting for the background save of step %d: it %s (a hung "
+            "mount or a storage service that stopped answering?); it is not committed, and the "
+            "last durable generation is %s",
             step,
-            saver.stalled_seconds(),
+            saver.stall_words(saver.stalled_seconds()),
             last.name if last is not None else "none",
         )
         with self._lock:

@@ -42,6 +42,12 @@ class ObjectWriter(io.BufferedIOBase):
     beside the final save and committed after it. Once every byte is sent (the last fsync
     begun, every part uploaded) the file is finished: nothing is left to spare."""
 
+    # Whether bytes still go to the storage after the last write, telling of each block
+    # through `on_progress` (S3's parts): a waiter bounded by progress then counts a stall
+    # there too. False where what follows the last write is the storage's own flush (a local
+    # file's last fsync), which tells of no progress and may take minutes on a slow disk.
+    sends_after_writes = False
+
     def __init__(self, name: str, on_done: OnDone | None) -> None:
         super().__init__()
         self.name = name

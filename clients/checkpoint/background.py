@@ -336,6 +336,8 @@ class BackgroundSaver:
         self._durable_estimate: float | None = None
         self._moved = 0.0  # when the save in flight last started or wrote (monotonic)
         self._writes_done = False  # the save in flight has made its last write
+        # ... and its file still has bytes to send after it, whose progress is told (S3 parts)
+        self._tail_sends = False
         self._file_closed = False  # ... and its file is closed: what is left is the commit
         store.finish_on_close(self)
 
@@ -387,6 +389,7 @@ class BackgroundSaver:
         self._started = started
         self._moved = time.monotonic()
         self._writes_done = False
+        self._tail_sends = False
         self._file_closed = False
         self._thread = threading.Thread(
             target=self._run,
@@ -592,13 +595,31 @@ class BackgroundSaver:
         return self._writes_done and time.monotonic() - self._moved < CANCEL_GRACE_SECONDS
 
     def stalled_seconds(self) -> float:
-        """How long the save in flight, still writing its file, has written nothing (since it
-        started or last wrote); 0 when none is in flight or its last write is made (its file's
-        last fsync or parts and its commit are bounded by the storage's own timeouts: a slow
-        disk's last fsync of gigabytes writes nothing for minutes and is no hung save)."""
-        if self.in_flight is None or self._writes_done:
+        """How long the save in flight has written nothing and moved no byte towards the
+        storage (since it started, last wrote, or a part's connection last took a block); 0
+        when none is in flight, once its file's bytes are all sent (every part uploaded: the
+        completion and the commit are bounded by the storage's own timeouts), and after the
+        last write of a file that sends nothing after it (a local file's last fsync: a slow
+        disk's of gigabytes writes nothing for minutes and is no hung save). Parts still
+        uploading after the last write count: counted as 0 there, parts stuck on a service
+        that stopped answering held the next save(), close() and final() for botocore's
+        timeouts and retries (about 6 minutes), where the exit gave them up at its bound."""
+        if self.in_flight is None or self._file_closed:
+            return 0.0
+        if self._writes_done and not self._tail_sends:
             return 0.0
         return time.monotonic() - self._moved
+
+    def stall_words(self, stalled: float) -> str:
+        """What the save in flight has not done for `stalled` seconds, for a log line."""
+        if self._writes_done and self._tail_sends:
+            return (
+                "made its last write, but the parts it still had to upload sent nothing for "
+                f"{stalled:.0f} s"
+            )
+        if self._writes_done:
+            return f"made its last write, but its file was not closed for {stalled:.0f} s"
+        return f"wrote nothing for {stalled:.0f} s"
 
     def give_up_if_stalled(self, *, report: bool = True) -> bool:
         """When the save in flight has written nothing for `EXIT_STALL_SECONDS` (stuck in a
@@ -620,11 +641,13 @@ class BackgroundSaver:
         if committed is not None and committed is not durable_before and committed.step == step:
             return False  # it made its last write and committed before the cancel reached it
         cause = TimeoutError(
-            f"it wrote nothing for {stalled:.0f} s (a hung mount or a storage service that "
+            f"it {self.stall_words(stalled)} (a hung mount or a storage service that "
             "stopped answering?): given up, it is not committed and never will be; the last "
             f"durable generation is {committed.name if committed is not None else 'none'}"
         )
         self._error = BackgroundSaveError(step, cause)
+        if self.on_done is None:  # else the hook, or the caller raising it, says it
+            _log.error("forewarn: %s", self._error)
         if report:
             last = self.last
             stall = last.stall_seconds if last is not None and last.step == step else 0.0
@@ -632,7 +655,11 @@ class BackgroundSaver:
         return True
 
     def close(self) -> None:
-        """Wait for the in-flight save; raise its failure, if any."""
+        """Wait for the in-flight save; raise its failure, if any. Bounded by progress, as
+        the next `save()` is: one that writes or sends nothing for `EXIT_STALL_SECONDS` is
+        given up and raised as its failure."""
+        while self.in_flight is not None and not self.give_up_if_stalled():
+            self.wait(_WAIT_TICK_SECONDS)
         self.wait()
         self.check()
 
@@ -663,11 +690,11 @@ class BackgroundSaver:
             stalled = 0.0 if self._file_closed else time.monotonic() - self._moved
             if stalled >= EXIT_STALL_SECONDS:
                 _log.error(
-                    "forewarn: the background save of step %d wrote nothing for %.0f s (a hung "
-                    "mount or a storage service that stopped answering?): exiting without it; "
-                    "it is not committed, and the last durable generation is %s",
+                    "forewarn: the background save of step %d %s (a hung mount or a storage "
+                    "service that stopped answering?): exiting without it; it is not committed, "
+                    "and the last durable generation is %s",
                     step,
-                    stalled,
+                    self.stall_words(stalled),
                     self.last_durable.name if self.last_durable is not None else "none",
                 )
                 return
@@ -849,7 +876,10 @@ class BackgroundSaver:
                         job.copies.wait_all()
                     pickle.dump(snapshot, target)
                 # Its bytes are all handed over: what is left (the file's last fsync or parts,
-                # the commit) is bounded by the storage's own timeouts, not by progress.
+                # the commit) is bounded by the storage's own timeouts, not by progress;
+                # but parts still uploading tell of each block they send, and parts that
+                # send nothing are a stall (see `stalled_seconds`).
+                self._tail_sends = bool(getattr(stream, "sends_after_writes", False))
                 self._writes_done = True
                 if cancel.is_set():  # after its last write: a left-behind save never commits
                     raise _Cancelled("cancelled for the final checkpoint")

@@ -152,6 +152,8 @@ class _SentBody(io.BytesIO):
 
 
 class S3Writer(ObjectWriter):
+    sends_after_writes = True  # parts upload on their threads after the last write
+
     def __init__(self, backend: S3Backend, key: str, name: str, on_done: OnDone | None) -> None:
         super().__init__(name, on_done)
         self._backend = backend
