@@ -95,6 +95,9 @@ class CommitProtocol:
         self.backend = backend
         self.timeout = timeout
         self.poll_interval = poll_interval
+        # Generations committed whose marker's write reported an error though the marker is
+        # in place, by name, with that error: taken by the save that committed each one.
+        self.unconfirmed: dict[str, str] = {}
 
     def commit(self, request: CommitRequest) -> Manifest:
         """Make this rank's files durable, hand its part in, and return the committed
@@ -384,8 +387,27 @@ class CommitProtocol:
         )
         raw = manifest.encode()
         self.backend.put_small(f"{request.name}/{MANIFEST}", raw)
-        marker = CommitMarker.for_manifest(request.step, raw)
-        self.backend.put_small(f"{request.name}/{COMMIT}", marker.encode())
+        marker = CommitMarker.for_manifest(request.step, raw).encode()
+        try:
+            self.backend.put_small(f"{request.name}/{COMMIT}", marker)
+        except Exception as exc:
+            # The marker's rename done and the directory's fsync failed after it (EIO): it is
+            # in place and readers take the generation (latest() returns it). Reported as
+            # failed, the job was told its step was not saved while a restart resumed from it,
+            # and `last_durable` stayed behind what readers took. What is true is said:
+            # committed, and maybe not durable across a crash of the machine.
+            if not self._marker_in_place(request.name, marker):
+                raise
+            self.unconfirmed[request.name] = f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "forewarn: checkpoint %s is committed in %s and readers take it (its COMMIT "
+                "marker is in place), but writing the marker reported %s: %s; it may not be "
+                "durable yet: a crash of the machine (a power loss) may lose it",
+                request.name,
+                self.backend.url,
+                type(exc).__name__,
+                exc,
+            )
         try:
             self.backend.remove_dead_temps(request.name, [entry.name for entry in files])
         except Exception as exc:  # clean-up of a committed generation, not the commit
@@ -397,6 +419,13 @@ class CommitProtocol:
             )
         self._move_hint(request.step)
         return manifest
+
+    def _marker_in_place(self, name: str, marker: bytes) -> bool:
+        """Whether generation `name`'s COMMIT marker reads back as `marker`."""
+        try:
+            return self.backend.get_small(f"{name}/{COMMIT}") == marker
+        except Exception:
+            return False
 
     def _move_hint(self, step: int) -> None:
         # The generation is committed once its marker is written: LATEST is only a hint

@@ -79,6 +79,11 @@ class Generation:
         # Set when every file was hashed while this object was checked (latest(verify=
         # "checksums")): verify_file then need not read the bytes a second time.
         self.checksummed = False
+        # Set by the save that committed it when writing its COMMIT marker reported an error
+        # though the marker is in place (a directory's fsync failing after the rename): it
+        # is committed and readers take it, but it may not survive a crash of the machine.
+        # The error, else None.
+        self.unconfirmed: str | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -593,7 +598,9 @@ class GenerationWriter:
             manifest = self._protocol.commit(self._request(None))
             # Timed before retention runs: that is clean-up, not the save.
             self.seconds = time.monotonic() - self.started
-            self.committed = Generation(self.backend, manifest)
+            committed = Generation(self.backend, manifest)
+            committed.unconfirmed = self._protocol.unconfirmed.pop(self.name, None)
+            self.committed = committed
         except BaseException as exc:
             self.error = exc
             raise
