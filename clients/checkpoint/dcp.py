@@ -165,16 +165,28 @@ def save_dcp(
     metadata: Mapping[str, Any] | None = None,
     process_group: Any = None,
     thread_count: int = 1,
+    timeout: float | None = None,
 ) -> Generation:
     """Save `state_dict` with DCP as generation `step` on every rank; returns it committed.
 
-    Every rank of the process group calls this with the same step (as `dcp.save`)."""
+    Every rank of the process group calls this with the same step (as `dcp.save`).
+    `timeout` (a single rank's save, as `CheckpointStore.flush`'s; an exit's save, a grace
+    past its deadline): raise `CommitTimeout` once that many seconds pass without the commit
+    and the save's bytes have stopped moving towards the storage; with several ranks it is
+    not applied (DCP's collectives and the commit's cannot be left behind on one rank)."""
     needs("torch", "save_dcp")
     import torch.distributed.checkpoint as dcp
 
-    stable = StableMemory()
-    try:
-        with store.save(step, metadata=metadata, group=process_group) as gen:
+    from .background import SaveMotion
+
+    # Told of each file's bytes moving: a slow link is waited for past the timeout, as an
+    # exit's other saves are; storage that stopped answering fails it there.
+    motion = SaveMotion()
+
+    def write(gen: GenerationWriter) -> None:
+        gen.on_open = motion.watch_file
+        stable = StableMemory()
+        try:
             dcp.save(
                 state_dict,
                 storage_writer=storage_writer(gen, thread_count=thread_count, stable=stable),
@@ -182,10 +194,19 @@ def save_dcp(
                 process_group=process_group,
                 no_dist=gen.world_size == 1,
             )
-    finally:
-        stable.clear()
-    assert gen.committed is not None
-    return gen.committed
+        finally:
+            stable.clear()
+            motion.completed()
+
+    flushed = store.flush(
+        step,
+        write,
+        metadata=metadata,
+        timeout=timeout,
+        moving=motion.moving,
+        group=process_group,
+    )
+    return flushed.generation
 
 
 class DcpAsyncSave:

@@ -241,7 +241,8 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         if hooks.get("optimizer") is not None:
             saved["optimizer"] = hooks["optimizer"].state_dict()
         try:
-            generation = save_dcp(self.store, step, saved)
+            # An exit's save is bounded as the guard's own are: a grace past the deadline.
+            generation = save_dcp(self.store, step, saved, timeout=self.guard._final_timeout())
         except BaseException as error:
             self._save_failed(step, error)
             raise

@@ -8,10 +8,12 @@ import re
 import shutil
 import signal
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forewarn.protocol.timefmt import format_time, utcnow
 from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
 
 pytestmark = requires("lightning")
@@ -166,6 +168,53 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     load_dcp(latest, {"model": fresh.state_dict()})
     assert torch.equal(fresh.layer.weight, model.layer.weight)
     assert torch.equal(fresh.layer.bias, model.layer.bias)
+
+
+def test_a_dcp_exit_save_to_storage_that_stopped_answering_fails_a_grace_past_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard's own exit saves fail a grace past the terminate's deadline once they stop
+    moving (CommitTimeout, exit_code 1, the agent told); a dcp=True exit save called
+    `save_dcp` unbounded, and storage that stopped answering (every write hangs) held the
+    job until the platform's SIGKILL, saying nothing."""
+    from forewarn.clients.checkpoint import CheckpointStore, CommitTimeout, background
+    from forewarn.clients.checkpoint.local import LocalBackend
+    from forewarn.clients.demo import slow_link
+
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", 0.0)  # the grace past it
+    store = CheckpointStore(backend=slow_link(LocalBackend(str(tmp_path / "store")), 3600.0))
+    outcome: list[BaseException | None] = []
+    with AgentProcess(tmp_path) as agent:
+        callback = lit.ForewarnCallback(
+            store=store,
+            dcp=True,
+            events=agent.events,
+            control=agent.control_endpoint,
+            handle_signals=False,
+            flag_file=None,
+        )
+        data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
+        trainer = models.trainer(callback, max_steps=10_000)
+
+        def fit() -> None:
+            try:
+                trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+            except BaseException as error:
+                outcome.append(error)
+            else:
+                outcome.append(None)
+
+        thread = threading.Thread(target=fit, daemon=True)
+        thread.start()
+        eventually(lambda: trainer.global_step >= 20)
+        deadline = format_time(utcnow() + timedelta(seconds=1))
+        agent.control({"op": "notify", "action": "terminate", "deadline": deadline})
+        thread.join(40)
+    assert outcome, "the DCP exit save still ran 40 s after a deadline 1 s away"
+    assert isinstance(outcome[0], CommitTimeout), outcome
+    assert "was not committed" in str(outcome[0])
+    assert callback.exit_code == 1
+    assert store.latest() is None
 
 
 def test_dcp_needs_a_store() -> None:
