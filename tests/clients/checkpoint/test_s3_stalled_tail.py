@@ -59,6 +59,7 @@ def test_parts_stalled_after_the_last_write_are_given_up_at_the_stall_bound(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(background, "EXIT_STALL_SECONDS", STALL_BOUND)
+    before = set(threading.enumerate())  # an earlier test's threads are not this one's
     options = S3Options(endpoint_url=stalling.url, part_size=5 << 20, concurrency=2)
     store = CheckpointStore(f"s3://{bucket}/run", s3=options)
     saver = BackgroundSaver(store)
@@ -92,7 +93,9 @@ def test_parts_stalled_after_the_last_write_are_given_up_at_the_stall_bound(
             thread.join(LIMIT)
             assert not thread.is_alive(), "the save given up did not end once released"
     eventually(
-        lambda: not any(t.name.startswith("forewarn-s3") for t in threading.enumerate()),
+        lambda: (
+            not any(t.name.startswith("forewarn-s3") for t in set(threading.enumerate()) - before)
+        ),
         what="the stuck part uploads ended once released",
     )
     assert store.latest() is None  # nothing of step 7 committed
