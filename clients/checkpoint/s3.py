@@ -141,12 +141,19 @@ class _SentBody(io.BytesIO):
         super().__init__(body)  # shares the bytes until written to (never)
         self._moved = moved
         self._check = check
+        self._taken = 0  # the furthest any attempt has read
 
     def read(self, size: int | None = -1) -> bytes:
         if self._check is not None:
             self._check()
         data = super().read(size)
-        if data:
+        # A retry reads the body from the start again: bytes an earlier attempt took are no
+        # progress. Counted as such, a service that accepts connections and never answers
+        # (moto stopped with SIGSTOP) had each part's retries, one per 60 s read timeout,
+        # fill the socket buffers again, and a save was given up only after about 7 minutes
+        # instead of EXIT_STALL_SECONDS.
+        if self.tell() > self._taken:
+            self._taken = self.tell()
             self._moved()
         return data
 

@@ -19,6 +19,7 @@ from forewarn.clients.checkpoint import (
     S3Options,
     background,
 )
+from forewarn.clients.checkpoint import s3 as s3_backend
 from support import eventually
 from test_s3_stalled import StallingProxy
 
@@ -99,4 +100,39 @@ def test_parts_stalled_after_the_last_write_are_given_up_at_the_stall_bound(
         what="the stuck part uploads ended once released",
     )
     assert store.latest() is None  # nothing of step 7 committed
+    store.close()
+
+
+def test_part_retries_resending_their_bytes_do_not_count_as_progress(
+    stalling: StallingProxy, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service that accepts connections and never answers (moto stopped with SIGSTOP): each
+    part's retry, one per read timeout, reads its body from the start into fresh socket
+    buffers, and those bytes counted as progress, so a save whose parts were stalled was
+    given up only after botocore's retries (about 7 minutes in the field, EXIT_STALL_SECONDS
+    120 s against a 60 s read timeout). Here the read timeout is 1 s and the bound 4 s."""
+    monkeypatch.setattr(s3_backend, "READ_TIMEOUT", 1.0)
+    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", 4.0)
+    before = set(threading.enumerate())
+    options = S3Options(endpoint_url=stalling.url, part_size=5 << 20, concurrency=2)
+    store = CheckpointStore(f"s3://{bucket}/run", s3=options)
+    saver = BackgroundSaver(store)
+    stalling.stall = True
+    saver.save(7, {"w": bytes(12 << 20)})
+    eventually(lambda: saver._writes_done, what="the save's last write made")
+    started = time.monotonic()
+    outcome = in_thread(saver.close, LIMIT)
+    took = time.monotonic() - started
+    assert isinstance(outcome, BackgroundSaveError), outcome
+    assert "the parts it still had to upload sent nothing for 4 s" in str(outcome), outcome
+    assert took < 4.0 + 8, f"close() waited {took:.1f} s"
+    stalling.release()
+    eventually(
+        lambda: (
+            not any(t.name.startswith("forewarn-s3") for t in set(threading.enumerate()) - before)
+        ),
+        20,
+        "the stuck part uploads ended once released",
+    )
+    assert store.latest() is None
     store.close()
