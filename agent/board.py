@@ -116,7 +116,8 @@ class Entry:
     # None when not known (restored from an earlier boot): see `ages`.
     raised_clock: float | None = None
     # Its deadline by `NoticeBoard.clock`, for a deadline given as a duration (`forewarn
-    # notify --deadline 15m`): a step of the wall clock moves the wall-clock deadline with it
+    # notify --deadline 15m`), or one its watcher keeps on the boot clock (a GCP stop, from
+    # its last report): a step of the wall clock moves the wall-clock deadline with it
     # (`_follow_steps`). None for a deadline that names a moment, which a step leaves be.
     deadline_clock: float | None = None
     # A provider notice's deadline by `NoticeBoard.clock` as of its provider's last report:
@@ -429,6 +430,12 @@ class NoticeBoard:
         entry = self.entries.get(report.id)
         if deadline_clock is None and report.deadline_is_duration and report.deadline:
             report, deadline_clock = self._on_clock(report, entry)
+        elif deadline_clock is None and report.deadline_on_boot_clock and report.deadline:
+            # Its watcher keeps it on the boot clock (a GCP stop): the deadline stands as
+            # reported, and is held on `clock` from now, so that a step of the wall clock
+            # before the next report moves it (`_follow_steps`) as the watcher will. Taken
+            # for a moment, 90 minutes forward retired the hour's drain at once with a clear.
+            deadline_clock = self.clock() + (report.deadline - self.now()).total_seconds()
         action = self._action_for(report)
         if entry is not None:
             entry.deadline_clock = deadline_clock
@@ -618,7 +625,7 @@ class NoticeBoard:
             if not _deadline_moved(entry.report.deadline, moved):
                 continue
             log.warning(
-                "notice %s: the wall clock was stepped; its deadline, given as a duration, "
+                "notice %s: the wall clock was stepped; its deadline, kept on the boot clock, "
                 "moves from %s to %s",
                 entry.report.id,
                 format_time(entry.report.deadline),
@@ -783,9 +790,13 @@ class NoticeBoard:
                 # since the save made stale, a drain went out as terminate at the start.
                 report = report.model_copy(update={"deadline": self._on_the_clock(held_on_clock)})
             if held_on_clock is not None and not manual:
-                # A flag file's `5m`: its watcher, handed the report (`provider_reports`),
-                # reports it again as a duration, which the board keeps on the clock.
-                report = report.model_copy(update={"deadline_is_duration": True})
+                # A flag file's `5m` (only the local watcher gives durations): its watcher,
+                # handed the report (`provider_reports`), reports it again as a duration,
+                # which the board keeps on the clock. Any other provider's is a stop its
+                # watcher keeps on the boot clock (`Report.deadline_on_boot_clock`).
+                local = notice.provider == "local"
+                kept = "deadline_is_duration" if local else "deadline_on_boot_clock"
+                report = report.model_copy(update={kept: True})
             self.report(
                 report,
                 manual=manual,

@@ -46,6 +46,14 @@ class Report(BaseModel):
     # report, so that a step of the wall clock (NTP's first sync) moves the deadline with it,
     # as it does a `forewarn notify --deadline 15m`. Not sent to clients.
     deadline_is_duration: bool = False
+    # The watcher keeps the deadline on the boot clock itself (a GCP stop: the metadata server
+    # gives it no time, so it is counted from when the watcher read it) and moves it with a
+    # step of the wall clock, as `deadline_is_duration`'s is moved. The agent takes each such
+    # report's deadline as it is given (the watcher's wins, unlike a flag file's) and keeps
+    # it on its boot clock until the next report: a step between two reports moves it there
+    # too, rather than bringing an absolute time nearer (past, a clear; within the exit
+    # margin, a terminate an hour early). Not sent to clients.
+    deadline_on_boot_clock: bool = False
 
 
 def saved_report(item: object) -> Report:

@@ -42,9 +42,11 @@ def test_client_event_carries_every_notice_field_but_the_version() -> None:
 def test_report_is_a_notice_without_what_the_agent_stamps() -> None:
     stamped = {"v", "seq", "sent_at"}
     expected = tuple(name for name in protocol.NOTICE_FIELDS if name not in stamped)
-    # `until` (the end of the provider's window) and `deadline_is_duration` (a flag file's
-    # `5m`, kept on the boot clock) are for the agent's board alone: not sent.
-    assert tuple(Report.model_fields) == (*expected, "until", "deadline_is_duration")
+    # `until` (the end of the provider's window), `deadline_is_duration` (a flag file's
+    # `5m`, kept on the boot clock) and `deadline_on_boot_clock` (a GCP stop, kept there by
+    # its watcher) are for the agent's board alone: not sent.
+    extra = ("until", "deadline_is_duration", "deadline_on_boot_clock")
+    assert tuple(Report.model_fields) == (*expected, *extra)
 
 
 def test_actions_and_reasons_are_the_ones_every_model_accepts() -> None:

@@ -310,6 +310,7 @@ def preemption_report(preempted: bool, notice_seconds: float, now: datetime) -> 
         deadline=now + timedelta(seconds=notice_seconds),
         noticed_at=now,
         detail={"preempted": "TRUE"},
+        deadline_on_boot_clock=True,  # counted from now, kept on the boot clock (`StopClock`)
     )
 
 
@@ -356,6 +357,7 @@ def maintenance_report(
         deadline=deadline,
         noticed_at=now,
         detail={"maintenance-event": value},
+        deadline_on_boot_clock=deadline is not None,  # kept on the boot clock (`StopClock`)
     )
 
 
@@ -527,6 +529,22 @@ class NoticeTrack:
     def _keep(self, report: Report | None) -> None:
         if self.active_notices is not None:
             self.active_notices.keep(self.kind, report)
+
+
+def on_boot_clock(report: Report | None) -> Report | None:
+    """`report`, a stop (a preemption, a maintenance stop) as emitted, marked as kept on the
+    boot clock by this watcher (`StopClock`): the agent then keeps it there between reports
+    too. The reports made here are marked as made; one saved by an older agent, or the
+    agent's handed back after a restart (`restored`), is marked as it goes out. Without the
+    mark the agent took the stop for an absolute time, which a step of the wall clock brings
+    nearer: 90 minutes forward, the hour's drain was past and cleared at once, then raised
+    again by this watcher at its next answer with the deadline moved; some 60 minutes
+    forward, a terminate an hour before the stop."""
+    if report is None or report.action == "clear" or report.deadline is None:
+        return report
+    # Not a flag file's duration (an agent's notice handed back after a restart may say so):
+    # on a duration the agent's deadline wins over the watcher's, here the watcher's does.
+    return report.model_copy(update={"deadline_on_boot_clock": True, "deadline_is_duration": False})
 
 
 @dataclass(frozen=True)
@@ -724,11 +742,11 @@ class GcpWatcher:
                 # The terminate standing keeps to the boot clock too: after a restart its
                 # deadline is the saved one, a step of the wall clock since not yet followed.
                 stood = track.stand()
-                return self._follow_the_clock(track, utcnow()) or stood
+                return on_boot_clock(self._follow_the_clock(track, utcnow()) or stood)
             now = utcnow()
             report = preemption_report(preempted, self.preemption_notice_seconds(), now)
             observed = track.observe(report, {"preempted": answer.text.strip()}, answer.etag)
-            return self._follow_the_clock(track, now) or observed
+            return on_boot_clock(self._follow_the_clock(track, now) or observed)
 
         await self._long_poll(PREEMPTED_KEY, on_answer, emit)
 
@@ -758,7 +776,7 @@ class GcpWatcher:
                     else f"keeping the deadline {format_time(kept)} given before",
                 )
             observed = track.observe(report, {"maintenance-event": value}, answer.etag)
-            return self._follow_the_clock(track, now) or observed
+            return on_boot_clock(self._follow_the_clock(track, now) or observed)
 
         await self._long_poll(MAINTENANCE_KEY, on_answer, emit)
 
@@ -1047,6 +1065,7 @@ __all__ = [
     "local_gpus",
     "maintenance_report",
     "metadata_root",
+    "on_boot_clock",
     "on_this_clock",
     "parse_maintenance_event",
     "parse_notice_duration",

@@ -1139,3 +1139,90 @@ def test_a_duration_restored_after_a_step_before_the_restart_keeps_its_boot_cloc
     escalated, expired = restarted.due()
     assert [(n.action, n.deadline) for n in escalated] == [("terminate", expected)] * 2
     assert expired == []
+
+
+def _gcp_stop(deadline: datetime, **kwargs: object) -> Report:
+    """A GCP maintenance drain as its watcher emits it: kept on the boot clock."""
+    fields: dict[str, object] = {
+        "id": "gcp/maintenance-event/1",
+        "reason": "host-maintenance",
+        "provider": "gcp",
+        "deadline": deadline,
+        "noticed_at": T0,
+        "detail": {"maintenance-event": "TERMINATE_ON_HOST_MAINTENANCE"},
+        "deadline_on_boot_clock": True,
+    }
+    fields.update(kwargs)
+    return report(**fields)
+
+
+def test_a_gcp_stop_follows_a_step_of_the_wall_clock_while_the_agent_runs() -> None:
+    """TERMINATE_ON_HOST_MAINTENANCE (an hour, counted by the watcher on the boot clock), then
+    NTP stepped the wall clock forward while the agent ran. Taken as a moment, 90 min forward
+    it was past its deadline plus the grace: cleared at once, raised again by the watcher 15 s
+    later with the deadline moved; 59 to 65 min forward it went out as terminate, jobs exiting
+    an hour before the stop. Held on the boot clock from the report, it is re-sent as a drain
+    with the deadline moved, and the watcher's own move (within the tolerance) sends nothing."""
+    for step in (90, 59, 62, 65, -30):
+        wall = Clock()
+        steady = [5000.0]
+        b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda steady=steady: steady[0])
+        raised = b.report(_gcp_stop(T0 + timedelta(hours=1)))
+        assert raised is not None and raised.action == "drain"
+        wall.now = T0 + timedelta(minutes=step, seconds=10)
+        steady[0] += 10
+        assert b.due() == ([], []), step
+        (moved,) = b.take_moved()
+        assert (moved.id, moved.action) == (raised.id, "drain"), step
+        assert moved.deadline == wall.now + timedelta(seconds=3590), step
+        # The watcher's answer 15 s later, with the deadline its boot clock gives (to the
+        # millisecond, not the microsecond): the same deadline, nothing to send.
+        wall.now += timedelta(seconds=15)
+        steady[0] += 15
+        followed = moved.deadline + timedelta(milliseconds=3)  # type: ignore[operator]
+        assert b.report(_gcp_stop(followed)) is None, step
+        assert b.due() == ([], []) and b.take_moved() == [], step
+        # Escalated on the boot clock's reckoning: at the stop minus the exit margin.
+        wall.now = moved.deadline - timedelta(seconds=31)  # type: ignore[operator]
+        steady[0] = 5000.0 + 3600 - 31
+        assert b.due() == ([], []), step
+        wall.now += timedelta(seconds=2)
+        steady[0] += 2
+        (terminate,), expired = b.due()
+        assert terminate.action == "terminate" and expired == [], step
+
+
+def test_a_gcp_stop_takes_the_watchers_deadline_at_each_report() -> None:
+    """Unlike a flag file's duration, whose first reading the board keeps, a stop kept on the
+    boot clock by its watcher is taken as each report gives it (a preemption after the
+    maintenance notice, a restored stop's reading): the board's anchor moves with it."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    b.report(_gcp_stop(T0 + timedelta(hours=1)))
+    sooner = b.report(_gcp_stop(T0 + timedelta(minutes=20)))
+    assert sooner is not None and sooner.deadline == T0 + timedelta(minutes=20)
+    assert b.deadline_clocks() == {"gcp/maintenance-event/1": 1200.0}
+    wall.now = T0 + timedelta(minutes=40)  # stepped 40 min forward at once
+    assert b.due() == ([], [])
+    (moved,) = b.take_moved()
+    assert moved.deadline == wall.now + timedelta(minutes=20)
+
+
+def test_a_gcp_stop_restored_in_the_same_boot_stays_on_the_boot_clock() -> None:
+    """Saved with its reading of the boot clock, a stop comes back held there, marked as its
+    watcher's (not a flag file's duration, which the board would hold against the watcher)."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    b.report(_gcp_stop(T0 + timedelta(hours=1)))
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: steady[0])
+    wall.now = T0 + timedelta(minutes=90, seconds=30)  # stepped while the agent was down
+    steady[0] = 30.0
+    restarted.restore([], provider=b.provider_notices(), deadline_clock=b.deadline_clocks())
+    (handed,) = restarted.provider_reports("gcp")
+    assert handed.deadline_on_boot_clock and not handed.deadline_is_duration
+    [restored] = restarted.active()
+    assert restored.action == "drain"
+    assert restored.deadline == wall.now + timedelta(seconds=3570)
+    assert restarted.due() == ([], [])

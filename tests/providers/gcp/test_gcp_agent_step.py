@@ -41,7 +41,9 @@ def test_a_restored_drain_is_no_terminate_on_a_deadline_a_forward_step_made_stal
     The restored drain's wall-clock deadline was half an hour past by the stepped clock:
     it went out as terminate from the start, and a job reconnecting meanwhile exited an hour
     before the stop; the watcher's next answer (the stop kept on the boot clock) turned it
-    back into a drain. Judged on the boot clock, the deadline is still an hour away."""
+    back into a drain. Judged on the boot clock, the deadline is still an hour away: the
+    stop, held there by the agent as by its watcher (`deadline_clock` in the state), comes
+    back with its deadline moved, and the watcher's answer finds it so: nothing more is sent."""
     behind = timedelta(minutes=-90)
     with _agent(tmp_path, server, behind) as first, first.subscriber() as sub:
         sim.raise_notice("maintenance", {"type": "TERMINATE"})
@@ -49,20 +51,50 @@ def test_a_restored_drain_is_no_terminate_on_a_deadline_a_forward_step_made_stal
     assert drain["action"] == "drain"
     # The watcher's first answer after the restart is held: what a job reconnecting meanwhile
     # is sent comes from the restored notice alone.
-    held = sim.add_fault("hang", path=f"{KEYS}maintenance-event")
+    key = f"{KEYS}maintenance-event"
+    held = sim.add_fault("hang", path=key)
     with _agent(tmp_path, server, timedelta(0)) as second, second.subscriber() as rejoined:
         replayed = rejoined.notice(timeout=10)
         assert (replayed["id"], replayed["action"]) == (drain["id"], "drain"), replayed
+        left = parse_time(replayed["deadline"]) - utcnow()
+        assert abs(left - timedelta(hours=1)) < timedelta(minutes=1), replayed
         [active] = second.control({"op": "status"})["active"]
         assert active["action"] == "drain", active
+        asked = sim.requests[f"GET {key}"]
         sim.remove_fault(held)
-        moved = rejoined.notice(timeout=15)
+        eventually(lambda: sim.requests[f"GET {key}"] >= asked + 2, timeout=15, what="answers")
+        assert rejoined.drain(0.5) == []
+        [active] = second.control({"op": "status"})["active"]
+        assert (active["action"], active["deadline"]) == ("drain", replayed["deadline"]), active
+    assert "escalat" not in second.output().lower(), second.output()
+
+
+def test_a_maintenance_drain_follows_a_forward_step_while_the_agent_runs(
+    tmp_path: Path, sim: GcpSimulator, server: SimServer
+) -> None:
+    """TERMINATE_ON_HOST_MAINTENANCE (an hour) read while the VM's clock was 90 minutes
+    behind, then NTP's step forward while the agent ran. The board took the stop for a
+    moment: 30 minutes past it plus the grace, it sent `clear` at once, and the watcher
+    raised the drain again 15 s later (its long-poll) with the deadline moved; 59 to 65
+    minutes forward, a terminate an hour before the stop. Now the drain is sent again with
+    the deadline the boot clock gives, and nothing else: no clear, no terminate."""
+    shifted, offset = shifted_wall_clock(tmp_path, timedelta(minutes=-90).total_seconds())
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **shifted, **FAST)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, agent.subscriber() as sub:
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        drain = sub.notice(timeout=10)
+        assert drain["action"] == "drain", drain
+        offset.write_text("0")  # NTP's step: the agent's wall clock is 90 minutes on
+        moved = sub.notice(timeout=10)
         assert (moved["id"], moved["action"]) == (drain["id"], "drain"), moved
         left = parse_time(moved["deadline"]) - utcnow()
         assert abs(left - timedelta(hours=1)) < timedelta(minutes=1), moved
-        assert rejoined.drain(0.5) == []
-        eventually(
-            lambda: second.control({"op": "status"})["active"][0]["deadline"] == moved["deadline"],
-            what="the moved deadline in the status",
-        )
-    assert "escalat" not in second.output().lower(), second.output()
+        # Two long-polls asked since: the watcher has answered after the step and moved the
+        # stop itself, to the same deadline.
+        key = f"GET {KEYS}maintenance-event"
+        asked = sim.requests[key]
+        eventually(lambda: sim.requests[key] >= asked + 2, timeout=15, what="two more answers")
+        assert sub.drain(0.5) == []
+        [active] = agent.control({"op": "status"})["active"]
+        assert (active["action"], active["deadline"]) == ("drain", moved["deadline"]), active
+    assert "retired" not in agent.output().lower(), agent.output()
