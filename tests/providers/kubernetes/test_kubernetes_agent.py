@@ -761,7 +761,9 @@ def test_karpenters_deadline_reaches_a_job_on_the_nodes_clock_when_it_is_hours_o
             for notice in notices.values():
                 deadline = parse_time(str(notice["deadline"]))
                 left = (deadline - utcnow()).total_seconds()
-                assert 30 * 60 - 15 < left <= 30 * 60, notice
+                # Up to a second late: the skew is read from a `Date` of whole seconds
+                # (check 35a saw 1800.14 s left).
+                assert 30 * 60 - 15 < left <= 30 * 60 + 1.5, notice
                 assert notice["detail"]["clock_ahead_seconds"] == pytest.approx(-7200, abs=3)
             [health] = agent.control({"op": "status"})["health"]
             assert "2.0 h behind the Kubernetes API server" in str(health["conditions"]), health
