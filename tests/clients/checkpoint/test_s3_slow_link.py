@@ -260,7 +260,12 @@ def test_an_upload_waited_for_past_its_deadline_is_not_cut_while_its_last_parts_
     saver._started = time.monotonic() - 1.0
     final = saver.final(3, {"w": b"three"}, seconds_left=1.0)
     assert final.choice == "waited", final.reason
-    assert "last parts" in final.reason, final.reason
+    # Waited for while they moved; or, on a loaded machine whose upload thread took no block
+    # for the cancel's grace, cancelled when its bytes were all but sent and committed in the
+    # cancel's grace (check 35b): either way step 2 is not cut, as the generations show.
+    assert "last parts" in final.reason or "already committing and committed" in final.reason, (
+        final.reason
+    )
     assert final.generation.step == 3
     link.rate = None
     assert [generation.step for generation in store.generations()] == [1, 2, 3]
