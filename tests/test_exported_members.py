@@ -101,6 +101,7 @@ EXPORTS = {
         "S3Options",
         "SaveTiming",
         "StoreConfigError",
+        "StoreNotFoundError",
         "TrainingState",
         "Verification",
         "WriteCancelled",

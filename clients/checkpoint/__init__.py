@@ -24,6 +24,7 @@ from .errors import (
     GenerationRemovedError,
     InvalidNameError,
     StoreConfigError,
+    StoreNotFoundError,
     WriteCancelled,
 )
 from .generation import FlushResult, Generation, GenerationWriter, Verification
@@ -58,6 +59,7 @@ __all__ = [
     "S3Options",
     "SaveTiming",
     "StoreConfigError",
+    "StoreNotFoundError",
     "TrainingState",
     "Verification",
     "WriteCancelled",

@@ -15,6 +15,11 @@ class StoreConfigError(CheckpointError, ValueError):
     """A store URL, option or environment variable is not usable; the message names it."""
 
 
+class StoreNotFoundError(CheckpointError, FileNotFoundError):
+    """The store's S3 bucket does not exist; the message names the bucket and the prefix
+    (botocore's `NoSuchBucket` named neither)."""
+
+
 class InvalidNameError(CheckpointError, ValueError):
     """A file name inside a generation is empty, absolute, escapes it, or is reserved."""
 

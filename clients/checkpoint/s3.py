@@ -18,7 +18,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from . import s3claim
 from .backend import NO_CLAIM, RANK_CLAIM, Backend, ObjectWriter, OnDone, Progress
-from .errors import CheckpointError, StoreConfigError
+from .errors import CheckpointError, StoreConfigError, StoreNotFoundError
 from .hashing import Buffer, digest_stream
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
 from .s3claim import S3Claim, claim_name, remove_stale
@@ -476,23 +476,38 @@ class S3Backend(Backend):
     def put_small(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
-    def get_small(self, key: str) -> bytes | None:
+    @contextlib.contextmanager
+    def _bucket_named(self) -> Iterator[None]:
+        """botocore's `NoSuchBucket` as the store's own error, naming the bucket and the
+        prefix: `latest()` on a mistyped bucket said "The specified bucket does not exist"."""
         try:
-            reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            yield
         except Exception as exc:
-            if _is_missing(exc):
-                return None
+            if _error_code(exc) == "NoSuchBucket":
+                raise StoreNotFoundError(
+                    f"the bucket {self.bucket!r} does not exist (store prefix {self.prefix!r})"
+                ) from exc
             raise
-        body: bytes = reply["Body"].read()
+
+    def get_small(self, key: str) -> bytes | None:
+        with self._bucket_named():
+            try:
+                reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            except Exception as exc:
+                if _is_missing(exc):
+                    return None
+                raise
+            body: bytes = reply["Body"].read()
         return body
 
     def open_read(self, key: str) -> IO[bytes]:
-        try:
-            reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
-        except Exception as exc:
-            if _is_missing(exc):
-                raise FileNotFoundError(f"s3://{self.bucket}/{self._key(key)}") from None
-            raise
+        with self._bucket_named():
+            try:
+                reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            except Exception as exc:
+                if _is_missing(exc):
+                    raise FileNotFoundError(f"s3://{self.bucket}/{self._key(key)}") from None
+                raise
         stream: IO[bytes] = reply["Body"]
         return stream
 
@@ -500,27 +515,30 @@ class S3Backend(Backend):
         base = self._dir(prefix)
         names: list[str] = []
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=base, Delimiter="/"):
-            for common in page.get("CommonPrefixes", []):
-                names.append(common["Prefix"][len(base) :].rstrip("/"))
+        with self._bucket_named():
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    names.append(common["Prefix"][len(base) :].rstrip("/"))
         return names
 
     def list_sizes(self, prefix: str) -> dict[str, int]:
         base = self._dir(prefix)
         sizes: dict[str, int] = {}
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
-            for item in page.get("Contents", []):
-                sizes[item["Key"][len(base) :]] = int(item["Size"])
+        with self._bucket_named():
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
+                for item in page.get("Contents", []):
+                    sizes[item["Key"][len(base) :]] = int(item["Size"])
         return sizes
 
     def size_of(self, key: str) -> int | None:
-        try:
-            reply = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
-        except Exception as exc:
-            if _is_missing(exc):
-                return None
-            raise
+        with self._bucket_named():
+            try:
+                reply = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            except Exception as exc:
+                if _is_missing(exc):
+                    return None
+                raise
         return int(reply["ContentLength"])
 
     def delete(self, key: str) -> None:
