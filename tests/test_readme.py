@@ -799,3 +799,25 @@ def test_every_forewarn_unit_the_docs_name_is_one_the_project_ships() -> None:
     named = set(re.findall(r"(?<![\w@-])(forewarn[\w@-]*\.service)\b", DOCS + packaging))
     assert "forewarn-agent.service" in named, named
     assert sorted(named - shipped) == []
+
+
+def _exit_code_words() -> dict[str, str]:
+    """The README's `Exit codes:` list: each code's words."""
+    listing = README[README.index("Exit codes:") :]
+    listing = listing[: listing.index("Durations read")]
+    parts = re.split(r"\*\*(\d+)\*\*", listing)
+    return {code: words for code, words in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def test_the_exit_codes_the_readme_lists_are_the_checkpoint_command_s_too() -> None:
+    """`forewarn checkpoint get` exits 3 on an unreadable store, and `verify` 1 on a corrupt
+    generation; the README's list said 3 was only "no agent is heard (`wait`, `watch`)"."""
+    from forewarn.agent import checkpoint_cli
+    from forewarn.agent.cli import NO_AGENT_EXIT
+
+    words = _exit_code_words()
+    assert "`wait`, `watch`" in words[str(NO_AGENT_EXIT)]
+    assert "`checkpoint`" in words[str(checkpoint_cli.EXIT_UNREADABLE)]
+    assert "could not be read" in words[str(checkpoint_cli.EXIT_UNREADABLE)]
+    assert "`checkpoint verify`" in words[str(checkpoint_cli.EXIT_CORRUPT)]
+    assert "`ack`" in words["1"]
