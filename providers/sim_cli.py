@@ -236,9 +236,18 @@ def _notice(text: str) -> dict[str, Any]:
         fields = parse_fault_flag(text)
     except FaultError as error:
         raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
-    after = fields.get("after")
-    if after is not None and after < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: after must be >= 0")
+    if "after" in fields:
+        # Checked on the text as written: the seconds parsed from it made `after=31d`
+        # "got 2678400.0".
+        written = [
+            pair.partition("=")[2].strip()
+            for pair in text.split(",")[1:]
+            if pair.partition("=")[0].strip() == "after"
+        ][-1]
+        try:
+            check_after(written)
+        except SimError as error:
+            raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
     # `drift=false` is a false, not the text "false" (which any check takes for true).
     yes_no = {"true": True, "false": False}
     return {

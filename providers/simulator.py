@@ -517,6 +517,33 @@ MAX_LEAD = 10 * 365 * 86400.0
 MAX_AFTER = 30 * 86400.0
 
 
+def written_seconds(seconds: float) -> str:
+    """`seconds` as a user writes it (`30d`, `3650d`, `90s`), never in e-notation: the
+    bounds of a refusal read "up to 30d", not "2.592e+06"."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+
+
+def seconds_field(value: Any, key: str, most: float) -> float:
+    """A notice field of seconds, from 0 to `most`, given as a duration (`90s`, `15m`, `2h`)
+    or a number; SimError naming the key, the value as written and the accepted forms. The
+    message was "expected a number of seconds from 0 to 3.1536e+08" for `lead=xyz`, and
+    "got 2678400.0" for `after=31d`: neither said that durations are accepted."""
+    seconds = as_seconds(value)
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds <= most
+    ):
+        raise SimError(
+            f"{key}: expected a duration (90s, 15m, 2h, 1d) or a number of seconds, "
+            f"from 0 up to {written_seconds(most)}; got {value!r}"
+        )
+    return float(seconds)
+
+
 def refuse_unknown_fields(kind: str, fields: Mapping[str, Any], known: Sequence[str]) -> None:
     """SimError naming the fields a notice of `kind` does not have: a typo (`typ`, `acton`)
     must not quietly become the default of the field meant."""
@@ -548,16 +575,7 @@ def check_after(after: Any) -> float:
     """`after` as seconds, or SimError: a number from 0 to MAX_AFTER. A larger one (or
     Infinity) reached threading.Timer, whose thread died with OverflowError: the 202 came
     back and the notice was never raised."""
-    after = as_seconds(after)
-    if (
-        isinstance(after, bool)
-        or not isinstance(after, (int, float))
-        or not 0 <= after <= MAX_AFTER
-    ):
-        raise SimError(
-            f'"after" must be a number of seconds from 0 to {MAX_AFTER:g}, got {after!r}'
-        )
-    return float(after)
+    return seconds_field(after, "after", MAX_AFTER)
 
 
 def _after(fields: dict[str, Any]) -> float | None:

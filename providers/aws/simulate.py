@@ -42,8 +42,9 @@ from ..simulator import (
     SimRequest,
     SimResponse,
     Simulator,
-    as_seconds,
     refuse_unknown_fields,
+    seconds_field,
+    written_seconds,
     yes_or_no,
 )
 from .imds import (
@@ -157,15 +158,12 @@ def _time_value(value: Any, what: str) -> datetime:
 
 def _within_lead(seconds: float, what: str) -> float:
     if not abs(seconds) <= MAX_LEAD:
-        raise SimError(f"{what}: at most {MAX_LEAD:g} seconds from now, got {seconds!r}")
+        raise SimError(f"{what}: at most {written_seconds(MAX_LEAD)} from now, got {seconds!r} s")
     return seconds
 
 
 def _number(fields: dict[str, Any], key: str, default: float) -> float:
-    value = as_seconds(fields.get(key, default))
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LEAD:
-        raise SimError(f"{key}: expected a number of seconds from 0 to {MAX_LEAD:g}, got {value!r}")
-    return float(value)
+    return seconds_field(fields.get(key, default), key, MAX_LEAD)
 
 
 # A scheduled event's State as IMDS lists it (history entries are canceled or completed).

@@ -34,7 +34,16 @@ from typing import Any
 from forewarn.protocol.timefmt import duration_arg
 
 from ..sim_cli import Scripted, SimulatorCommand
-from ..simulator import MAX_AFTER, SimError, SimRequest, SimResponse, Simulator, as_seconds
+from ..simulator import (
+    MAX_AFTER,
+    SimError,
+    SimRequest,
+    SimResponse,
+    Simulator,
+    as_seconds,
+    seconds_field,
+    written_seconds,
+)
 from .events import EVENT_TYPES, format_not_before
 
 EVENTS_PATH = "/metadata/scheduledevents"
@@ -138,7 +147,7 @@ class AzureSimulator(Simulator):
             # never removed, or an approved one never started.
             if not 0 <= delay <= MAX_AFTER:
                 raise SimError(
-                    f"{flag} must be from 0 to {MAX_AFTER / 86400:g} days, got {delay:g} s"
+                    f"{flag} must be from 0 up to {written_seconds(MAX_AFTER)}, got {delay!r} s"
                 )
         self.removal_after = removal_after
         # Seconds an approved event stays Scheduled: approval lets Azure start it early, but
@@ -355,11 +364,15 @@ class AzureSimulator(Simulator):
         if "description" in fields:
             event["Description"] = str(fields["description"])
         if "duration_seconds" in fields:
-            duration = as_seconds(fields["duration_seconds"])
+            written = fields["duration_seconds"]
+            duration = as_seconds(written)
             if isinstance(duration, float) and duration.is_integer():
                 duration = int(duration)  # `1m` is 60.0
             if isinstance(duration, bool) or not isinstance(duration, int) or duration < -1:
-                raise SimError('"duration_seconds" must be an integer >= -1')
+                raise SimError(
+                    "duration_seconds: expected a duration (90s, 15m, 2h) or a whole number "
+                    f"of seconds, from 0 up, or -1 for unknown; got {written!r}"
+                )
             event["DurationInSeconds"] = duration
         status = fields.get("status", event["EventStatus"])
         if status not in ("Scheduled", "Started"):
@@ -369,18 +382,8 @@ class AzureSimulator(Simulator):
             event["EventStatus"] = "Started"
             event["NotBefore"] = ""
         elif "not_before_seconds" in fields:
-            seconds = as_seconds(fields["not_before_seconds"])
-            if (
-                isinstance(seconds, bool)
-                or not isinstance(seconds, (int, float))
-                or not 0 <= seconds <= MAX_AFTER
-            ):
-                # Larger (or Infinity, NaN) overflowed the NotBefore date or the start timer.
-                raise SimError(
-                    f'"not_before_seconds" must be a number of seconds from 0 to {MAX_AFTER:g}, '
-                    f"got {seconds!r}"
-                )
-            lead = float(seconds)
+            # Larger (or Infinity, NaN) overflowed the NotBefore date or the start timer.
+            lead = seconds_field(fields["not_before_seconds"], "not_before_seconds", MAX_AFTER)
             event["EventStatus"] = "Scheduled"
             moment = _utc_after(lead)
             event["NotBefore"] = (

@@ -43,8 +43,8 @@ from ..simulator import (
     SimRequest,
     SimResponse,
     Simulator,
-    as_seconds,
     refuse_unknown_fields,
+    seconds_field,
     yes_or_no,
 )
 
@@ -657,12 +657,7 @@ def _not_found(request: SimRequest) -> SimResponse:
 
 
 def _number(value: Any, name: str) -> float:
-    value = as_seconds(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LEAD:
-        raise SimError(
-            f'"{name}" must be a number of seconds from 0 to {MAX_LEAD:g}, got {value!r}'
-        )
-    return float(value)
+    return seconds_field(value, name, MAX_LEAD)
 
 
 # Command line and drills.

@@ -210,7 +210,7 @@ CASES = [
     (
         ["simulate", "azure", "--approval-start-after", "99999999999999"],
         {},
-        "simulate azure: --approval-start-after must be from 0 to 30 days, got 1e+14 s",
+        "simulate azure: --approval-start-after must be from 0 up to 30d, got 99999999999999.0 s",
     ),
     (["simulate", "azure", "--removal-after", "400d"], {}, "simulate azure: --removal-after must"),
     (["simulate", "kubernetes", "--notice", "bogus"], {}, "simulate kubernetes: --notice 'bog"),

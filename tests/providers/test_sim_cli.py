@@ -209,8 +209,11 @@ def test_bad_values_exit_2_with_one_line(provider: str, capsys: pytest.CaptureFi
     ("args", "named"),
     [
         (["aws", "--spot-after", "soon"], "--spot-after"),
-        (["aws", "--spot-after", "99999999999d"], '--spot-after: "after" must be a number'),
-        (["gcp", "--notice", "preempt,after=99999999d"], '"after" must be a number'),
+        (["aws", "--spot-after", "99999999999d"], "--spot-after: after: expected a duration"),
+        (
+            ["gcp", "--notice", "preempt,after=99999999d"],
+            "after: expected a duration (90s, 15m, 2h, 1d)",
+        ),
         (["aws", "--scheduled", "volcano@1h"], "volcano"),
         (["gcp", "--maintenance-kind", "REBOOT"], "--maintenance-kind"),
         (["azure", "--vmss-name", "set"], "instance-id"),

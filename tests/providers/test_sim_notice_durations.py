@@ -98,9 +98,9 @@ def test_the_control_api_takes_a_duration_for_lead_and_after() -> None:
 @pytest.mark.parametrize(
     ("provider", "argv", "says"),
     [
-        ("aws", ["--notice", "spot,lead=soon"], "lead: expected a number of seconds"),
-        ("aws", ["--notice", "spot,lead=4000d"], "lead: expected a number of seconds"),
-        ("azure", ["--vm-name", "v", "--notice", "Freeze,duration_seconds=1.5s"], "integer"),
+        ("aws", ["--notice", "spot,lead=soon"], "lead: expected a duration"),
+        ("aws", ["--notice", "spot,lead=4000d"], "lead: expected a duration"),
+        ("azure", ["--vm-name", "v", "--notice", "Freeze,duration_seconds=1.5s"], "whole number"),
     ],
 )
 def test_a_field_of_seconds_that_is_no_usable_duration_is_still_refused(
