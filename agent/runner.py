@@ -95,6 +95,8 @@ except Exception:  # running from a source tree that is not installed
     VERSION = "0.0.0"
 
 DETECT_TIMEOUT = 1.5
+# What `status` names while the runtime directory's copy of the `seq` mark is unwritten.
+SEQ_COPY_UNSAVED = "runtime-seq"
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 STOP_GRACE = 0.5
@@ -176,6 +178,16 @@ class Agent:
         self.reserve = SpaceReserve(self.state_dir / RESERVE_FILE)
         self.state_writer = StateWriter(self.state_path, self._state_written, self.reserve)
         self.seq_path = self.state_dir / SEQ_FILE
+        # A copy of the mark in the runtime directory (a tmpfs such as /run, which a checkpoint
+        # filling the state disk does not fill): a quick restart after the state directory's
+        # mark could not be written (a full disk, its reserve spent) numbered from the older
+        # mark again, and sent the `seq` numbers its predecessor had sent. Gone at a reboot,
+        # which leaves the state directory's mark, and the clock, to number from.
+        self.seq_copy_path: Path | None = (
+            None
+            if self.runtime_dir.resolve() == self.state_dir.resolve()
+            else self.runtime_dir / SEQ_FILE
+        )
         self.parts: dict[str, asyncio.Task[None]] = {}
         # Whether control answered the agent's last self-probes (see `_probe_control`).
         self.control_answers = True
@@ -366,7 +378,11 @@ class Agent:
                 unreserved.strerror or unreserved,
             )
         state = load_state(self.state_path)
-        last_seq = max(state.seq, load_seq_mark(self.seq_path))
+        last_seq = max(
+            state.seq,
+            load_seq_mark(self.seq_path),
+            load_seq_mark(self.seq_copy_path) if self.seq_copy_path is not None else 0,
+        )
         self.sequencer = Sequencer(last_seq, reserve=self._reserve_seq)
         self.board = NoticeBoard(
             self.sequencer,
@@ -1367,7 +1383,11 @@ class Agent:
 
     def _reserve_seq(self, mark: int) -> None:
         """Persist a high-water mark of `seq` before any number up to it is used: a restart,
-        even after SIGKILL, starts above it."""
+        even after SIGKILL, starts above it. The runtime directory's copy first: it holds
+        while the state directory's disk is full."""
+        copy = self.seq_copy_path
+        if copy is not None:
+            self._persist(SEQ_COPY_UNSAVED, copy, lambda: save_seq_mark(copy, mark))
         self._persist("seq", self.seq_path, lambda: save_seq_mark(self.seq_path, mark))
 
     def _save(self) -> None:
@@ -1481,7 +1501,7 @@ class Agent:
         )
 
     def _retry_unsaved(self) -> None:
-        if "seq" in self._unsaved:
+        if "seq" in self._unsaved or SEQ_COPY_UNSAVED in self._unsaved:
             self._reserve_seq(self.sequencer.reserved)
         if "state" in self._unsaved:
             self._save()
