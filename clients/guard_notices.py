@@ -89,12 +89,8 @@ class NoticeRequests(GuardState):
             with self._lock:
                 self._inherited.pop(event.id, None)
                 self._undecided.pop(event.id, None)
-                self._pending["terminate"] = event.id
-                self._notice_ids.add(event.id)
                 self._events[event.id] = event
-                self._exit_by.add("notice:" + event.id)
-                self._exit = True
-                self._wake = True
+                self._ask_exit_for(event.id)
 
     def _raised_since_start(self, notice_id: str) -> bool:
         """Whether the agent raised the notice after this process started, by the notice's age
@@ -178,12 +174,8 @@ class NoticeRequests(GuardState):
                 event.noticed_at.isoformat(),
             )
             with self._lock:
-                self._pending["terminate"] = event.id
-                self._notice_ids.add(event.id)
                 self._events[event.id] = event
-                self._exit_by.add("notice:" + event.id)
-                self._exit = True
-                self._wake = True
+                self._ask_exit_for(event.id)
 
     def _inherit(self, event: Event) -> None:
         """A terminate that was in force before this job started and that an earlier client
@@ -267,11 +259,15 @@ class NoticeRequests(GuardState):
             if deadline is not None and (deadline - now).total_seconds() <= margin:
                 with self._lock:
                     self._inherited.pop(notice_id, None)
-                    self._pending["terminate"] = notice_id
-                    self._notice_ids.add(notice_id)
-                    self._exit_by.add("notice:" + notice_id)
-                    self._exit = True
-                    self._wake = True
+                    self._ask_exit_for(notice_id)
+
+    def _ask_exit_for(self, notice_id: str) -> None:
+        """With `_lock` held: the terminate `notice_id` asks this job to save and exit."""
+        self._pending["terminate"] = notice_id
+        self._notice_ids.add(notice_id)
+        self._exit_by.add("notice:" + notice_id)
+        self._exit = True
+        self._wake = True
 
 
 __all__ = ["NoticeRequests"]
