@@ -1119,7 +1119,7 @@ def test_a_duration_restored_after_a_step_before_the_restart_keeps_its_boot_cloc
     )
     b.report(raised, manual=True, deadline_clock=180.0)
     mtime_ns = int(T0.timestamp()) * 10**9
-    flag = flag_report(Path("/run/forewarn/checkpoint-now"), "3m\n", mtime_ns)
+    flag = flag_report(Path("checkpoint-now"), "3m\n", mtime_ns)
     b.report(flag.model_copy(update={"noticed_at": T0}))  # read as written
     wall.now = T0 + timedelta(hours=3, seconds=10)
     steady[0] = 10.0
