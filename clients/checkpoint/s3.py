@@ -51,6 +51,9 @@ READ_TIMEOUT = 60.0
 # SYN), so a dead one fails in about 20 s, retries included.
 CONNECT_TIMEOUT = 3.0
 RETRIES = 5
+# How long a part's retry fills its fresh connection's socket buffers before its bytes can be
+# told from progress: filling them takes milliseconds; far under any read timeout.
+RETRY_FILL_SECONDS = 2.0
 # S3 may take minutes to answer CompleteMultipartUpload for a large object (AWS documents it;
 # moto joins every part in memory first: over two minutes for 1 GiB on a loaded machine). A
 # shorter read timeout makes botocore retry a commit still in progress, and the retries fail
@@ -142,19 +145,28 @@ class _SentBody(io.BytesIO):
         self._moved = moved
         self._check = check
         self._taken = 0  # the furthest any attempt has read
+        self._retry_began: float | None = None  # when the latest retry read from the start
 
     def read(self, size: int | None = -1) -> bytes:
         if self._check is not None:
             self._check()
+        if self._taken and self.tell() == 0:
+            self._retry_began = time.monotonic()
         data = super().read(size)
         # A retry reads the body from the start again: bytes an earlier attempt took are no
         # progress. Counted as such, a service that accepts connections and never answers
         # (moto stopped with SIGSTOP) had each part's retries, one per 60 s read timeout,
         # fill the socket buffers again, and a save was given up only after about 7 minutes
-        # instead of EXIT_STALL_SECONDS.
+        # instead of EXIT_STALL_SECONDS. Nor are a retry's first moments past that point: its
+        # fresh connection's buffers take a burst at once, often a little further than the
+        # last attempt's did (4.85 MB then 5.24 MB of a 5 MiB part on loopback), and each such
+        # burst started the stall over. A link that is alive still carries the retry on after
+        # RETRY_FILL_SECONDS.
         if self.tell() > self._taken:
             self._taken = self.tell()
-            self._moved()
+            began = self._retry_began
+            if began is None or time.monotonic() - began >= RETRY_FILL_SECONDS:
+                self._moved()
         return data
 
 
