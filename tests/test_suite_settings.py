@@ -12,3 +12,47 @@ def test_property_tests_are_not_timed() -> None:
     assert active.deadline is None
     assert HealthCheck.too_slow in active.suppress_health_check
     assert HealthCheck.filter_too_much not in active.suppress_health_check
+
+
+class _Finalized:
+    """Garbage in a cycle whose finalizer runs Python code: the collector may run it in the
+    middle of an AST build, and the interpreter may switch threads there."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+    def __del__(self) -> None:
+        sum(range(2000))
+
+
+def test_ast_parse_takes_turns_across_threads() -> None:
+    """pytest's report of a failed test parses its source while a test's thread may print a
+    traceback (3.11 parses it for the carets): concurrent AST builds crashed a run under load
+    with an INTERNALERROR (python/cpython#106905). Without the turns, threads here failed
+    "AST constructor recursion depth mismatch" on 3.11.7 in every run."""
+    import ast
+    import threading
+
+    source = "def f(x):\n" + "".join(f"    x = [x, {i}, (x, {{'k': x}})]\n" for i in range(120))
+    expected = ast.dump(ast.parse(source))
+    errors: list[BaseException] = []
+    wrong: list[str] = []
+
+    def parse_often() -> None:
+        try:
+            for _ in range(25):
+                garbage = [_Finalized() for _ in range(50)]
+                del garbage
+                tree = ast.dump(ast.parse(source))
+                if tree != expected:
+                    wrong.append(tree)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=parse_often) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert not wrong
