@@ -590,9 +590,7 @@ class KubernetesWatcher:
         )
         # The deadlines are on the cluster's clock; the board and the job time them by this
         # node's: 2 h behind, Karpenter's forced termination came 2 h before the terminate.
-        current = [
-            report_on_clock(r, self.clock_ahead) if r.deadline is not None else r for r in current
-        ]
+        current = [self._on_node_clock(r) if r.deadline is not None else r for r in current]
         again = readded(previous, current) if relisted else []
         for clear in again:
             log.info("kubernetes: clear %s (its taint was added again)", clear.id)
@@ -608,6 +606,18 @@ class KubernetesWatcher:
         self.node_uid = uid or self.node_uid
         self.seen_node = True
         self.node_object = node
+
+    def _on_node_clock(self, report: Report) -> Report:
+        """`report`'s times as this node's clock reads them (`report_on_clock`). Moved by a
+        skew, its deadline is one this watcher moves with a step of the node's clock (within
+        CLOCK_CHECK, `_follow_clock`): the board holds it on the boot clock until then
+        (`deadline_on_boot_clock`). Taken for a moment, NTP's step 2 h forward put it 90 min
+        past, and the board retired it with a `clear` (a job trains on) before the watcher
+        raised it again, moved, up to 5 s later."""
+        moved = report_on_clock(report, self.clock_ahead)
+        if moved is report:
+            return report
+        return moved.model_copy(update={"deadline_on_boot_clock": True})
 
     def _apply(self, current: list[Report], emit: Emit, *, replaced: bool = False) -> None:
         # Replaced: every notice of the old object is cleared, those the new one has too: a

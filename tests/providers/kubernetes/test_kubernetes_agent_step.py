@@ -1,0 +1,116 @@
+"""A step of this node's wall clock while the agent runs, through the real agent subprocess on
+the node API simulator: the agent runs on a wall clock moved by a sitecustomize
+(`shifted_wall_clock`: `datetime.now` and `time.time`, as a node's clock is before NTP's first
+sync); the simulator's `Date` is the machine's own clock, as the API server's is right."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.providers.boot import boot_id
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, eventually, shifted_wall_clock
+from test_kubernetes_agent import _kubernetes_env, control, wait_for_watch
+
+NODE = "agent-node"
+
+
+def _clock_condition(agent: AgentProcess) -> bool:
+    [health] = agent.control({"op": "status"})["health"]
+    return "behind the Kubernetes API server" in str(health["conditions"])
+
+
+def test_karpenters_deadline_follows_ntps_step_with_no_clear_and_no_terminate(
+    tmp_path: Path,
+) -> None:
+    """This node's clock 2 h behind the cluster's, Karpenter's termination 30 min away: the
+    drains go out with their deadline 30 min from the node's now. NTP then steps the clock
+    2 h forward. The board held the deadline as a moment, now 90 min past: within a second it
+    retired both notices with a `clear` (a job trains on), and the watcher, at its next look
+    at the clock (CLOCK_CHECK, 5 s), raised them again. Held on the boot clock, the deadline
+    follows the step at once: each drain goes out again with its deadline where the step puts
+    it, and the watcher's own move finds it so. No clear, no terminate."""
+    shifted, offset = shifted_wall_clock(tmp_path, timedelta(hours=-2).total_seconds())
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    with SimServer(sim) as server:
+        env = {**_kubernetes_env(tmp_path, server), **shifted}
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with agent, agent.subscriber() as sub:
+            wait_for_watch(server)
+            termination = (utcnow() + timedelta(minutes=30)).replace(microsecond=0)
+            control(server, "karpenter", termination=termination.isoformat())
+            before: dict[str, dict[str, Any]] = {}
+            while len(before) < 2 or not all(n.get("deadline") for n in before.values()):
+                notice = sub.notice(timeout=10)
+                before[str(notice["id"])] = notice
+            for notice in before.values():
+                assert notice["action"] == "drain", notice
+                left = parse_time(str(notice["deadline"])) - utcnow()
+                assert abs(left - timedelta(hours=-1, minutes=-30)) < timedelta(minutes=1)
+            eventually(lambda: _clock_condition(agent), what="the clock condition")
+            offset.write_text("0")  # NTP's step: the agent's wall clock is 2 h on
+            stepped = time.monotonic()
+            eventually(
+                lambda: not _clock_condition(agent), timeout=20, what="the watcher's new skew"
+            )
+            # The watcher looks at the clock every 5 s: past its next look, what it moved
+            # has reached the board.
+            after = sub.drain(max(0.5, 6.0 - (time.monotonic() - stepped)))
+            after += sub.drain(1.0)
+            status = agent.control({"op": "status"})["active"]
+        actions = [(n["action"], n["id"]) for n in after]
+        assert all(action == "drain" for action, _ in actions), actions
+        assert set(before) <= {notice_id for _, notice_id in actions}, actions
+        assert {n["id"] for n in status} == set(before), status
+        for notice in status:
+            left = parse_time(str(notice["deadline"])) - utcnow()
+            assert abs(left - timedelta(minutes=30)) < timedelta(minutes=1), notice
+    assert "expired" not in agent.output(), agent.output()
+
+
+@pytest.mark.skipif(boot_id() is None, reason="the kernel gives no boot id here")
+def test_a_restart_after_ntps_step_replays_karpenters_deadline_where_the_step_put_it(
+    tmp_path: Path,
+) -> None:
+    """Karpenter's deadline sent on a node clock 2 h behind; the agent restarted (an upgrade)
+    after NTP's step forward, in the same boot, and the API server does not answer it for a
+    while. A job subscribing then is sent the restored notice before any watcher reports:
+    its deadline was the one from before the step, 90 min past by the clock now. Held on the
+    boot clock (saved as such), it comes back where the step put it: 30 min out."""
+    shifted, offset = shifted_wall_clock(tmp_path, timedelta(hours=-2).total_seconds())
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    taint = f"kubernetes/{NODE}/taint/karpenter.sh/disrupted"
+    with SimServer(sim) as server:
+        env = {**_kubernetes_env(tmp_path, server), **shifted}
+        with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as first:
+            wait_for_watch(server)
+            termination = (utcnow() + timedelta(minutes=30)).replace(microsecond=0)
+            control(server, "karpenter", termination=termination.isoformat())
+            eventually(
+                lambda: any(
+                    n["id"] == taint and n["deadline"]
+                    for n in first.control({"op": "status"})["active"]
+                ),
+                what="the taint's drain with Karpenter's deadline",
+            )
+        offset.write_text("0")  # NTP's step while the agent was down
+        hold = {"kind": "hang", "path": "/api/v1/nodes", "seconds": 15}
+        httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
+        with (
+            AgentProcess(tmp_path, providers=("kubernetes",), env=env) as second,
+            second.subscriber() as sub,
+        ):
+            replayed = {n["id"]: n for n in (sub.notice(timeout=10), sub.notice(timeout=10))}
+            assert sub.drain(0.5) == [], "more than the two restored notices"
+        assert taint in replayed, replayed
+        for notice in replayed.values():
+            assert notice["action"] == "drain", notice
+            left = parse_time(str(notice["deadline"])) - utcnow()
+            assert abs(left - timedelta(minutes=30)) < timedelta(minutes=1), notice
