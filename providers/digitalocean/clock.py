@@ -77,8 +77,18 @@ def on_droplet_clock(report: Report, ahead: timedelta) -> Report:
             detail["notice_time"] = format_time(parse_time(notice_time) + move)
     except (OverflowError, ValueError):  # a clock off by centuries: left as written
         return report
+    # Moved by a skew, the deadline is one the watcher moves with a step of the droplet's
+    # clock (within CLOCK_CHECK, `_follow_clock`): the board holds it on the boot clock until
+    # then. Taken for a moment, NTP's step 3 h forward put a reclaim 90 min out 90 min past,
+    # and the board retired it with a `clear` (a job trains on) before the watcher moved it.
+    on_boot_clock = bool(now_ahead) and deadline is not None
     return report.model_copy(
-        update={"deadline": deadline, "noticed_at": noticed_at, "detail": detail}
+        update={
+            "deadline": deadline,
+            "noticed_at": noticed_at,
+            "detail": detail,
+            "deadline_on_boot_clock": on_boot_clock,
+        }
     )
 
 

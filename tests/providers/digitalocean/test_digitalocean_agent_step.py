@@ -1,0 +1,60 @@
+"""A step of the droplet's wall clock while the agent runs, through the real agent subprocess
+with a real Dovecot and the droplet metadata simulator: the agent runs on a wall clock moved
+by a sitecustomize (`shifted_wall_clock`: `datetime.now` and `time.time`, as a droplet's clock
+is before NTP's first sync); the simulator's `Date` is the machine's own clock."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from forewarn.agent.protocol import parse_time, utcnow
+from forewarn.providers.digitalocean.simulate import DropletMetadataSimulator
+from forewarn.providers.simulator import SimServer
+from forewarn.testing.dovecot import Dovecot, MailUser
+from support import AgentProcess, eventually, shifted_wall_clock
+from test_digitalocean_agent import DROPLET_ID, do_env, reclaim_mail
+
+
+def _clock_off(agent: AgentProcess) -> bool:
+    [health] = agent.control({"op": "status"})["health"]
+    return "behind the metadata service" in str(health["conditions"])
+
+
+def test_a_reclaim_follows_ntps_step_with_no_clear(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    """The droplet's clock 3 h behind the metadata service's; a reclaim 90 min out goes out
+    with its deadline 90 min from the droplet's now. NTP then steps the clock 3 h forward.
+    The board held the deadline as a moment, 90 min past by the stepped clock: it retired the
+    reclaim with a `clear` (a job trains on) before the watcher's next look at the clock (5 s)
+    raised it again. Held on the boot clock, it follows the step at once: the drain goes out
+    again with its deadline where the step puts it. No clear, no terminate."""
+    shifted, offset = shifted_wall_clock(tmp_path, timedelta(hours=-3).total_seconds())
+    with SimServer(DropletMetadataSimulator(droplet_id=int(DROPLET_ID))) as metadata:
+        env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+        del env["FOREWARN_DIGITALOCEAN_DROPLET_ID"]  # read from metadata, with its `Date`
+        env.update(FOREWARN_DIGITALOCEAN_URL=metadata.url, **shifted)
+        agent = AgentProcess(tmp_path, ("digitalocean",), env=env)
+        with agent, agent.subscriber() as sub:
+            deadline = (utcnow() + timedelta(minutes=90)).replace(microsecond=0)
+            dovecot.append(mail_user, reclaim_mail(f"at {deadline:%Y-%m-%dT%H:%M:%SZ}"))
+            first = sub.notice(timeout=15)
+            assert first["action"] == "drain", first
+            left = parse_time(first["deadline"]) - utcnow()
+            assert abs(left - timedelta(hours=-1, minutes=-30)) < timedelta(minutes=1), first
+            eventually(lambda: _clock_off(agent), what="the clock condition")
+            offset.write_text("0")  # NTP's step: the agent's wall clock is 3 h on
+            stepped = time.monotonic()
+            eventually(lambda: not _clock_off(agent), timeout=20, what="the watcher's new skew")
+            # The watcher looks at the clock every 5 s: past its next look, what it moved
+            # has reached the board.
+            after = sub.drain(max(0.5, 6.0 - (time.monotonic() - stepped)))
+            after += sub.drain(1.0)
+            [active] = agent.control({"op": "status"})["active"]
+        sent = [(n["action"], n["id"]) for n in after]
+        assert sent and set(sent) == {("drain", first["id"])}, sent
+        assert (active["id"], active["action"]) == (first["id"], "drain"), active
+        assert abs(parse_time(active["deadline"]) - deadline) < timedelta(seconds=3), active
+    assert "expired" not in agent.output(), agent.output()
