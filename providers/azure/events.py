@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from forewarn.protocol.fields import Action, Reason
@@ -19,6 +19,7 @@ from forewarn.providers.report import Report
 
 from ..base import ParseError
 from ..httpdate import format_http_date, parse_http_date
+from ..skew import sent_skew
 from .settings import EVENT_TYPES
 
 PROVIDER = "azure"
@@ -282,9 +283,12 @@ def reports_for(
     freeze: bool,
     previous: Mapping[str, Report],
     now: datetime,
+    ahead: timedelta = timedelta(0),
 ) -> dict[str, Report]:
     """This VM's published events in `document`, by notice id. `previous` holds the reports
-    made from the last document (their deadlines survive NotBefore going empty)."""
+    made from the last document (their deadlines survive NotBefore going empty). `ahead`: how
+    far this VM's clock is ahead of Azure's, which the document's NotBefore times were moved
+    by (`watch._on_this_clock`); a deadline carried over from `previous` is moved onto it too."""
     names = frozenset(names)
     current: dict[str, Report] = {}
     for event in document.events:
@@ -294,13 +298,32 @@ def reports_for(
         report = report_for(
             event,
             freeze=freeze,
-            previous_deadline=before.deadline if before else None,
+            previous_deadline=_deadline_on_clock(before, ahead),
             now=now,
             incarnation=_incarnation(event, before, document.incarnation),
         )
+        if report is not None and ahead and report.deadline is not None:
+            # Moved by a skew, the deadline is one this watcher moves with a step of the VM's
+            # clock (at its next poll, when a `Date` shows the new skew): the board holds it on
+            # the boot clock until then, rather than as a moment a step may put hours past.
+            report = report.model_copy(update={"deadline_on_boot_clock": True})
         if report is not None:
             current[report.id] = report
     return current
+
+
+def _deadline_on_clock(before: Report | None, ahead: timedelta) -> datetime | None:
+    """The deadline of `before` on a clock `ahead` of Azure's: it was put on the clock its
+    own skew (`CLOCK_AHEAD` in its detail; none: zero) gave. A Started event keeps the
+    earliest deadline published for it; kept as it was, NTP's step 2 h forward left it 2 h
+    past, and the board retired the terminate with a `clear` while Azure still listed it."""
+    if before is None or before.deadline is None:
+        return None
+    move = ahead - (sent_skew(before) or timedelta(0))
+    try:
+        return before.deadline + move
+    except OverflowError:
+        return before.deadline
 
 
 def _incarnation(event: ScheduledEvent, before: Report | None, incarnation: int) -> int:

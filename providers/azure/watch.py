@@ -369,7 +369,12 @@ class AzureWatcher:
         else:
             shown = document
         current = reports_for(
-            shown, self.names, freeze=self.settings.freeze, previous=previous, now=now
+            shown,
+            self.names,
+            freeze=self.settings.freeze,
+            previous=previous,
+            now=now,
+            ahead=self._ahead,
         )
         if self.answered:  # until then they stand for what was reported before the restart
             self._restored = {}

@@ -22,6 +22,8 @@ from forewarn.providers.azure.events import (
     vm_names,
 )
 from forewarn.providers.base import ParseError
+from forewarn.providers.report import Report
+from forewarn.providers.skew import CLOCK_AHEAD
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -238,6 +240,41 @@ class TestMapping:
         (report,) = second.values()
         assert report.deadline == datetime(2026, 11, 30, 3, 0, 30, tzinfo=timezone.utc)
         assert report.detail["EventStatus"] == "Started"
+
+    @given(st.integers(-3 * 86400, 3 * 86400), st.integers(-3 * 86400, 3 * 86400))
+    def test_a_started_events_deadline_follows_the_skew_as_notbefore_does(
+        self, was: int, now_ahead: int
+    ) -> None:
+        """A Started event keeps the earliest deadline published for it, on the clock its
+        skew (`clock_ahead_seconds`) gave: when the skew moves (NTP's step), it moves by as
+        much, as a Scheduled event's NotBefore does. Kept as it was, a step 2 h forward left
+        it 2 h past, and the board retired the terminate while Azure still listed it."""
+        started = NOW - timedelta(seconds=30)  # on Azure's clock
+        raw = {**event("Preempt", EventStatus="Started", NotBefore="")}
+        before_ahead, ahead = timedelta(seconds=was), timedelta(seconds=now_ahead)
+        detail = {**raw, CLOCK_AHEAD: float(was)} if was else dict(raw)
+        previous = Report(
+            id="azure/" + str(raw["EventId"]),
+            action="terminate",
+            reason="eviction",
+            provider="azure",
+            deadline=started + before_ahead,
+            noticed_at=started + before_ahead,
+            detail=detail,
+        )
+        document = doc(raw, incarnation=2)
+        local_now = NOW + ahead
+        (report,) = reports_for(
+            document,
+            {"gpu-0"},
+            freeze=False,
+            previous={previous.id: previous},
+            now=local_now,
+            ahead=ahead,
+        ).values()
+        assert report.id == previous.id
+        assert report.deadline == started + ahead
+        assert report.deadline_on_boot_clock == bool(now_ahead)
 
     def test_another_events_change_leaves_the_report_as_it_was(self) -> None:
         # A neighbour's event bumps DocumentIncarnation: this VM's unchanged event keeps the
