@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
 from forewarn.protocol.flagfile import (
     MAX_FLAG_BYTES,
     FlagError,
-    flag_deadline,
     flag_deadline_is_duration,
     flag_written,
     read_flag,
@@ -38,6 +37,11 @@ log = logging.getLogger("forewarn.providers.local")
 
 FLAG_NAME = "checkpoint-now"
 
+
+# Seconds a flag file's mtime may be off what the watcher can tell of the writing (after the
+# first read, before the last look that found no file) before it is taken for a step of the
+# wall clock (`written_anchor`): a filesystem's coarse times, a look that took a while.
+FLAG_CLOCK_SLACK = 2.0
 
 # How much of a first line that is no deadline the warning shows, and how many such lines
 # are remembered so that each is warned about once.
@@ -62,15 +66,38 @@ def unread_deadline(content: str, created: datetime) -> str | None:
     return None
 
 
-def flag_report(path: Path, content: str, mtime_ns: int) -> Report:
+def written_anchor(
+    written: datetime, now: datetime, booted: float | None, empty_at: float | None
+) -> datetime:
+    """When a flag file written at `written` (its mtime, on the wall clock then) counts as
+    written, read first at `now` with the boot clock at `booted`; `empty_at`: the boot clock
+    at the watcher's last look that found no file, None when the file was there at its first.
+    The mtime, unless a step of the wall clock since the writing shows: an mtime in the
+    future (the clock stepped back), one before the last look that found no file, or one
+    before this machine booted (the clock stepped forward: NTP's first sync after a boot
+    script wrote the flag). Then the first read is the honest anchor: a `10m` written 2 h
+    before a step 2 h forward was 1 h 50 min past at once, a terminate and its clear."""
+    slack = timedelta(seconds=FLAG_CLOCK_SLACK)
+    if written > now + slack:
+        return now
+    if booted is not None:
+        # How long ago, at most, the file can have been written, by the boot clock.
+        since = booted - empty_at if empty_at is not None else booted
+        if now - written > timedelta(seconds=max(0.0, since)) + slack:
+            return now
+    return written
+
+
+def flag_report(path: Path, content: str, mtime_ns: int, written: datetime | None = None) -> Report:
     """The drain a flag file stands for. Its content may hold a deadline (RFC 3339, or a
-    duration such as `15m` counted from when the file was written, not from when it is read);
-    anything else is kept as a note (the watcher warns about it: `unread_deadline`)."""
+    duration such as `15m` counted from when the file was written, not from when it is read:
+    `written`, else its mtime; see `written_anchor`); anything else is kept as a note (the
+    watcher warns about it: `unread_deadline`)."""
     text = content.strip()
-    # The file's mtime is when someone raised the notice: as `notice_time` it lets the
-    # metrics measure how long the agent took to see it.
-    created = flag_written(mtime_ns)
-    deadline = flag_deadline(content, mtime_ns)
+    # When someone raised the notice: as `notice_time` it lets the metrics measure how long
+    # the agent took to see it.
+    created = written or flag_written(mtime_ns)
+    deadline = _deadline(text, created)
     detail: dict[str, object] = {"path": str(path), "notice_time": format_time(created)}
     if text:
         detail["content"] = text[:500]
@@ -90,6 +117,17 @@ def flag_report(path: Path, content: str, mtime_ns: int) -> Report:
         # clock, so a step of the wall clock moves the deadline with it.
         deadline_is_duration=deadline is not None and flag_deadline_is_duration(content),
     )
+
+
+def _deadline(text: str, written: datetime) -> datetime | None:
+    """The deadline the first line of `text` holds (a duration counts from `written`), or
+    None (blank, or anything else: kept as a note)."""
+    if not text:
+        return None
+    try:
+        return parse_deadline(text.splitlines()[0], now=written)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _on_boot_clock(report: Report) -> float | None:
@@ -118,6 +156,9 @@ class LocalWatcher:
         # whether it is still ahead is judged on it, which no step of the wall clock moves.
         self._deadline_at: float | None = None
         self._emit: Emit | None = None
+        # `since_boot()` at the last look that found no file: a file found later was written
+        # since (`written_anchor`).
+        self._empty_at: float | None = None
         self._warned: dict[str, None] = {}  # first lines already warned about, oldest first
 
     async def detect(self) -> bool:
@@ -150,6 +191,7 @@ class LocalWatcher:
             self.context.health.error("stat", f"{self.flag_file}: {error.strerror or error}")
             return
         if found is None:
+            self._empty_at = since_boot()
             if self.current is not None and self._report_again:
                 # Reported again, or the agent withdraws it once this watcher has answered.
                 self._report_again = False
@@ -166,7 +208,9 @@ class LocalWatcher:
                 # Written again: a new request replaces the one in force, which nothing would
                 # clear later (a flush, a retirement and the file's removal name the new id).
                 emit(self.current.model_copy(update={"action": "clear"}))
-            self.current = flag_report(self.flag_file, content or "", mtime_ns)
+            self.current = flag_report(
+                self.flag_file, content or "", mtime_ns, self._written(mtime_ns)
+            )
             self._deadline_at = _on_boot_clock(self.current)
             self._kept = self._report_again = False
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
@@ -181,6 +225,20 @@ class LocalWatcher:
                 self._warn_unread(content, mtime_ns)
             emit(self.current)
         self.context.health.success()
+
+    def _written(self, mtime_ns: int) -> datetime:
+        """When the file found with `mtime_ns` counts as written (`written_anchor`)."""
+        mtime, now = flag_written(mtime_ns), utcnow()
+        anchor = written_anchor(mtime, now, since_boot(), self._empty_at)
+        if anchor != mtime:
+            log.warning(
+                "flag file %s: its mtime %s is not when it was written by this clock (read "
+                "at %s: the clock was stepped since); a duration in it counts from now",
+                self.flag_file,
+                format_time(mtime),
+                format_time(now),
+            )
+        return anchor
 
     def _warn_unread(self, content: str, mtime_ns: int) -> None:
         # Someone who wrote `terminate 10m` or `06:00` meant a deadline: the drain raised
@@ -285,4 +343,5 @@ __all__ = [
     "flag_report",
     "read_flag",
     "unread_deadline",
+    "written_anchor",
 ]

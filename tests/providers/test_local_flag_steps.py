@@ -9,11 +9,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from forewarn.protocol.timefmt import parse_duration, parse_time
+from forewarn.protocol.timefmt import format_time, parse_duration, parse_time
 from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.local import watch
 from forewarn.providers.report import Report
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
@@ -93,3 +93,57 @@ def test_a_flags_deadline_is_a_duration_exactly_when_its_line_is_no_time(
     assert report.deadline_is_duration == (report.deadline is not None and not is_time)
     if report.deadline_is_duration:
         assert report.deadline == created + timedelta(seconds=parse_duration(first))
+
+
+_SECONDS = st.floats(-1e7, 1e7, allow_nan=False)
+
+
+@given(_SECONDS, st.floats(0, 1e7), st.one_of(st.none(), st.floats(0, 1e7)))
+def test_a_flags_anchor_is_its_mtime_unless_the_clock_shows_a_step_since(
+    written_off: float, booted: float, empty_for: float | None
+) -> None:
+    """Read at T0 with the boot clock at `booted`, a file written `written_off` seconds
+    before (negative: an mtime in the future), the watcher's last look without the file
+    `empty_for` seconds before (None: it was there at the first look, so only the boot
+    bounds it). The mtime stands where the file can have been written then; else the first
+    read is the anchor."""
+    empty_at = None if empty_for is None else max(0.0, booted - empty_for)
+    written = T0 - timedelta(seconds=written_off)
+    anchor = watch.written_anchor(written, T0, booted, empty_at)
+    since = booted - empty_at if empty_at is not None else booted
+    slack = watch.FLAG_CLOCK_SLACK
+    # Times hold microseconds: a hair from either bound is either side.
+    assume(abs(written_off + slack) > 1e-3 and abs(written_off - since - slack) > 1e-3)
+    possible = -slack <= written_off <= since + slack
+    assert anchor == (written if possible else T0)
+    assert T0 - timedelta(seconds=since + slack) <= anchor <= T0 + timedelta(seconds=slack)
+
+
+def test_without_a_boot_clock_only_an_mtime_in_the_future_is_no_anchor() -> None:
+    hour = timedelta(hours=1)
+    assert watch.written_anchor(T0 - hour, T0, None, None) == T0 - hour
+    assert watch.written_anchor(T0 + hour, T0, None, None) == T0
+
+
+@pytest.mark.parametrize("step", [timedelta(hours=2), timedelta(hours=-2)], ids=["fwd", "back"])
+def test_a_flag_written_before_a_step_and_read_after_counts_from_the_read(
+    tmp_path: Path, clocks: Clocks, step: timedelta
+) -> None:
+    """The watcher looked and found no file; `echo 10m > checkpoint-now` then, on the clock
+    before NTP's step; the step; the watcher's next look. Counted from the mtime the deadline
+    was 1 h 50 min past (forward) or 2 h 10 min away (back): it is 10 min from the read."""
+    flag = tmp_path / "checkpoint-now"
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("local"))
+    watcher = watch.LocalWatcher(flag, 0.25, context)
+    emitted: list[Report] = []
+    asyncio.run(watcher.poll(emitted.append))
+    assert emitted == []
+    flag.write_text("10m\n")
+    mtime_ns = int((clocks.wall + timedelta(seconds=0.1)).timestamp()) * 10**9
+    os.utime(flag, ns=(mtime_ns, mtime_ns))
+    clocks.step(step, 0.25)
+    asyncio.run(watcher.poll(emitted.append))
+    (raised,) = emitted
+    assert raised.deadline == clocks.wall + timedelta(minutes=10)
+    assert raised.detail["notice_time"] == format_time(clocks.wall)
+    assert raised.deadline_is_duration
