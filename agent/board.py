@@ -55,6 +55,12 @@ REMEMBERED = 256
 # An ack's `client` is any id: one made up per retry, or a script acking in a loop, grew the
 # agent by some 600 bytes an ack for as long as the notice stayed active.
 MAX_ACKED_KEPT = 8192
+# What a provider notice's deadline held on `NoticeBoard.clock` is (`deadline_kinds`): given
+# as a duration (`Report.deadline_is_duration`), or kept on the boot clock by its watcher
+# (`Report.deadline_on_boot_clock`).
+DEADLINE_DURATION = "duration"
+DEADLINE_BOOT_CLOCK = "boot-clock"
+DEADLINE_KINDS = (DEADLINE_DURATION, DEADLINE_BOOT_CLOCK)
 
 
 class Sequencer:
@@ -247,6 +253,18 @@ class NoticeBoard:
             notice_id: entry.deadline_clock
             for notice_id, entry in self.entries.items()
             if entry.deadline_clock is not None
+        }
+
+    def deadline_kinds(self) -> dict[str, str]:
+        """What each provider notice's deadline in `deadline_clocks()` is (DEADLINE_KINDS), by
+        id: saved beside them, so that a restarted agent hands its watcher the report as it
+        was, whatever its provider (`restore`)."""
+        return {
+            notice_id: DEADLINE_DURATION
+            if entry.report.deadline_is_duration
+            else DEADLINE_BOOT_CLOCK
+            for notice_id, entry in self.entries.items()
+            if entry.deadline_clock is not None and not entry.manual
         }
 
     def reported_clocks(self) -> dict[str, float]:
@@ -743,6 +761,7 @@ class NoticeBoard:
         raised_clock: Mapping[str, float] | None = None,
         deadline_clock: Mapping[str, float] | None = None,
         reported_clock: Mapping[str, float] | None = None,
+        deadline_kind: Mapping[str, str] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -766,7 +785,10 @@ class NoticeBoard:
         (`deadline_clocks()`, the same boot only): they follow a step of the wall clock, as
         before the restart. `reported_clock` are the provider notices' deadlines on that clock
         as of their last report (`reported_clocks()`, the same boot only): until its watcher
-        reports it again, a restored notice is judged on them (`_judged_deadline`)."""
+        reports it again, a restored notice is judged on them (`_judged_deadline`).
+        `deadline_kind` says what each provider notice's deadline in `deadline_clock` is
+        (`deadline_kinds()`); one not there (a file of an agent before it) is told by its
+        provider: `local`'s is a duration, any other's is kept on the boot clock."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -790,12 +812,16 @@ class NoticeBoard:
                 # since the save made stale, a drain went out as terminate at the start.
                 report = report.model_copy(update={"deadline": self._on_the_clock(held_on_clock)})
             if held_on_clock is not None and not manual:
-                # A flag file's `5m` (only the local watcher gives durations): its watcher,
-                # handed the report (`provider_reports`), reports it again as a duration,
-                # which the board keeps on the clock. Any other provider's is a stop its
-                # watcher keeps on the boot clock (`Report.deadline_on_boot_clock`).
-                local = notice.provider == "local"
-                kept = "deadline_is_duration" if local else "deadline_on_boot_clock"
+                # A flag file's `5m`: its watcher, handed the report (`provider_reports`),
+                # reports it again as a duration, which the board keeps on the clock. Any
+                # other is one its watcher keeps on the boot clock (a GCP stop, a deadline
+                # moved by a skew: `Report.deadline_on_boot_clock`).
+                kind = (deadline_kind or {}).get(notice.id)
+                if kind not in DEADLINE_KINDS:  # saved before kinds were: told by provider
+                    local = notice.provider == "local"
+                    kind = DEADLINE_DURATION if local else DEADLINE_BOOT_CLOCK
+                duration = kind == DEADLINE_DURATION
+                kept = "deadline_is_duration" if duration else "deadline_on_boot_clock"
                 report = report.model_copy(update={kept: True})
             self.report(
                 report,
@@ -1054,6 +1080,9 @@ def _minus(moment: datetime, delta: timedelta) -> datetime:
 
 __all__ = [
     "ANONYMOUS",
+    "DEADLINE_BOOT_CLOCK",
+    "DEADLINE_DURATION",
+    "DEADLINE_KINDS",
     "DEADLINE_TOLERANCE",
     "DEFAULT_GRACE",
     "DEFAULT_MANUAL_LIFETIME",

@@ -442,6 +442,7 @@ class Agent:
             reported_clock=state.reported_clock
             if saved_this_boot(state, self.boot_id, self.booted)
             else None,
+            deadline_kind=state.deadline_kind,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -1427,6 +1428,7 @@ class Agent:
                 self._booted_saved(),
                 self.board.deadline_clocks(),
                 self.board.reported_clocks(),
+                self.board.deadline_kinds(),
             )
         )
 

@@ -21,6 +21,7 @@ from forewarn.providers.boot import boot_id, one_boot, saved_boot_time
 from forewarn.providers.persist import write_kept
 from pydantic import ValidationError
 
+from .board import DEADLINE_KINDS
 from .holders import Holder
 from .protocol import MAX_FLUSH_SECONDS, Notice, client_id_problem
 
@@ -96,6 +97,12 @@ class AgentState:
     # drain by the wall clock alone, and after NTP's step forward sent a GCP maintenance drain
     # with an hour to go as a terminate until its watcher answered.
     reported_clock: dict[str, float] = field(default_factory=dict)
+    # What each provider notice's deadline in `deadline_clock` is, by id (`DEADLINE_KINDS`):
+    # a duration (the flag file's `5m`, which its watcher reports again from the file) or
+    # one on the boot clock (one its watcher keeps on the boot clock itself: a GCP stop, a
+    # deadline moved by a skew). A file without it (an agent before it) is read by provider:
+    # `local` is a duration, any other is kept on the boot clock.
+    deadline_kind: dict[str, str] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -178,7 +185,18 @@ def load_state(path: Path) -> AgentState:
         booted=saved_boot_time(raw.get("booted")),
         deadline_clock=_clock_readings(raw.get("deadline_clock", {})),
         reported_clock=_clock_readings(raw.get("reported_clock", {})),
+        deadline_kind=_deadline_kinds(raw.get("deadline_kind", {})),
     )
+
+
+def _deadline_kinds(raw: object) -> dict[str, str]:
+    """The saved kinds of deadline by notice id; one that is no kind this version knows is
+    left out (its notice's kind is then told by its provider, as in a file without them)."""
+    return {
+        notice_id: kind
+        for notice_id, kind in (raw if isinstance(raw, dict) else {}).items()
+        if isinstance(notice_id, str) and kind in DEADLINE_KINDS
+    }
 
 
 def _clock_readings(raw: object) -> dict[str, float]:
@@ -426,6 +444,7 @@ def encode_state(state: AgentState) -> bytes:
         "raised_clock": dict(state.raised_clock),
         "deadline_clock": dict(state.deadline_clock),
         "reported_clock": dict(state.reported_clock),
+        "deadline_kind": dict(state.deadline_kind),
     }
     return json.dumps(payload, indent=1).encode()
 
