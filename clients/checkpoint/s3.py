@@ -228,9 +228,10 @@ class S3Writer(ObjectWriter):
         backend = self._backend
         self._sent += len(body)
         if self._upload_id is None:
-            reply = backend.client.create_multipart_upload(
-                Bucket=backend.bucket, Key=self._key, **self._checksum
-            )
+            with backend.bucket_named():
+                reply = backend.client.create_multipart_upload(
+                    Bucket=backend.bucket, Key=self._key, **self._checksum
+                )
             self._upload_id = reply["UploadId"]
         # Bound what is queued so a fast producer cannot pile every part up in memory.
         while len(self._parts) >= backend.concurrency + 2:
@@ -286,11 +287,12 @@ class S3Writer(ObjectWriter):
         if self._upload_id is None:
             # Its bytes moving are progress too (as a part's): a file under a part over a slow
             # link was otherwise given up as hung with its bytes flowing.
-            backend.client.put_object(
-                Bucket=backend.bucket,
-                Key=self._key,
-                Body=_SentBody(body, self._moved, self.raise_if_stopped),
-            )
+            with backend.bucket_named():
+                backend.client.put_object(
+                    Bucket=backend.bucket,
+                    Key=self._key,
+                    Body=_SentBody(body, self._moved, self.raise_if_stopped),
+                )
             return
         if body:
             self._send_part(body)
@@ -486,12 +488,14 @@ class S3Backend(Backend):
         return S3Writer(self, self._key(key), key, on_done)
 
     def put_small(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        with self.bucket_named():
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
     @contextlib.contextmanager
-    def _bucket_named(self) -> Iterator[None]:
+    def bucket_named(self) -> Iterator[None]:
         """botocore's `NoSuchBucket` as the store's own error, naming the bucket and the
-        prefix: `latest()` on a mistyped bucket said "The specified bucket does not exist"."""
+        prefix: `latest()` on a mistyped bucket said "The specified bucket does not exist",
+        and a first save there (its claim, its file) said so too."""
         try:
             yield
         except Exception as exc:
@@ -502,7 +506,7 @@ class S3Backend(Backend):
             raise
 
     def get_small(self, key: str) -> bytes | None:
-        with self._bucket_named():
+        with self.bucket_named():
             try:
                 reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
             except Exception as exc:
@@ -513,7 +517,7 @@ class S3Backend(Backend):
         return body
 
     def open_read(self, key: str) -> IO[bytes]:
-        with self._bucket_named():
+        with self.bucket_named():
             try:
                 reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
             except Exception as exc:
@@ -527,7 +531,7 @@ class S3Backend(Backend):
         base = self._dir(prefix)
         names: list[str] = []
         paginator = self.client.get_paginator("list_objects_v2")
-        with self._bucket_named():
+        with self.bucket_named():
             for page in paginator.paginate(Bucket=self.bucket, Prefix=base, Delimiter="/"):
                 for common in page.get("CommonPrefixes", []):
                     names.append(common["Prefix"][len(base) :].rstrip("/"))
@@ -537,14 +541,14 @@ class S3Backend(Backend):
         base = self._dir(prefix)
         sizes: dict[str, int] = {}
         paginator = self.client.get_paginator("list_objects_v2")
-        with self._bucket_named():
+        with self.bucket_named():
             for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
                 for item in page.get("Contents", []):
                     sizes[item["Key"][len(base) :]] = int(item["Size"])
         return sizes
 
     def size_of(self, key: str) -> int | None:
-        with self._bucket_named():
+        with self.bucket_named():
             try:
                 reply = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
             except Exception as exc:
@@ -586,7 +590,9 @@ class S3Backend(Backend):
         label = prefix if rank == 0 else f"{prefix} (rank {rank})"
         key = self._key(claim_name(prefix, rank))
         claim = S3Claim(self.client, self.bucket, key, self.url, label)
-        if claim.take():
+        with self.bucket_named():
+            taken = claim.take()
+        if taken:
             return claim.release
         # Said once: the service refused the conditional write (see `S3Claim.take`).
         self._conditional_writes = False
@@ -692,7 +698,9 @@ class S3Backend(Backend):
         aborted = 0
         claimed: dict[str, bool] = {}  # generation → a live writer's claim holds it
         paginator = self.client.get_paginator("list_multipart_uploads")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=root):
+        with self.bucket_named():
+            pages = list(paginator.paginate(Bucket=self.bucket, Prefix=root))
+        for page in pages:
             now = _service_time(page)
             for upload in page.get("Uploads", []):
                 if keep is not None and upload["Key"].startswith(keep):

@@ -29,8 +29,11 @@ def missing_bucket(s3_env: dict[str, str]) -> str:
         lambda store: store.generations(),
         lambda store: store.get(5),
         lambda store: store.restore(lambda generation: None),
+        lambda store: store.latest_hint(),
+        lambda store: store.flush(1, lambda gen: gen.write_bytes("model.pt", b"weights")),
+        lambda store: store.abort_stale_uploads(),
     ],
-    ids=["latest", "generations", "get", "restore"],
+    ids=["latest", "generations", "get", "restore", "hint", "first save", "abort"],
 )
 def test_each_read_of_a_missing_bucket_names_the_bucket_and_prefix(
     missing_bucket: str, read: Callable[[CheckpointStore], Any]
@@ -47,12 +50,44 @@ def test_each_read_of_a_missing_bucket_names_the_bucket_and_prefix(
     assert "'runs/job-1'" in message
 
 
-@pytest.mark.parametrize("command", ["ls", "verify", "get"])
+def test_a_first_background_save_into_a_missing_bucket_names_it(missing_bucket: str) -> None:
+    """A job's first save, to a mistyped bucket, failed with botocore's "An error occurred
+    (NoSuchBucket) when calling the PutObject operation: The specified bucket does not
+    exist", naming neither the bucket nor the store (its claim's write, the first request)."""
+    from forewarn.clients.checkpoint import BackgroundSaveError, BackgroundSaver
+
+    store = CheckpointStore(f"s3://{missing_bucket}/runs/job-1")
+    saver = BackgroundSaver(store)
+    try:
+        saver.save(1, {"w": b"weights"})
+        saver.wait()
+        with pytest.raises(BackgroundSaveError) as refused:
+            saver.check()
+    finally:
+        store.close()
+    assert isinstance(refused.value.cause, StoreNotFoundError)
+    assert f"the bucket {missing_bucket!r} does not exist" in str(refused.value)
+
+
+def test_a_first_save_without_conditional_writes_names_the_missing_bucket(
+    missing_bucket: str,
+) -> None:
+    """A service that refuses conditional writes takes no claim: the file's own first
+    request (a PutObject, or a multipart upload's start) meets the missing bucket."""
+    store = CheckpointStore(f"s3://{missing_bucket}/runs/job-1")
+    store.backend._conditional_writes = False  # type: ignore[attr-defined]
+    for size in (7, 6 << 20):
+        with pytest.raises(StoreNotFoundError, match=f"the bucket {missing_bucket!r}"):
+            store.flush(1, lambda gen: gen.write_bytes("model.pt", os.urandom(size)))  # noqa: B023
+    store.close()
+
+
+@pytest.mark.parametrize("command", ["ls", "show", "verify", "get", "prune"])
 def test_the_command_names_the_missing_bucket_and_exits_3(
     missing_bucket: str, command: str, tmp_path: Path
 ) -> None:
     url = f"s3://{missing_bucket}/runs/job-1"
-    argv = [url, str(tmp_path / "dest")] if command == "get" else [url]
+    argv = {"get": [url, str(tmp_path / "dest")], "prune": [url, "--keep", "1"]}.get(command, [url])
     result = subprocess.run(
         [sys.executable, "-m", "forewarn.agent.cli", "checkpoint", command, *argv],
         capture_output=True,
