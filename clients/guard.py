@@ -627,6 +627,7 @@ class CheckpointGuard(
             self._check_inherited()
             self._check_handlers()
             self._check_exit_save()
+            self._check_retry()
 
 
 __all__ = ["CheckpointGuard", "SaveResult", "exit_line"]

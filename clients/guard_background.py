@@ -25,6 +25,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("forewarn.clients")
 
+# The retry of a failed background save: the first at the next `due()`, a blip of the
+# storage's costs one step; each failure in a row after that doubles the wait, from this many
+# seconds, up to RETRY_MAX_SECONDS. Retried at the next step every time, a dead store cost a
+# snapshot copy and a failed upload every other step for as long as it stayed dead.
+RETRY_FIRST_SECONDS = 5.0
+RETRY_MAX_SECONDS = 300.0
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before the retry after `failures` background saves failed in a row."""
+    if failures <= 1:
+        return 0.0
+    return min(RETRY_FIRST_SECONDS * 2.0 ** min(failures - 2, 32), RETRY_MAX_SECONDS)
+
 
 class BackgroundSaves(GuardState):
     """The background-save side of `CheckpointGuard`."""
@@ -35,6 +49,8 @@ class BackgroundSaves(GuardState):
     _unrecorded: set[int]
     _early: dict[int, tuple[SaveTiming, Generation | None, BaseException | None]]
     _flag_step: int | None
+    _failures_in_row: int
+    _retry_at: float
 
     if TYPE_CHECKING:
         # CheckpointGuard's own, and FlagFileRequests' and ExitReporting's.
@@ -63,6 +79,10 @@ class BackgroundSaves(GuardState):
         `background` is a saver, True for one made for the store, or False for none."""
         self.saver = None
         self._failure = None
+        # Background saves failed in a row, and when (time.monotonic()) the retry they ask
+        # for is due: until then `due()` asks for no save for the retry alone.
+        self._failures_in_row = 0
+        self._retry_at = 0.0
         self._awaiting = {}
         # Background saves started whose notices save_state has not recorded yet, and the
         # completions that came first (a save of a few bytes can commit that fast): acked
@@ -259,6 +279,7 @@ class BackgroundSaves(GuardState):
     ) -> None:
         """On the saver's thread: ack the notices the save answered, now that it is durable,
         or record the failure for the next `due()` and ask for another save."""
+        retry_in, failures = 0.0, 0
         with self._lock:
             if timing.step in self._unrecorded:
                 self._early[timing.step] = (timing, generation, error)  # see _recorded
@@ -273,12 +294,17 @@ class BackgroundSaves(GuardState):
                 # The notices it answered are still owed a save: the retry acks them once it
                 # is durable (the agent releases a drain only on a "saved" ack).
                 self._notice_ids.update(owed)
-                self._wake = True
+                self._wake = True  # the next due() raises the failure (see _hold_retry)
+                self._failures_in_row += 1
+                retry_in = retry_delay(self._failures_in_row)
+                self._retry_at = time.monotonic() + retry_in
+                failures = self._failures_in_row
                 if self._exit and self._exit_code:
                     # This save answered the exit (the loop left, close() waited for it): the
                     # state of the exit is not saved, which 143 would claim (see exit_code).
                     self._exit_code = 1
             else:
+                self._failures_in_row = 0
                 self.durable_step = max(self.durable_step or 0, timing.step)
                 if timing.durable_seconds is not None:
                     self._slowest_flush = max(self._slowest_flush, timing.durable_seconds)
@@ -286,7 +312,10 @@ class BackgroundSaves(GuardState):
             self._flag_saved(error is None)
         if error is not None:
             log.error(
-                "forewarn: the background checkpoint of step %d failed: %s", timing.step, error
+                "forewarn: the background checkpoint of step %d failed: %s; %s",
+                timing.step,
+                error,
+                _next_try(retry_in, failures),
             )
         else:
             log.info(
@@ -310,6 +339,7 @@ class BackgroundSaves(GuardState):
     def _raise_failure(self) -> None:
         with self._lock:
             error, self._failure = self._failure, None
+            self._hold_retry()
         if error is not None:
             if self.saver is not None:
                 from .checkpoint.errors import CheckpointError
@@ -317,6 +347,22 @@ class BackgroundSaves(GuardState):
                 with contextlib.suppress(CheckpointError):
                     self.saver.check()  # the saver's copy of it: reported here, once
             raise error
+
+    def _hold_retry(self) -> None:
+        """Under the lock, the failure being raised: when the retry is all that asks for a
+        save and its wait is not over, the steps after this one save nothing until the ticker
+        finds it over (`_check_retry`). Anything else asking (a notice, the flag file, a
+        signal, a periodic step) sets `_wake` itself and is never held back."""
+        if set(self._pending) == {"retry"} and not self._exit:
+            self._wake = time.monotonic() >= self._retry_at
+
+    def _check_retry(self) -> None:
+        """The ticker's: a retry held back whose wait is over is due at the next step."""
+        if self._wake or "retry" not in self._pending or time.monotonic() < self._retry_at:
+            return
+        with self._lock:
+            if "retry" in self._pending:
+                self._wake = True
 
     def _wait_for_background(self, saver: BackgroundSaver) -> None:
         """close(): wait for the save in flight, however long (it is the last state there
@@ -361,4 +407,14 @@ class BackgroundSaves(GuardState):
                 self._exit_code = 1
 
 
-__all__ = ["BackgroundSaves"]
+def _next_try(retry_in: float, failures: int) -> str:
+    """What the job is told of the retry after `failures` failed saves in a row."""
+    if retry_in <= 0:
+        return "saving again at the next step"
+    return (
+        f"{failures} failed in a row: saving again in {retry_in:.0f} s (a periodic step, a "
+        "drain, the flag file or an exit saves at once)"
+    )
+
+
+__all__ = ["RETRY_FIRST_SECONDS", "RETRY_MAX_SECONDS", "BackgroundSaves", "retry_delay"]

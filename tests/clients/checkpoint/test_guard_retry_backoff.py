@@ -1,0 +1,170 @@
+"""A training loop with background saves (`CheckpointGuard(background=True)`) whose store
+fails, then recovers: S3 behind a loopback proxy that refuses every write (403 AccessDenied,
+which botocore does not retry) until told to stop. The retry of a failed save came at the
+second `due()` after it, every time: a dead store cost a snapshot copy and a failed upload
+every other step for as long as it stayed dead. Failures in a row now wait longer and longer
+for their retry, and a drain or a terminate still saves at once."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from forewarn.clients import CheckpointGuard, guard_background
+from forewarn.clients.checkpoint import BackgroundSaveError, CheckpointStore, S3Options
+from forewarn.clients.event import Event
+from s3_proxy import XML, Reply, Request, S3Proxy
+
+ACCESS_DENIED = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+    b"<Message>Access Denied</Message></Error>"
+)
+# The backoff, scaled down: the first retry at once, then 0.4 s, then 0.8 s at most.
+FIRST = 0.4
+MOST = 0.8
+# A step of the loop: a training step that takes a moment.
+STEP_SECONDS = 0.005
+
+
+class RefusingProxy(S3Proxy):
+    """Forwards reads; refuses every write while `refusing` (a store whose credentials lost
+    write access, a bucket policy changed under the job)."""
+
+    refusing = True
+
+    def answer(self, request: Request) -> Reply | None:
+        if self.refusing and request.command in ("PUT", "POST"):
+            return Reply(403, XML, ACCESS_DENIED)
+        return None
+
+
+@pytest.fixture
+def proxy(moto_endpoint: str) -> Iterator[RefusingProxy]:
+    with RefusingProxy(moto_endpoint) as server:
+        yield server
+
+
+@pytest.fixture
+def guard(proxy: RefusingProxy, bucket: str) -> Iterator[CheckpointGuard]:
+    import torch  # noqa: F401 - imported before the loop's clock runs (seconds, the first time)
+
+    store = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+    made = CheckpointGuard(
+        notices=False, handle_signals=False, flag_file=None, store=store, background=True
+    )
+    yield made
+    made.close()
+    store.close()
+
+
+def _state(step: int) -> dict[str, object]:
+    import torch
+
+    return {"w": torch.full((4,), float(step)), "step": step}
+
+
+def _notice(action: str, notice_id: str) -> Event:
+    now = datetime.now(timezone.utc)
+    return Event(
+        id=notice_id,
+        seq=1,
+        action=action,
+        reason="spot-interruption" if action == "terminate" else "rebalance-recommendation",
+        provider="aws",
+        deadline=now + timedelta(hours=1),
+        noticed_at=now,
+        sent_at=now,
+    )
+
+
+class Loop:
+    """The README's background-save loop, catching a failed save's error to carry on."""
+
+    def __init__(self, guard: CheckpointGuard) -> None:
+        self.guard = guard
+        self.step = 0
+        self.failed_at: list[float] = []  # when each failed save was raised by due()
+
+    def one_step(self) -> bool:
+        """One training step and its `due()`; whether it saved."""
+        self.step += 1
+        time.sleep(STEP_SECONDS)
+        try:
+            due = self.guard.due(self.step)
+        except BackgroundSaveError:
+            self.failed_at.append(time.monotonic())
+            return False
+        if due:
+            self.guard.save_state(self.step, _state(self.step))
+        return due
+
+    def run_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.one_step()
+
+    def until(self, done: object, what: str, timeout: float = 20.0) -> None:
+        end = time.monotonic() + timeout
+        while not done():  # type: ignore[operator]
+            assert time.monotonic() < end, f"timed out waiting for {what}"
+            self.one_step()
+
+
+def test_failed_background_saves_back_off_and_the_first_after_recovery_commits(
+    guard: CheckpointGuard,
+    proxy: RefusingProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(guard_background, "RETRY_FIRST_SECONDS", FIRST)
+    monkeypatch.setattr(guard_background, "RETRY_MAX_SECONDS", MOST)
+    loop = Loop(guard)
+    guard.request("manual")
+    with caplog.at_level(logging.ERROR, logger="forewarn.clients"):
+        loop.until(lambda: len(loop.failed_at) >= 6, "six failed saves", timeout=60)
+    # Retried at every other step, they came 0.05 s apart (37 in 3.5 s of 5 ms steps);
+    # backed off: at once, 0.4 s later, then every 0.8 s (later on a loaded machine).
+    gaps = [later - earlier for earlier, later in itertools.pairwise(loop.failed_at)]
+    assert gaps[1] >= FIRST - 0.05, gaps
+    assert all(gap >= MOST - 0.05 for gap in gaps[2:]), gaps
+    assert "saving again at the next step" in caplog.text
+    assert "failed in a row: saving again in 1 s" in caplog.text
+    assert guard.durable_step is None
+    proxy.refusing = False
+    loop.until(lambda: guard.durable_step is not None, "the retry after the recovery to commit")
+    latest = guard.store.latest() if guard.store is not None else None
+    assert latest is not None and latest.step == guard.durable_step
+    # Recovered: the next failure is retried at once again.
+    proxy.refusing = True
+    failed = len(loop.failed_at)
+    guard.request("manual")
+    loop.until(lambda: len(loop.failed_at) >= failed + 2, "a failure and its prompt retry's")
+    assert loop.failed_at[-1] - loop.failed_at[-2] < FIRST, loop.failed_at[-2:]
+    proxy.refusing = False
+    loop.until(lambda: "retry" not in guard._pending, "the retry to be made")
+    assert guard.saver is not None and guard.saver.wait() is not None
+    guard.close()
+    assert guard.exit_code == 0
+
+
+@pytest.mark.parametrize("action", ["drain", "terminate"])
+def test_a_notices_save_is_not_held_back_by_the_retrys_wait(
+    guard: CheckpointGuard, proxy: RefusingProxy, monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    monkeypatch.setattr(guard_background, "RETRY_FIRST_SECONDS", 600.0)
+    loop = Loop(guard)
+    guard.request("manual")
+    loop.until(lambda: len(loop.failed_at) >= 2, "two failures in a row")
+    loop.run_for(0.5)
+    assert len(loop.failed_at) == 2  # the third try waits 10 minutes
+    proxy.refusing = False
+    guard._on_event(_notice(action, f"aws/{action}/backoff"))
+    assert loop.one_step(), f"the {action}'s save was held back by the retry's wait"
+    assert guard.saver is not None and guard.saver.wait() is not None
+    assert guard.durable_step == loop.step
+    assert "retry" not in guard._pending  # that save answered the retry too
+    assert guard.should_exit is (action == "terminate")
