@@ -32,7 +32,8 @@ SEND_BUFFER = 64 << 10
 class SlowLink:
     """A TCP proxy to `upstream` (an http://host:port URL) carrying each connection's
     client-to-server bytes at `rate` bytes per second (None: as fast as they come), changeable
-    while it runs; `url` is its own address. `carried` counts the client bytes it forwarded."""
+    while it runs; `url` is its own address. `carried` counts the client bytes it forwarded.
+    `hold()` stops the connections open at that moment until `release()`."""
 
     def __init__(self, upstream: str, rate: float | None = None) -> None:
         parts = urlsplit(upstream)
@@ -47,6 +48,10 @@ class SlowLink:
         self._listener.listen(64)
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._closed = threading.Event()
+        # Connections whose client bytes wait (a lossy link's retransmission backoff, a
+        # stalled path): `hold()` adds the ones open then, `release()` lets them go on.
+        self._pipes: dict[socket.socket, int] = {}  # open connections: client bytes carried
+        self._held: set[socket.socket] = set()
 
     def __enter__(self) -> SlowLink:
         threading.Thread(target=self._accept, daemon=True).start()
@@ -60,6 +65,22 @@ class SlowLink:
     ) -> None:
         self._closed.set()
         self._listener.close()
+
+    def hold(self) -> None:
+        """Stop carrying the client bytes of the connections open now (new ones flow)."""
+        with self._lock:
+            self._held = set(self._pipes)
+
+    def busy(self, at_least: int) -> int:
+        """How many open connections have carried `at_least` client bytes (a part's body on
+        its way, not a small request's)."""
+        with self._lock:
+            return sum(1 for carried in self._pipes.values() if carried >= at_least)
+
+    def release(self) -> None:
+        """Carry the held connections' bytes again."""
+        with self._lock:
+            self._held = set()
 
     def _accept(self) -> None:
         while True:
@@ -75,9 +96,13 @@ class SlowLink:
         except OSError:
             client.close()
             return
+        with self._lock:
+            self._pipes[client] = 0
         try:
             while not self._closed.is_set():
-                ready, _, _ = select.select([client, server], [], [], 0.2)
+                held = client in self._held
+                watched = [server] if held else [client, server]
+                ready, _, _ = select.select(watched, [], [], 0.05 if held else 0.2)
                 for sock in ready:
                     data = sock.recv(_CHUNK if sock is client else 1 << 20)
                     if not data:
@@ -88,12 +113,15 @@ class SlowLink:
                             time.sleep(len(data) / rate)
                         with self._lock:
                             self.carried += len(data)
+                            self._pipes[client] += len(data)
                         server.sendall(data)
                     else:
                         client.sendall(data)
         except OSError:
             pass
         finally:
+            with self._lock:
+                self._pipes.pop(client, None)
             client.close()
             server.close()
 

@@ -42,6 +42,7 @@ from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
 from .manifest import check_file_name
 from .needs import needs
+from .quiet import QuietTime
 from .ranks import initialised_dist
 from .store import CheckpointStore
 
@@ -51,6 +52,13 @@ STATE_FILE = "state.pt"
 # How long a cancelled save may take to reach its next write and stop before the final save
 # goes ahead without it.
 CANCEL_GRACE_SECONDS = 1.0
+# How long the last parts of a save that `final()` waits for past the deadline may send
+# nothing before they count as stopped and are cancelled. At 1 s (the cancel's grace) parts
+# whose bytes flowed were cut: a lossy link's retransmissions back off 0.2, 0.4, 0.8, 1.6 s
+# (Linux), so a link that loses a segment or two pauses past 1 s and goes on. Counted only
+# while the process runs (see `QuietTime`): a loaded machine that schedules it late is no
+# stall of the link.
+TAIL_QUIET_SECONDS = 3.0
 # How long an exit's final save may run past the notice's deadline before it is given up as
 # hung. A deadline is the earliest the provider may take the machine, not when it does (AWS
 # and Azure often later; GCP's 30 s notice ends in a soft power-off), and a save still
@@ -533,7 +541,8 @@ class BackgroundSaver:
                 # save the time left had been judged too short for. Waited for while they
                 # move; one that stops moving is cancelled, as one still writing is.
                 tail = time.monotonic()
-                while self.in_flight is not None and self._moving_tail():
+                quiet = QuietTime(self._moved, _WAIT_TICK_SECONDS, tail)
+                while self.in_flight is not None and self._moving_tail(quiet):
                     self.wait(_WAIT_TICK_SECONDS)
                 if self.in_flight is not None:
                     choice = "cancelled"
@@ -589,10 +598,13 @@ class BackgroundSaver:
         self.last = SaveTiming(step, seconds, seconds)
         return FinalSave(choice, reason, generation, seconds, seconds)
 
-    def _moving_tail(self) -> bool:
+    def _moving_tail(self, quiet: QuietTime) -> bool:
         """Whether the save in flight has made its last write and its bytes still move (its
-        parts' blocks taken by their connections within the cancel's grace)."""
-        return self._writes_done and time.monotonic() - self._moved < CANCEL_GRACE_SECONDS
+        parts' blocks taken by their connections within `TAIL_QUIET_SECONDS`, as `quiet`
+        counts them)."""
+        if not self._writes_done:
+            return False
+        return quiet.look(self._moved, time.monotonic()) < TAIL_QUIET_SECONDS
 
     def stalled_seconds(self) -> float:
         """How long the save in flight has written nothing and moved no byte towards the
