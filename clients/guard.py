@@ -46,6 +46,7 @@ from .guard_state import TICK_SECONDS
 from .notices import Notices
 from .proctime import process_started, process_started_boot
 from .proctime import steady_seconds as steady_seconds  # imported from here before the split
+from .reclaim_exit import skip_final_collection
 from .saveresult import SaveResult
 from .steppace import StepPace
 from .workers import in_protected_worker
@@ -371,6 +372,9 @@ class CheckpointGuard(
         self._flag_recorded(step, reasons, durable)
         if answers_exit:
             self._exit_saved = (step, exit_causes(reasons, events))
+            # The rest of the lead is the exit's: Python's final sweep of the heap took a
+            # torchrun rank seconds, and torchrun was SIGKILLed waiting for it.
+            skip_final_collection()
         result = SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds)
         return result, reasons, events, exit_now and not answers_exit
 

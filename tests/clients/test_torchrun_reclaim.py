@@ -1,0 +1,168 @@
+"""A real reclaim of a real torchrun job (2 gloo ranks, 2 DataLoader workers each, an evaluation
+pass running) on a node with a real agent: the terminate notice, systemd's control-group
+SIGTERM to every process, and the SIGKILL of whatever is left at the deadline. Then the next
+job on the same node, under the same agent, which still lists the terminate."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.protocol.notifydeadline import seconds_fields
+from support import AgentProcess, eventually, free_port, requires
+
+pytestmark = requires("torch")
+
+JOB = Path(__file__).with_name("torchrun_cyclic_heap.py")
+LEAD = 8.0  # the drill's default: notice to SIGKILL
+
+
+def job_processes(mark: str) -> list[int]:
+    """The live (not zombie) processes whose environment holds `mark`: torchrun, its ranks
+    and their DataLoader workers, wherever they were re-parented."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                continue
+            if mark.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+class Torchrun:
+    """`torchrun --nproc-per-node 2` of the job in a session of its own; rank 0's JSON lines
+    read on a thread."""
+
+    def __init__(self, env: dict[str, str], store: Path, log: Path, *args: str) -> None:
+        self.mark = f"FOREWARN_TEST_JOB={uuid.uuid4().hex}"
+        key, _, value = self.mark.partition("=")
+        job_env = dict(env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", **{key: value})
+        self.log = log.open("w")
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
+        argv += ["--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+        argv += ["--master-port", str(free_port()), "--shutdown-timeout", "30", str(JOB)]
+        argv += ["--dir", str(store), "--step-time", "0.05", "--eval-every", "10"]
+        argv += ["--eval-batches", "24", "--eval-batch-time", "0.2", *args]
+        self.proc = subprocess.Popen(
+            argv,
+            env=job_env,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                event = json.loads(line)
+                self.seen.append(event)
+                self.lines.put(event)
+
+    def until(self, kind: str, timeout: float = 120.0, **match: Any) -> dict[str, Any]:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                event = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                assert self.proc.poll() is None, f"the job exited before {kind!r}: {self.seen}"
+                continue
+            if event["event"] == kind and all(event.get(k) == v for k, v in match.items()):
+                return event
+        raise AssertionError(f"no {kind!r} within {timeout:g}s: {self.seen[-5:]}")
+
+    def processes(self) -> list[int]:
+        return job_processes(self.mark)
+
+    def kill_all(self) -> None:
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        self.kill_all()
+        self.proc.wait(30)
+        self._reader.join(30)
+        self.log.close()
+
+
+@pytest.mark.slow(70)
+@pytest.mark.timeout(600)
+def test_a_reclaim_mid_evaluation_under_torchrun_ends_in_time_loses_nothing_and_resumes(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    store = tmp_path / "checkpoints"
+    # A finalizer in a reference cycle that takes longer than the lead: Python's final
+    # collection at the ranks' exit, the seconds that kept torchrun alive until the SIGKILL.
+    job_env = dict(env, CYCLE_FINALIZER_SECONDS="60")
+    with AgentProcess(tmp_path, env=env) as agent:
+        job = Torchrun(job_env, store, tmp_path / "job-1.log", "--steps", "100000")
+        try:
+            job.until("started", step=0)
+            evaluation = job.until("eval_start")
+            assert job.processes(), "no process of the job found by its mark"
+            notice: dict[str, Any] = {"op": "notify", "action": "terminate", "reason": "reclaim"}
+            notice.update(seconds_fields(LEAD))
+            sent = time.monotonic()
+            assert agent.control(notice)["ok"]
+            # systemd's KillMode=control-group: SIGTERM to every process of the unit at once.
+            for pid in job.processes():
+                os.kill(pid, signal.SIGTERM)
+            while job.proc.poll() is None and time.monotonic() < sent + LEAD:
+                time.sleep(0.02)
+            code_at_deadline = job.proc.poll()
+            job.kill_all()  # the machine goes: SIGKILL to whatever is left
+            eventually(lambda: not job.processes(), 10, "no process of the job left")
+        finally:
+            job.close()
+        log = (tmp_path / "job-1.log").read_text()
+        # torchrun ended by itself within the lead, as a rank's 143 makes it: exit 1, not the
+        # SIGKILL's -9.
+        assert code_at_deadline == 1, (code_at_deadline, log[-3000:])
+        step = evaluation["step"]
+        exit_saves = [e for e in job.seen if e["event"] == "saved" and e["exit"]]
+        assert [e["step"] for e in exit_saves] == [step], job.seen[-10:]
+        assert max(e["step"] for e in job.seen if e["event"] == "step") == step
+        assert any(e["event"] == "eval_end" and e["interrupted"] for e in job.seen)
+        # Each rank saved once for the terminate, and the store committed that one generation
+        # with both ranks' parts.
+        assert log.count(f"forewarn: exiting at step {step} on terminate") == 2, log[-3000:]
+        generations = CheckpointStore(str(store)).generations()
+        assert [g.step for g in generations] == [step]
+        assert generations[0].world_size == 2 and len(generations[0].files) >= 2
+
+        # The next job on the same node: the agent still lists the terminate (its deadline
+        # past, within the notice's grace). It resumes from the saved step and trains to its
+        # end, not stopped again by the terminate the first job acted on.
+        next_job = Torchrun(env, store, tmp_path / "job-2.log", "--steps", str(step + 12))
+        try:
+            started = next_job.until("started")
+            assert started["step"] == step and started["hash"] == exit_saves[0]["hash"]
+            done = next_job.until("done")
+            assert done["step"] == step + 12
+            assert next_job.proc.wait(60) == 0, (tmp_path / "job-2.log").read_text()[-3000:]
+        finally:
+            next_job.close()
+        assert not any(e["event"] == "exit" for e in next_job.seen), next_job.seen
