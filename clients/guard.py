@@ -198,6 +198,7 @@ class CheckpointGuard(
         # with the number of EXIT_SAVE_WARN_SECONDS it was said to be running for.
         self._due_failed: float | None = None
         self._told_running: tuple[float, int] = (0.0, 0)
+        self._exit_waiting: tuple[float, float] | None = None
         self._last_save = time.monotonic()
         self._started = self._last_save
         self._started_wall = process_started()
@@ -632,6 +633,7 @@ class CheckpointGuard(
             self._check_handlers()
             self._check_exit_save()
             self._check_retry()
+            self._check_exit_unanswered()
 
 
 __all__ = ["CheckpointGuard", "SaveResult", "exit_line"]

@@ -21,6 +21,9 @@ log = logging.getLogger("forewarn.clients")
 # An exit's save still running says so this often: after a SIGTERM, or without a store, nothing
 # bounds it, and a hung one (a stalled network filesystem) said nothing until the SIGKILL.
 EXIT_SAVE_WARN_SECONDS = 30.0
+# An exit waits for the loop's next `due` at most this long, or twice its longest recent step,
+# before the guard says the loop is late: below it a step boundary is near.
+UNANSWERED_MIN_SECONDS = 2.0
 
 
 class ExitReporting(GuardState):
@@ -31,6 +34,9 @@ class ExitReporting(GuardState):
     # The `_due_since` of an exit's save with the number of EXIT_SAVE_WARN_SECONDS it was said
     # to be running for.
     _told_running: tuple[float, int]
+    # An exit no `due` has answered yet: when the ticker first saw it, and when it was last
+    # said that the loop is late (0: not yet).
+    _exit_waiting: tuple[float, float] | None
 
     def _log_saved(
         self,
@@ -78,19 +84,6 @@ class ExitReporting(GuardState):
         with self._lock:
             reasons = dict(self._pending)
             events = [self._events[i] for i in sorted(self._notice_ids) if i in self._events]
-        left = [
-            e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None
-        ]
-        known = [value for value in left if value is not None]
-        if not known:
-            deadline = "no deadline is known: it runs until it ends or the platform kills the job"
-        elif min(known) >= 0:
-            deadline = f"the terminate's deadline is in {min(known):.0f}s"
-        else:
-            deadline = (
-                f"the terminate's deadline passed {-min(known):.0f}s ago: the platform may kill "
-                "the job before it ends"
-            )
         # "exiting at step N on <causes>; checkpoint ...": the causes.
         cause = exit_line(self._due_step, reasons, events, None).split(";")[0].split(" on ", 1)[1]
         log.warning(
@@ -98,8 +91,71 @@ class ExitReporting(GuardState):
             self._due_step,
             cause,
             told * EXIT_SAVE_WARN_SECONDS,
-            deadline,
+            _deadline_words(events, "it runs until it ends"),
         )
+
+    def _check_exit_unanswered(self) -> None:
+        """An exit asked for (terminate, signal) while the loop is away from `due` and
+        `due_in_eval` for longer than its steps take (an evaluation pass that does not call
+        `due_in_eval`, a hung data loader): only the loop can save, so nothing is, and a kill
+        at the deadline loses every step since the last save. That went unsaid: the job's log
+        ended at its last step. Said once the loop is late, then every EXIT_SAVE_WARN_SECONDS."""
+        now = time.monotonic()
+        with self._lock:
+            waiting = self._exit and self._wake and self._due_since is None and self._answers_exit()
+            reasons = dict(self._pending)
+            events = [self._events[i] for i in sorted(self._notice_ids) if i in self._events]
+        if not waiting:
+            self._exit_waiting = None
+            return
+        if self._exit_waiting is None:
+            self._exit_waiting = (now, 0.0)
+            return
+        asked, told_at = self._exit_waiting
+        away = self._pace.running(now)
+        if away is None:
+            return  # before the first `due`: a first step is answered when it ends (README)
+        late = max(UNANSWERED_MIN_SECONDS, 2 * self._pace.longest_done())
+        if away < late or now - asked < UNANSWERED_MIN_SECONDS / 2:
+            return
+        if told_at and now - told_at < EXIT_SAVE_WARN_SECONDS:
+            return
+        self._exit_waiting = (asked, now)
+        durable = self.durable_step
+        lost = (
+            f"the steps after step {durable}, the last saved, are lost"
+            if durable is not None
+            else "every step of this run is lost (it has saved nothing)"
+        )
+        log.warning(
+            "forewarn: %s asked this job to save and exit %.0fs ago, but the loop has not "
+            "called due() or due_in_eval() for %.0fs (last at step %s; its steps took up to "
+            "%.2fs): nothing is saved until it does, and %s if the platform kills the job "
+            "first (%s). An evaluation loop answers an exit when it calls "
+            "guard.due_in_eval(step) once per batch",
+            exit_causes(reasons, events),
+            now - asked,
+            away,
+            self._seen_step,
+            self._pace.longest_done(),
+            lost,
+            _deadline_words(events, "nothing bounds the wait"),
+        )
+
+
+def _deadline_words(events: list[Event], unbounded: str) -> str:
+    """The terminates' nearest deadline, in how long or how long ago it passed; `unbounded`
+    says what goes on when none is known."""
+    left = [e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None]
+    known = [value for value in left if value is not None]
+    if not known:
+        return f"no deadline is known: {unbounded} or the platform kills the job"
+    if min(known) >= 0:
+        return f"the terminate's deadline is in {min(known):.0f}s"
+    return (
+        f"the terminate's deadline passed {-min(known):.0f}s ago: the platform may kill "
+        "the job before it ends"
+    )
 
 
 def exit_line(

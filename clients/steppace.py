@@ -42,6 +42,15 @@ class StepPace:
         while self._gaps and self._gaps[0][0] < now - RECENT_SECONDS:
             self._gaps.popleft()
 
+    def running(self, now: float) -> float | None:
+        """Seconds since the loop's last `due` or `due_in_eval` call as the ticker saw it;
+        None before the first `due`."""
+        return None if self._mark is None else now - self._since
+
+    def longest_done(self) -> float:
+        """The longest recent step that has ended (0 before one has)."""
+        return max((gap for _, gap in self._gaps), default=0.0)
+
     def longest(self, now: float) -> float | None:
         """The longest recent step, or the one running now if it is longer already; None
         before the first `due` (the guard saves nothing before it anyway)."""

@@ -1,0 +1,96 @@
+"""A loop that does not reach `due` while a reclaim waits (an evaluation pass longer than the
+notice's lead, without `due_in_eval`): the guard cannot save for it. A drain, escalated by the
+agent to terminate, found the job in such a pass; the platform's SIGKILL at the deadline lost
+every step since the last save, and the job's log said nothing of it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from forewarn.protocol.notifydeadline import seconds_fields
+from support import AgentProcess, eventually
+
+JOB = """
+import logging, sys, time
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from forewarn.clients import CheckpointGuard
+
+STEP_SECONDS = float(sys.argv[1])
+guard = CheckpointGuard(every_steps=10)
+for step in range(1, 1000):
+    time.sleep(STEP_SECONDS)
+    if guard.due(step) and guard.saved(step, 0.01).exit:
+        break
+    print("step", step, flush=True)
+    if step == 15:
+        print("evaluation", flush=True)
+    if step == 15 and STEP_SECONDS < 1:
+        time.sleep(120)  # an evaluation pass that never calls guard.due_in_eval
+sys.exit(guard.exit_code)
+"""
+LEAD = 8.0
+
+
+def test_a_loop_away_from_due_past_the_escalation_is_said_before_the_kill(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    with AgentProcess(tmp_path, env=env, args=("--exit-margin", "3s")) as agent:
+        job = subprocess.Popen(
+            [sys.executable, "-c", JOB, "0.02"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=(tmp_path / "job.err").open("w"),
+            text=True,
+        )
+        try:
+            assert job.stdout is not None
+            eventually(lambda: job.stdout.readline().strip() == "evaluation", 60, "the pass")
+            notice: dict[str, Any] = {"op": "notify", "action": "drain", "reason": "reclaim"}
+            notice.update(seconds_fields(LEAD))
+            sent = time.monotonic()
+            notice_id = agent.control(notice)["notice"]["id"]
+            log = tmp_path / "job.err"
+            warned = eventually(
+                lambda: [line for line in log.read_text().splitlines() if "asked this" in line],
+                LEAD + 5,
+                "the guard's warning",
+            )
+            said_at = time.monotonic() - sent
+        finally:
+            job.send_signal(signal.SIGKILL)  # the platform's, at the deadline
+            job.wait(30)
+    line = warned[0]
+    assert said_at < LEAD, said_at
+    assert f"forewarn: terminate {notice_id} from local (reclaim) asked this job" in line
+    assert "the loop has not called due() or due_in_eval() for" in line
+    assert "(last at step 15;" in line
+    assert "the steps after step 10, the last saved, are lost" in line
+    assert "the terminate's deadline is in" in line
+    assert "guard.due_in_eval(step)" in line
+
+
+def test_a_loop_of_long_steps_is_not_called_late(tmp_path: Path, env: dict[str, str]) -> None:
+    """Steps of 2.5 s: a terminate mid-step waits up to one for its save, and that is no
+    loop away from `due`."""
+    with AgentProcess(tmp_path, env=env) as agent:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", JOB, "2.5"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        eventually(lambda: proc.stdout.readline().strip() == "step 3", 60, "three steps")
+        notice: dict[str, Any] = {"op": "notify", "action": "terminate", "reason": "reclaim"}
+        notice.update(seconds_fields(60))
+        assert agent.control(notice)["ok"]
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "on terminate local/manual/" in err and "exiting at step" in err
+    assert "asked this job" not in err, err
