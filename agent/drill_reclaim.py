@@ -661,6 +661,14 @@ class Reclaim:
         if job.proc.poll() is None:
             if cell.platform == "torchrun":
                 result.notes.append("torchrun did not end its ranks; the drill killed them")
+            elif job.tree.live() == [job.proc.pid]:
+                # Every rank had saved and exited: what the SIGKILL cut short was torchrun's
+                # own exit (its final garbage collection, 2.6-4.6 s on a loaded 2-core
+                # machine), which shows as "job exit code -9".
+                result.notes.append(
+                    "torchrun outlived its ranks, which had all exited, until the SIGKILL: "
+                    "its own exit took longer than the rest of the lead"
+                )
         else:
             # What outlives torchrun (a rank still flushing, a worker) is killed at the
             # deadline as the machine would, not given 10 s more to finish its save.

@@ -361,3 +361,42 @@ def test_a_cells_terminate_reaches_an_agent_older_than_deadline_in(tmp_path: Pat
     first, second = asked
     assert first["deadline_in"] == 1.0 and "deadline_in" not in second
     assert {**second, "deadline_in": 1.0} == first
+
+
+def test_a_torchrun_that_outlives_its_ranks_until_the_kill_is_noted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """systemd cells ended "job exit code -9" with no word on why: every rank had saved and
+    exited, and torchrun itself was still in its own exit (its final garbage collection) at
+    the SIGKILL. A stand-in torchrun with no ranks left that does not end on SIGTERM."""
+    monkeypatch.setattr(drill_reclaim, "request", lambda *args, **kwargs: {"ok": True})
+    job = Job.__new__(Job)
+    job.log = (tmp_path / "job.log").open("w")
+    job.proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            'print(\'{"event": "ready"}\', flush=True); time.sleep(60)',
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    job.tree = JobTree(job.proc.pid, set())
+    job.events = queue.Queue()
+    job.seen = []
+    job.step = 0
+    job._start_reading()
+    try:
+        job.until("ready")  # its SIGTERM handler is in place
+        result = CellResult(Cell("systemd", "mid-step", 1.0))
+        machine = types.SimpleNamespace(control="ipc:///nowhere")
+        drill_reclaim.Reclaim._reclaim(Reclaim.__new__(Reclaim), machine, job, result.cell, result)
+        assert job.proc.returncode == -signal.SIGKILL
+    finally:
+        job.close()
+    assert result.notes == [
+        "torchrun outlived its ranks, which had all exited, until the SIGKILL: its own exit "
+        "took longer than the rest of the lead"
+    ]
