@@ -18,7 +18,7 @@ from forewarn.protocol.wire import SYSTEM_RUNTIME_DIR
 from forked_ranks import RankLauncher
 from hypothesis import HealthCheck, settings
 from scheduling import long_first
-from support import agent_env
+from support import AgentProcess, agent_env
 from warm_caches import modules_to_rewrite, wants_warm_caches, warm_caches
 
 # The suite starts hundreds of Python processes (agents, simulators, CLIs, trainers, the
@@ -270,3 +270,43 @@ def run_kubernetes_drill_forked(
     run, launcher = _forked_forewarn(_cli_launchers, KUBERNETES_DRILL_PRELOAD)
     yield run
     launcher.cleanup()
+
+
+# What `forewarn agent` loads before it serves, for the providers and notifiers of the tests
+# that fork their agents (local, aws, kubernetes; the webhook, Kubernetes Events): its
+# configuration, runner, event loop, sockets and HTTP client. Not forewarn.agent.cli itself
+# (`-m` runs it afresh, and runpy warns on stderr when it is loaded).
+AGENT_PRELOAD = (
+    *CLI_PRELOAD,
+    "asyncio",
+    "email.policy",
+    "zmq.asyncio",
+    "httpx",
+    "forewarn.agent.runner",
+    "forewarn.agent.sdnotify",
+    "forewarn.agent.telemetry",
+    "forewarn.agent.logsetup",
+    "forewarn.agent.notifications.webhook",
+    "forewarn.providers.local.watch",
+    "forewarn.providers.aws.watch",
+    "forewarn.providers.kubernetes.watch",
+    "forewarn.agent.notifications.kubernetes",
+)
+
+
+@pytest.fixture
+def forked_agents(
+    _cli_launchers: dict[tuple[str, ...], RankLauncher],
+) -> Iterator[RankLauncher]:
+    """Each `AgentProcess` the test starts is forked from one launcher per pytest process
+    that loaded the agent's modules once (`AgentProcess`, tests/support.py): its own
+    process, pid, environment, sockets, signals and exit code, without the ~0.2 CPU-s of a
+    fresh interpreter's imports. For files that start many agents to check what the agent
+    does; what its start as a fresh `forewarn agent` does is checked where no test forks."""
+    _, launcher = _forked_forewarn(_cli_launchers, AGENT_PRELOAD)
+    AgentProcess.launcher = launcher
+    try:
+        yield launcher
+    finally:
+        AgentProcess.launcher = None
+        launcher.cleanup()

@@ -58,7 +58,9 @@ class LauncherGone(RuntimeError):
 class RankProcess:
     """One forked rank, used like the `subprocess.Popen` (text pipes) it replaces."""
 
-    def __init__(self, launcher: RankLauncher, pid: int, stdout: IO[str], stderr: IO[str] | None):
+    def __init__(
+        self, launcher: RankLauncher, pid: int, stdout: IO[str] | None, stderr: IO[str] | None
+    ):
         self.launcher = launcher
         self.pid = pid
         self.stdout: IO[str] | None = stdout
@@ -81,6 +83,14 @@ class RankProcess:
                 break
             self.launcher._pump(left)
         return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         if self.returncode is None:
@@ -124,6 +134,8 @@ class RankLauncher:
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         theirs.set_inheritable(True)
+        # What the launcher itself started with: a rank's interpreter set-up is this one's.
+        self.env = dict(os.environ if env is None else env)
         self._process = subprocess.Popen(
             [sys.executable, __file__, str(theirs.fileno()), *preload],
             env=env,
@@ -157,17 +169,26 @@ class RankLauncher:
         return self._process.poll() is None
 
     def start(
-        self, script: Path | str, argv: list[str], env: dict[str, str], stderr: bool = True
+        self,
+        script: Path | str,
+        argv: list[str],
+        env: dict[str, str],
+        stderr: bool = True,
+        *,
+        output: int | None = None,
+        cwd: Path | None = None,
     ) -> RankProcess:
         """Fork one rank running `script` as `__main__` with `argv` and exactly `env`;
         its stdout (and stderr, unless `stderr=False`: then it goes to the launcher's log)
-        is a pipe to this process. A `script` of the form `-m package.module` runs that
-        module as `python -m` does."""
-        pipes = [os.pipe() for _ in range(2 if stderr else 1)]
-        request = {"script": str(script), "argv": argv, "env": env}
+        is a pipe to this process, or both are the open file `output` (a descriptor, left
+        open here). It runs in `cwd`, or the launcher's working directory. A `script` of the
+        form `-m package.module` runs that module as `python -m` does."""
+        pipes = [] if output is not None else [os.pipe() for _ in range(2 if stderr else 1)]
+        sent = [output, output] if output is not None else [write for _, write in pipes]
+        request = {"script": str(script), "argv": argv, "env": env, "cwd": cwd and str(cwd)}
         message = json.dumps(request).encode() + b"\n"
         try:
-            socket.send_fds(self._sock, [message], [write for _, write in pipes])
+            socket.send_fds(self._sock, [message], sent)
         finally:
             for _, write in pipes:
                 os.close(write)
@@ -177,7 +198,12 @@ class RankLauncher:
                 os.close(read)
             raise LauncherGone(f"launcher could not fork: {reply}\n{self.log()}")
         streams = [open(read, encoding="utf-8", errors="replace") for read, _ in pipes]  # noqa: SIM115
-        rank = RankProcess(self, reply["pid"], streams[0], streams[1] if stderr else None)
+        rank = RankProcess(
+            self,
+            reply["pid"],
+            streams[0] if streams else None,
+            streams[1] if stderr and len(streams) > 1 else None,
+        )
         self._ranks[rank.pid] = rank
         if rank.pid in self._exits:
             rank.returncode = self._exits.pop(rank.pid)
@@ -250,7 +276,9 @@ class RankLauncher:
 # The launcher process.
 
 
-def _run_rank(script: str, argv: list[str], env: dict[str, str], fds: list[int]) -> None:
+def _run_rank(
+    script: str, argv: list[str], env: dict[str, str], fds: list[int], cwd: str | None
+) -> None:
     """In the forked child: become the rank, run the script as __main__, never return.
 
     Leaves as `python script.py` would, but for the C-level teardown: after the script it
@@ -264,6 +292,8 @@ def _run_rank(script: str, argv: list[str], env: dict[str, str], fds: list[int])
             os.dup2(fd, target)
         for fd in (null, *fds):
             os.close(fd)
+        if cwd is not None:
+            os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
         _as_interpreter_startup_would(env)
@@ -358,7 +388,13 @@ def launcher_main(fd: int, preload: list[str]) -> None:
                             sock.close()
                             for pidfd in children:
                                 os.close(pidfd)
-                            _run_rank(request["script"], request["argv"], request["env"], fds)
+                            _run_rank(
+                                request["script"],
+                                request["argv"],
+                                request["env"],
+                                fds,
+                                request.get("cwd"),
+                            )
                         for fd in fds:
                             os.close(fd)
                         pidfd = os.pidfd_open(pid)
