@@ -53,6 +53,10 @@ from support import (
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
 
 

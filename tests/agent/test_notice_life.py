@@ -35,6 +35,10 @@ from support import (
     running_agent,
 )
 
+# About sixty agents, each forked from a launcher that loaded the agent once
+# (`forked_agents`, tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 FAST_AWS = {
     "FOREWARN_AWS_SCHEDULED_INTERVAL": "0.2",
     "FOREWARN_AWS_SPOT_INTERVAL": "0.2",

@@ -47,6 +47,10 @@ from support import (
 )
 from webhook_receiver import Answer, receiver
 
+# About thirty-five agents, each forked from a launcher that loaded the agent once
+# (`forked_agents`, tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 SECRET_PATH = "/hooks/T000/B000/s3cr3t-token"
 
 

@@ -16,6 +16,10 @@ from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, eventually
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 FAST = {"FOREWARN_AWS_SCHEDULED_INTERVAL": "0.5", "FOREWARN_AWS_ASG_INTERVAL": "0.5"}
 
 

@@ -18,6 +18,10 @@ from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, Subscriber, agent_env, eventually
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 NODE = "agent-node"
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +31,12 @@ from support import AgentProcess, agent_env, eventually, run_forewarn
 # The drill imports the Kubernetes client library (about a second of CPU): on a loaded
 # machine that alone can take tens of seconds.
 DRILL_TIMEOUT = 90
+# The drills here fork from a process that loaded the command line and the client library
+# once (`run_kubernetes_drill_forked`, tests/conftest.py: still their own process, environment,
+# home directory, output and exit code), and so do the agents (`forked_agents`); the drill's
+# start as a fresh interpreter is test_kubernetes_drill.py's.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+Forked = Callable[..., subprocess.CompletedProcess[str]]
 NODE = "exec-node"
 EXEC_API = "client.authentication.k8s.io/v1"
 
@@ -114,7 +121,7 @@ def open_watches(server: SimServer) -> int:
 
 
 def test_drill_with_default_kubeconfig_cordons_and_the_agent_sees_it(
-    tmp_path: Path, server: SimServer
+    tmp_path: Path, server: SimServer, run_kubernetes_drill_forked: Forked
 ) -> None:
     agent_dir = tmp_path / "agent-kube"
     write_kubeconfig(agent_dir, server.url, "exec-token-1")
@@ -133,7 +140,7 @@ def test_drill_with_default_kubeconfig_cordons_and_the_agent_sees_it(
         # The operator's drill: no flags but the node; ~/.kube/config is found.
         drill_env = dict(env)
         del drill_env["KUBECONFIG"]
-        done = run_forewarn(
+        done = run_kubernetes_drill_forked(
             "drill", "kubernetes", "--node", NODE, "--yes", env=drill_env, timeout=DRILL_TIMEOUT
         )
         assert done.returncode == 0, done.stdout + done.stderr
@@ -145,7 +152,7 @@ def test_drill_with_default_kubeconfig_cordons_and_the_agent_sees_it(
         notice = sub.notice(timeout=15)
         assert (notice["action"], notice["id"]) == ("drain", f"kubernetes/{NODE}/cordon")
 
-        done = run_forewarn(
+        done = run_kubernetes_drill_forked(
             "drill",
             "kubernetes",
             "--node",
@@ -184,10 +191,12 @@ def test_agent_runs_the_plugin_again_when_its_token_is_refused(
         assert (notice["action"], notice["id"]) == ("drain", f"kubernetes/{NODE}/cordon")
 
 
-def test_drill_without_credentials_names_its_own_flags(tmp_path: Path) -> None:
+def test_drill_without_credentials_names_its_own_flags(
+    tmp_path: Path, run_kubernetes_drill_forked: Forked
+) -> None:
     env = agent_env(tmp_path, HOME=str(tmp_path / "empty-home"))
     env.pop("KUBECONFIG", None)
-    done = run_forewarn(
+    done = run_kubernetes_drill_forked(
         "drill", "kubernetes", "--node", "n1", "--yes", env=env, timeout=DRILL_TIMEOUT
     )
     assert done.returncode == 2, done.stdout + done.stderr
@@ -197,11 +206,13 @@ def test_drill_without_credentials_names_its_own_flags(tmp_path: Path) -> None:
     assert "kubernetes.kubeconfig" not in lines[0] and "kubernetes.url" not in lines[0]
 
 
-def test_drill_with_a_failing_plugin_says_so(tmp_path: Path, server: SimServer) -> None:
+def test_drill_with_a_failing_plugin_says_so(
+    tmp_path: Path, server: SimServer, run_kubernetes_drill_forked: Forked
+) -> None:
     config = write_kubeconfig(tmp_path / "kube", server.url, "exec-token-1")
     config.write_text(config.read_text().replace(sys.executable, "/bin/false"))
     env = agent_env(tmp_path, HOME=str(tmp_path), KUBECONFIG=str(config))
-    done = run_forewarn(
+    done = run_kubernetes_drill_forked(
         "drill", "kubernetes", "--node", NODE, "--yes", env=env, timeout=DRILL_TIMEOUT
     )
     assert done.returncode == 2, done.stdout + done.stderr
