@@ -76,6 +76,8 @@ settings.register_profile(
 settings.register_profile(
     "explore", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
+# The suite's draw with every example a test names (`examples()`, tests/support.py): nightly.
+settings.register_profile("thorough", settings.get_profile("forewarn"))
 settings.load_profile("forewarn")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
+import hypothesis
 import pytest
 import zmq
 from forewarn.protocol.wire import (
@@ -63,6 +64,25 @@ def _assert_loopback(key: str, value: str) -> None:
 # `pytest.importorskip("torch")` or `import lightning` therefore cost each worker seconds of
 # CPU (torch ~2 s, lightning ~3 s more) whether or not it ran one of those tests. These two
 # helpers keep the skip and the module-level name without the import.
+
+
+# A property test's examples are the same on every run of the suite's own profile (derandomize,
+# tests/conftest.py): each run re-checks one fixed draw, and what any draw found is kept as an
+# `@example`. Its full count is drawn under `--hypothesis-profile=thorough` (the same examples,
+# all of them: nightly) and `explore` (new ones); the suite's own run draws a third of it.
+EXAMPLES_SHARE = 3
+FULL_EXAMPLE_PROFILES = ("thorough", "explore")
+
+
+def examples(full: int) -> int:
+    """`max_examples` for a property test whose full count is `full`: all of them under the
+    thorough and explore profiles, a third (at least 20, or `full` below that) otherwise.
+    Read as the test module is imported, after `--hypothesis-profile` has loaded."""
+    # A verbosity option loads a profile named "<profile>-with-<verbosity>-verbosity".
+    profile = hypothesis.settings.get_current_profile_name()
+    if profile.split("-with-")[0] in FULL_EXAMPLE_PROFILES:
+        return full
+    return min(full, max(20, full // EXAMPLES_SHARE))
 
 
 def requires(module: str) -> pytest.MarkDecorator:
@@ -793,6 +813,7 @@ __all__ = [
     "control",
     "eventually",
     "eventually_async",
+    "examples",
     "fill_disk",
     "forewarn_cmd",
     "free_port",

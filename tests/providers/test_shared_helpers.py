@@ -34,6 +34,7 @@ from forewarn.providers.skew import (
 )
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 
 class TestBackoff:
@@ -43,7 +44,7 @@ class TestBackoff:
         backoff.reset()
         assert backoff.next() == 0.5
 
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=examples(200), deadline=None)
     @given(
         first=st.floats(0.01, 10),
         ceiling=st.floats(0.01, 100),
@@ -108,7 +109,7 @@ class TestHttpDates:
         with pytest.raises(ValueError, match="HTTP date"):
             parse_http_date(text)
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(300), deadline=None)
     @given(st.text(max_size=40))
     def test_only_value_error_escapes(self, text: str) -> None:
         try:
@@ -117,7 +118,7 @@ class TestHttpDates:
             return
         assert moment.tzinfo is not None
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(300), deadline=None)
     @given(st.datetimes(timezones=st.just(UTC)))
     def test_both_forms_round_trip(self, moment: datetime) -> None:
         moment = moment.replace(microsecond=0)

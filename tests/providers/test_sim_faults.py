@@ -24,6 +24,7 @@ from forewarn.providers.simulator import SimServer, Simulator
 from forewarn.testing import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ def test_a_bad_fault_is_a_400_naming_what_was_wrong(
     assert named in answer.json()["error"]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(after=st.floats() | st.integers(-(10**20), 10**20) | st.booleans() | st.text(max_size=4))
 def test_after_is_a_bounded_number_of_seconds_or_a_sim_error(after: Any) -> None:
     """A scheduled notice's `after` reached threading.Timer unbounded: 1e300 (or Infinity in
@@ -344,7 +345,7 @@ _VALUES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.dictionaries(
         st.sampled_from(
@@ -368,7 +369,7 @@ def test_make_fault_accepts_or_names_the_field(fields: dict[str, Any], kind: str
             assert fault.describe()["id"] == fault.id
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(max_size=60))
 def test_parse_fault_flag_parses_or_says_why(text: str) -> None:
     try:

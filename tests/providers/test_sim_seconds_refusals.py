@@ -11,6 +11,7 @@ from forewarn.protocol.errors import UsageError
 from forewarn.providers.simulator import Simulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 
 def _start(provider: str, *args: str) -> Simulator:
@@ -58,7 +59,7 @@ _VALUES = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(value=_VALUES)
 def test_any_lead_is_taken_or_refused_naming_it(value: str) -> None:
     if "," in value or "=" in value:

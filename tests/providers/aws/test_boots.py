@@ -11,6 +11,7 @@ from forewarn.providers.aws.boots import BOOT_FILE, RebootRecord
 from forewarn.providers.aws.imds import parse_scheduled
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 BOOTED = datetime(2026, 12, 5, 9, 0, tzinfo=timezone.utc)
 json_values = st.recursive(
@@ -55,7 +56,7 @@ def record(tmp_path: Path, payload: Any) -> RebootRecord:
     return RebootRecord(path, "this-boot", BOOTED)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(payload=files | json_values | st.text(max_size=20), first=documents, then=documents)
 def test_any_file_gives_a_record_that_holds_back_only_listed_reboots_due_before_the_boot(
     tmp_path_factory: Any, payload: Any, first: list[Any], then: list[Any]
@@ -120,7 +121,7 @@ def test_without_a_boot_id_the_boot_time_tells_the_boot_before(tmp_path: Path) -
     assert not blind.exists()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     payload=files | json_values | st.text(max_size=20),
     booted=st.sampled_from(["2026-12-05T09:00:00Z", "2026-12-05T07:00:00Z"]) | json_values,

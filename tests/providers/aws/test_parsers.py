@@ -23,6 +23,7 @@ from forewarn.providers.aws.imds import (
 from forewarn.providers.base import ParseError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
 AWS_EXAMPLE = [
@@ -312,7 +313,7 @@ PARSERS = [
 
 
 @pytest.mark.parametrize("parser", PARSERS, ids=lambda p: p.__name__)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(body=bodies)
 def test_nothing_but_parse_error_escapes(parser, body) -> None:  # type: ignore[no-untyped-def]
     try:
@@ -322,7 +323,7 @@ def test_nothing_but_parse_error_escapes(parser, body) -> None:  # type: ignore[
     assert isinstance(result, (list, dict))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=st.text(max_size=40))
 def test_aws_date_parsing_raises_only_value_error(text: str) -> None:
     try:
@@ -332,7 +333,7 @@ def test_aws_date_parsing_raises_only_value_error(text: str) -> None:
     assert parsed.tzinfo is not None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(moment=st.datetimes(timezones=st.just(timezone.utc)))
 def test_aws_dates_round_trip(moment: datetime) -> None:
     moment = moment.replace(microsecond=0)

@@ -15,6 +15,7 @@ from forewarn.providers.aws.retired import (
 from forewarn.providers.health import PollHealth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 
 def test_saved_ids_load_back_newest_kept(tmp_path: Path) -> None:
@@ -55,7 +56,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     content=st.one_of(
         st.binary(max_size=64),

@@ -17,7 +17,7 @@ from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver, load_approv
 from forewarn.providers.azure.simulate import AzureSimulator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import eventually_async
+from support import eventually_async, examples
 
 
 async def test_after_ack_approves_exactly_once_and_not_before_flushed() -> None:
@@ -394,7 +394,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     payload=st.one_of(
         st.binary(max_size=64).map(lambda b: b.decode("latin-1")),

@@ -11,6 +11,7 @@ from forewarn.providers.azure.boots import BOOT_FILE, BootRecord
 from forewarn.providers.azure.events import parse_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -47,7 +48,7 @@ def record(tmp_path: Path, payload: Any) -> BootRecord:
     return BootRecord(path, "this-boot")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(payload=files | json_values | st.text(max_size=20), first=events, then=events)
 def test_any_file_gives_a_record_that_holds_back_only_listed_started_events(
     tmp_path_factory: Any, payload: Any, first: list[Any], then: list[Any]
@@ -113,7 +114,7 @@ def test_without_a_boot_id_the_boot_time_tells_the_boot_before(tmp_path: Path) -
     assert not blind.exists()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     payload=files | json_values | st.text(max_size=20),
     booted=st.sampled_from(["2026-12-05T09:00:00Z", "2026-12-05T07:00:00Z"]) | json_values,

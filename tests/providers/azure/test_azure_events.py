@@ -26,6 +26,7 @@ from forewarn.providers.report import Report
 from forewarn.providers.skew import CLOCK_AHEAD
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 NOW = datetime(2026, 11, 30, 3, 0, 0, tzinfo=timezone.utc)
 
@@ -508,7 +509,7 @@ documents = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(documents | json_values)
 def test_any_json_parses_or_raises_parse_error(payload: object) -> None:
     try:
@@ -521,7 +522,7 @@ def test_any_json_parses_or_raises_parse_error(payload: object) -> None:
         assert report.action in ("drain", "terminate")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=200))
 def test_any_bytes_parse_or_raise_parse_error(body: bytes) -> None:
     with contextlib.suppress(ParseError):
@@ -565,7 +566,7 @@ valid_events = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(valid_events, max_size=5, unique_by=lambda e: e["EventId"]), st.booleans())
 def test_only_this_vms_events_are_reported(events: list[dict[str, object]], freeze: bool) -> None:
     parsed = doc(*events)
@@ -606,7 +607,7 @@ NAMED_SPOILS = ("resources", "resources-item", "type", "status")
 spoils = st.sampled_from(("not-an-object", "no-id", "id-not-a-string", "blank-id", *NAMED_SPOILS))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.tuples(valid_events, st.none() | spoils),

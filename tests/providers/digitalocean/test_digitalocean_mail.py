@@ -28,6 +28,7 @@ from forewarn.providers.digitalocean.message import _without_blockquotes
 from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
 _SENT_NEAR = st.datetimes(
@@ -394,7 +395,7 @@ def test_a_window_that_began_before_the_mail_was_sent_is_the_deadline() -> None:
 _CLOCKS = st.tuples(st.integers(min_value=0, max_value=23), st.integers(min_value=0, max_value=59))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     start=_CLOCKS,
     end=_CLOCKS,
@@ -469,7 +470,7 @@ def test_a_window_with_a_zone_on_each_end_is_read_from_its_start(text: str) -> N
     assert found[0] == datetime(2026, 12, 1, 14, tzinfo=timezone.utc), (text, found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     start=st.integers(min_value=13, max_value=22),
     hours=st.integers(min_value=1, max_value=12),
@@ -526,7 +527,7 @@ def test_a_tolerance_after_a_time_moves_the_deadline_to_its_earliest(
     assert found[0] == expected.replace(tzinfo=timezone.utc), (text, found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     minutes=st.integers(min_value=1, max_value=600),
     form=st.sampled_from(
@@ -571,7 +572,7 @@ def test_an_amount_before_or_after_a_time_shifts_it(text: str, expected: datetim
     assert found[0] == expected.replace(tzinfo=timezone.utc), (text, found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     minutes=st.integers(min_value=1, max_value=600),
     way=st.sampled_from(["before", "prior to", "ahead of", "after", "later than"]),
@@ -604,7 +605,7 @@ def test_an_offset_beyond_any_zone_is_not_applied() -> None:
         assert found is not None and found[0] == datetime(2026, 12, 1, 14, tzinfo=timezone.utc)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     hours=st.integers(min_value=-12, max_value=14),  # the zones there are
     minutes=st.sampled_from([0, 30, 45]),
@@ -657,7 +658,7 @@ def test_a_time_without_a_date_elsewhere_than_about_the_reclaim_is_passed_over()
     assert report.deadline == datetime(2026, 12, 1, 13, 30, tzinfo=timezone.utc)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(sent=_SENT_NEAR, clock=st.tuples(st.integers(0, 23), st.integers(0, 59)))
 def test_any_time_without_a_date_is_within_a_day_of_the_mail(
     sent: datetime, clock: tuple[int, int]
@@ -691,7 +692,7 @@ def test_a_named_zone_counts(text: str, expected: str) -> None:
     assert summer is not None and summer[0].isoformat() == "2026-07-01T14:30:00+00:00"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     moment=_SENT_NEAR.map(lambda m: m.replace(second=0)),
     zone=st.sampled_from(
@@ -731,7 +732,7 @@ def test_a_zone_in_words_counts(text: str, expected: str | None) -> None:
     assert (found and found[0].isoformat()) == expected, (text, found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     moment=_SENT_NEAR.map(lambda m: m.replace(second=0)),
     zone=st.sampled_from(
@@ -756,7 +757,7 @@ def test_any_zone_in_words_gives_back_the_moment(moment: datetime, zone: tuple[s
         assert daylight is not None and daylight[0] <= moment
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     moment=_SENT_NEAR.map(lambda m: m.replace(second=0)),
     zone=st.sampled_from(["UTC", "GMT", "UTC+1", "GMT-05:00", "CET", "EST", "Europe/Berlin"]),
@@ -795,7 +796,7 @@ def test_a_numeric_date_is_read_and_never_later_than_it_can_be(
     assert ("ambiguous date" in result.why) is ambiguous, result.why
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
@@ -883,7 +884,7 @@ def test_the_html_part_is_read_when_the_text_part_says_nothing() -> None:
     assert report.deadline == datetime(2026, 12, 1, 14, 10, tzinfo=timezone.utc)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     placeholder=st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=60),
     in_html=st.booleans(),
@@ -938,7 +939,7 @@ def test_a_digest_gives_this_droplet_s_time(raw: bytes) -> None:
     assert report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     others=st.lists(
         st.tuples(st.sampled_from(["gpu-spot-10", "gpu-spot-2", "web-1"]), st.integers(0, 59)),
@@ -1015,7 +1016,7 @@ _CANCELLED_VERBS = [
 ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     lead_in=st.sampled_from(["", "Good news: ", "Update: ", "Hello,\n"]),
     adjective=st.sampled_from(["", "scheduled ", "planned ", "upcoming Spot "]),
@@ -1048,7 +1049,7 @@ def test_a_passive_cancellation_of_this_droplet_s_reclaim_withdraws_it(
     assert result.report.deadline == _at(14, 30)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     noun=st.sampled_from(
         ["interruption", "preemption", "termination", "shutdown", "reclamation", "reclaim"]
@@ -1155,7 +1156,7 @@ def test_a_cancellation_with_its_subject_in_the_line_before_keeps_the_reclaim(bo
     assert result.report.deadline == _at(14, 10)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     owner=st.sampled_from(["The", "Your", "Droplet gpu-spot-1: the", "Droplet gpu-spot-1: your"]),
     reclaim=st.sampled_from(
@@ -1305,7 +1306,7 @@ def test_a_droplet_s_own_name_decides_which_reclaim_a_cancellation_withdraws(
     assert theirs.report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     others=st.lists(st.tuples(_OTHER_NAMES, st.booleans(), _CANCEL_LINES), max_size=5),
     place=st.integers(min_value=0, max_value=5),
@@ -1394,7 +1395,7 @@ def test_a_long_run_of_blanks_after_a_time_is_judged_without_holding_the_loop(
     assert result.report is not None and result.report.deadline == _at(14, 30), result.why
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     lines=st.lists(
         st.tuples(st.booleans(), st.integers(13, 23), st.integers(1, 30)), min_size=1, max_size=8
@@ -1432,7 +1433,7 @@ def test_a_date_with_a_two_digit_year_is_read(written: str, expected: datetime) 
     assert result.report is not None and result.report.deadline == expected, result.why
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
@@ -1473,7 +1474,7 @@ _QUOTE_PIECES = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(pieces=st.lists(_QUOTE_PIECES, max_size=16))
 def test_quoted_html_goes_as_when_the_innermost_quote_was_removed_again_and_again(
     pieces: list[str],
@@ -1582,7 +1583,7 @@ _ASIDES = st.sampled_from(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(asides=st.lists(_ASIDES, max_size=4), noise=st.text(max_size=40))
 def test_talk_of_cancelling_in_a_notice_never_withdraws_it(asides: list[str], noise: str) -> None:
     body = " ".join(["Droplet gpu-spot-1 will be reclaimed.", *asides, noise])
@@ -1592,7 +1593,7 @@ def test_talk_of_cancelling_in_a_notice_never_withdraws_it(asides: list[str], no
     assert not result.replaces or result.why.startswith("new time"), result.why
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     asides=st.lists(_ASIDES, min_size=1, max_size=4),
     wraps=st.lists(st.booleans(), min_size=64, max_size=64),
@@ -1676,7 +1677,7 @@ def test_a_subject_cancelling_the_reclaim_withdraws_it(subject: str) -> None:
     assert result.report is None and result.replaces, result.why
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     prefix=_SUBJECT_PREFIXES,
     thing=st.sampled_from(
@@ -1708,7 +1709,7 @@ def test_a_subject_cancelling_something_else_never_withdraws_the_reclaim(
     assert result.report.deadline == _at(14, 30)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     prefix=_SUBJECT_PREFIXES,
     reclaim=_SUBJECT_RECLAIMS,
@@ -1932,7 +1933,7 @@ def test_a_new_time_beside_a_denial_is_still_one(statement: str) -> None:
     assert result.report.deadline == _at(16, 0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     owner=st.sampled_from(["Your", "The", "Our", "All", ""]),
     thing=st.sampled_from(
@@ -2021,7 +2022,7 @@ _TIMES = st.tuples(st.integers(13, 23), st.integers(0, 59)).map(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     others=st.lists(
         st.tuples(st.sampled_from(["gpu-spot-7", "trainer", "ID 777777777"]), _TIMES, _TIMES),
@@ -2058,7 +2059,7 @@ def test_only_a_new_time_for_this_droplet_moves_its_deadline_earlier_or_later(
     )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     old=st.tuples(st.integers(13, 23), st.integers(0, 59)),
     new=st.tuples(st.integers(13, 23), st.integers(0, 59)),
@@ -2108,7 +2109,7 @@ def test_a_reply_is_read_for_its_own_words() -> None:
     assert report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     words=st.text(st.characters(whitelist_categories=("L", "Zs")), max_size=60),
     prefix=st.sampled_from([">", "> ", "  > ", ">> "]),
@@ -2143,7 +2144,7 @@ def test_a_body_in_any_charset_is_read(charset: str) -> None:
     assert report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     charset=st.one_of(
         st.sampled_from(
@@ -2174,7 +2175,7 @@ def test_any_charset_or_encoding_never_hides_an_ascii_notice(
     assert result.report is not None, (charset, encoding, result.why)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     # "dx-": no word of the mail around it, such as "spot" in its subject.
     name=st.from_regex(r"\Adx-[a-z0-9.-]{0,20}[a-z0-9]\Z"),
@@ -2252,7 +2253,7 @@ def test_an_attached_forward_keeps_the_notice_id_of_the_mail_itself() -> None:
     assert forwarded.id == direct.id
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     inline=st.booleans(),
     separator=st.sampled_from(
@@ -2326,7 +2327,7 @@ def test_an_html_only_outlook_forward_is_raised(separator: str) -> None:
     assert report.detail["subject"] == "Spot Droplet reclaim notice"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     separator=st.sampled_from(_OUTLOOK_RULES),
     gap=st.sampled_from(["", "\n", "\r\n", "\n  ", " \n\n\t"]),
@@ -2449,7 +2450,7 @@ _LEAD_TEXTS = st.one_of(_RELATIVE, _WRITTEN, st.text(max_size=80))
 _SENT = st.datetimes(timezones=st.just(timezone.utc))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=_LEAD_TEXTS, sent=st.none() | _SENT)
 def test_find_deadline_raises_nothing_on_any_lead_time(text: str, sent: datetime | None) -> None:
     found = find_deadline(f"Droplet 424242424 will be reclaimed {text}.", sent)
@@ -2459,7 +2460,7 @@ def test_find_deadline_raises_nothing_on_any_lead_time(text: str, sent: datetime
         assert moment - sent <= timedelta(days=30) and sent - moment <= timedelta(minutes=10)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     text=_LEAD_TEXTS,
     sent=st.none() | _SENT,

@@ -18,6 +18,7 @@ from forewarn.providers.digitalocean.message import read_mail
 from forewarn.providers.digitalocean.written import WRITTEN_TIMES
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 # A digest line of cancellations and new times without a sentence's end.
 STATEMENT = "the reclaim of droplet gpu-spot-1 has been cancelled, then rescheduled to "
@@ -50,7 +51,7 @@ _PHRASES = st.sampled_from(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(_PHRASES, min_size=1, max_size=8), st.sampled_from([". ", ", ", "\n", " "]))
 def test_the_reach_changes_no_verdict_on_a_mail_of_ordinary_clauses(
     phrases: list[str], joint: str

@@ -17,6 +17,7 @@ from forewarn.providers.base import ParseError
 from forewarn.providers.digitalocean.mail import find_deadline, reclaim_verdict
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
 SLACK = timedelta(minutes=10)
@@ -222,7 +223,7 @@ _CLOCK_FORMS = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=-10, max_value=29 * 24 * 60),
@@ -246,7 +247,7 @@ def test_any_date_without_a_year_is_read_as_its_next_occurrence(
     assert found[0] == moment, (text, found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ago=st.integers(min_value=11, max_value=330 * 24 * 60),
@@ -264,7 +265,7 @@ def test_a_date_without_a_year_that_has_passed_is_never_the_deadline(
     assert find_deadline(text, sent) is None, text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     clock=st.tuples(st.integers(0, 23), st.integers(0, 59)),
@@ -296,7 +297,7 @@ _WINDOW_ENDS = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=1, max_value=20),
@@ -353,7 +354,7 @@ _GARBAGE = st.lists(st.tuples(_PIECES, st.sampled_from(["", " ", ", ", "  "])), 
 _ANY_SENT = st.none() | st.datetimes(timezones=st.just(timezone.utc))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(text=_GARBAGE, sent=_ANY_SENT)
 @example(text="0000and0000Z", sent=datetime(2000, 1, 1, 1, 0, tzinfo=timezone.utc))
 @example(text="midnight to1600Z", sent=datetime(2000, 1, 1, 0, 10, 0, 1, tzinfo=timezone.utc))
@@ -373,7 +374,7 @@ def test_garbage_of_these_forms_gives_a_deadline_in_bounds_or_none(
         assert earliest <= found[0] <= sent + timedelta(days=30), (text, found)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=_GARBAGE, sent=_ANY_SENT)
 def test_garbage_of_these_forms_raises_nothing_but_parse_error(
     text: str, sent: datetime | None
@@ -407,7 +408,7 @@ def test_a_time_tomorrow_is_on_the_day_after_the_date(text: str, expected: datet
     assert found[0] == expected, found
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     sent=_SENT_NEAR,
     clock=st.tuples(st.integers(0, 23), st.integers(0, 59)),
@@ -473,7 +474,7 @@ def test_an_old_time_today_is_not_a_new_time() -> None:
     assert report.deadline == _utc(2026, 12, 1, 14)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     sent=_SENT_NEAR,
     clock=st.tuples(st.integers(0, 23), st.integers(0, 59)),
@@ -534,7 +535,7 @@ def test_a_reclaim_mail_with_the_zone_after_the_year_has_that_deadline() -> None
     assert report.detail["deadline_source"] == "text: 16:00 on December 2, 2026 UTC"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=1, max_value=20),
@@ -625,7 +626,7 @@ def test_a_date_in_other_digits_leaves_its_time_on_the_day_of_the_mail(text: str
     assert found is not None and found[0] == datetime(2026, 12, 1, 16, tzinfo=timezone.utc)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
@@ -662,7 +663,7 @@ _ASCII_FORMS = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     form=_ASCII_FORMS,
     zero=_DIGIT_SETS,
@@ -749,7 +750,7 @@ def test_an_offset_or_z_after_a_comma_is_not_the_time_s_zone() -> None:
     assert find_deadline("reclaimed at 14:00, Z", SENT) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     day=_SENT_NEAR,
     start=st.tuples(st.integers(0, 22), st.integers(0, 59)),
@@ -802,7 +803,7 @@ def test_a_year_after_the_clock_is_the_date_s_year(text: str, expected: datetime
     assert (found and found[0]) == expected, (text, found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
@@ -841,7 +842,7 @@ def test_a_date_and_its_time_parted_by_a_mark_are_read_together(
     assert found is not None and found[0] == expected, (text, found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
@@ -893,7 +894,7 @@ def test_today_in_a_mail_dated_in_another_zone_is_the_day_of_its_date(
     assert report.deadline.utcoffset() == timedelta(0)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     sent=_SENT_NEAR,
     offset=st.integers(min_value=-12 * 4, max_value=14 * 4).map(lambda q: q * 15),
@@ -969,7 +970,7 @@ def test_today_at_midnight_late_in_the_day_is_the_midnight_that_ends_it(
     assert report.deadline == expected, report.detail["deadline_source"]
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(sent=_SENT_NEAR, clock=st.sampled_from(["midnight", "00:00", "12:00 AM", "0000"]))
 def test_today_at_midnight_is_whichever_midnight_of_the_day_is_nearer(
     sent: datetime, clock: str
@@ -1008,7 +1009,7 @@ def test_a_time_a_change_of_clocks_skips_or_repeats_is_its_earliest_reading(
     assert found[0] == expected, found[1]
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     sent=_SENT_NEAR,
     zone=st.sampled_from(["America/New_York", "Europe/London", "Australia/Sydney"]),
@@ -1056,7 +1057,7 @@ def test_a_time_of_24_00_is_the_midnight_that_ends_its_day(text: str, expected: 
     assert tomorrow is not None and tomorrow[0] == _utc(2026, 12, 3)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=0, max_value=28),

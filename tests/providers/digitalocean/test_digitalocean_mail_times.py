@@ -12,6 +12,7 @@ from do_support import RULES, new_mail
 from forewarn.providers.digitalocean.mail import find_deadline, reclaim_verdict
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
 _SENT_NEAR = st.datetimes(
@@ -133,7 +134,7 @@ _LAYOUTS = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=11, max_value=20 * 60),
@@ -165,7 +166,7 @@ def test_any_other_time_on_the_reclaim_s_line_leaves_the_reclaim_s_time(
     assert found[0] == reclaim, (body, sent, found)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     first=st.integers(min_value=11, max_value=23 * 60),
@@ -224,7 +225,7 @@ def test_a_zone_labelling_the_figures_after_it_places_no_time_before_it(text: st
     assert find_deadline(text, SENT) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=0, max_value=20 * 60),
@@ -282,7 +283,7 @@ def test_a_line_that_does_not_carry_on_the_reclaim_s_keeps_its_times_to_itself()
     assert find_deadline("Notice.\nSupport is open,\n09:00-17:00 UTC.", SENT) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=11, max_value=20 * 60),
@@ -414,7 +415,7 @@ def test_another_sentence_s_later_time_never_puts_the_deadline_past_date_plus_le
     assert report.deadline <= SENT + timedelta(hours=2), report.detail["deadline_source"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     thing=st.sampled_from(
         [
@@ -504,7 +505,7 @@ _RECLAIM_SENTENCES = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     ahead=st.integers(min_value=11, max_value=20 * 60),
@@ -544,7 +545,7 @@ def test_another_sentence_s_time_never_replaces_the_reclaim_s(
         assert found[0] == reclaim, (body, sent, found)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sent=_SENT_NEAR,
     other=st.integers(min_value=-12 * 60, max_value=-11),
@@ -598,7 +599,7 @@ def test_every_time_after_the_reclaim_s_words_is_the_reclaim_s(
     assert found is not None and found[0] == expected, (body, found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     sent=_SENT_NEAR,
     first=st.integers(min_value=11, max_value=23 * 60),
@@ -666,7 +667,7 @@ def test_a_time_later_than_date_plus_lead_off_the_reclaim_s_lines_is_passed_over
     assert report is not None and report.detail["deadline_source"] == "date+lead"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     sent=_SENT_NEAR,
     clocks=st.lists(st.tuples(st.integers(0, 23), st.integers(0, 59)), max_size=3),

@@ -31,6 +31,7 @@ from forewarn.providers.kubernetes.settings import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 
 @pytest.fixture
@@ -434,7 +435,7 @@ _TAINT_KEYS = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(key=_TAINT_KEYS, suffix=st.sampled_from(["", "=v", ":NoSchedule", "=v:NoExecute", " "]))
 def test_taint_keys_property(key: str, suffix: str) -> None:
     """Every qualified name is a key; the same with a value, an effect or a space is not."""

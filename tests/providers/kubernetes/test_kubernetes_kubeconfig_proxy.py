@@ -17,7 +17,7 @@ from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import agent_env, refused_port, run_forewarn
+from support import agent_env, examples, refused_port, run_forewarn
 
 NODE = "proxied-node"
 TOKEN = "proxy-token"
@@ -134,7 +134,9 @@ def test_another_context_without_a_proxy_is_used(tmp_path: Path, server: SimServ
     credentials=st.booleans(),
 )
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_any_proxy_url_is_refused_naming_the_cluster_and_not_the_url(
     tmp_path: Path, cluster: str, secret: str, credentials: bool

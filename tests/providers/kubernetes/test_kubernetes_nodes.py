@@ -27,6 +27,7 @@ from forewarn.providers.kubernetes.nodes import (
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 NODE = "ip-10-0-1-2.ec2.internal"
 TAINTS = frozenset(DEFAULT_DRAIN_TAINTS)
@@ -267,7 +268,7 @@ def nodes(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
 
 
 @given(nodes(), configured, configured)
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 def test_reports_follow_the_node(
     sample: tuple[str, dict[str, Any]], taints: frozenset[str], terminating: frozenset[str]
 ) -> None:
@@ -298,7 +299,7 @@ def test_reports_follow_the_node(
 
 
 @given(st.lists(nodes().map(lambda s: s[1]), min_size=1, max_size=6), configured)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 def test_changes_replay_to_the_current_state(
     payloads: list[dict[str, Any]], taints: frozenset[str]
 ) -> None:
@@ -329,7 +330,7 @@ added_times = st.none() | st.sampled_from(["2026-12-05T10:00:00Z", "2026-12-05T1
     added_times,
     st.booleans(),
 )
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 def test_a_taint_added_again_is_cleared_on_a_relist(
     key: str, before: str | None, after: str | None, unschedulable: bool
 ) -> None:
@@ -352,7 +353,7 @@ def test_a_taint_added_again_is_cleared_on_a_relist(
 
 
 @given(nodes().map(lambda s: s[1]), nodes().map(lambda s: s[1]), configured, st.booleans())
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 def test_restored_notices_keep_their_detail_and_nothing_else(
     before: dict[str, Any], after: dict[str, Any], taints: frozenset[str], again: bool
 ) -> None:
@@ -376,7 +377,7 @@ def test_restored_notices_keep_their_detail_and_nothing_else(
 
 
 @given(st.lists(nodes().map(lambda s: s[1]), min_size=1, max_size=8), configured)
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 def test_a_shutdown_outlasts_ready_unknown(
     payloads: list[dict[str, Any]], taints: frozenset[str]
 ) -> None:
@@ -410,7 +411,7 @@ def test_a_shutdown_outlasts_ready_unknown(
     ),
     configured,
 )
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 def test_a_shutdown_stays_with_its_node_object(
     payloads: list[tuple[str, dict[str, Any]]], taints: frozenset[str]
 ) -> None:
