@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 from support import AgentProcess, Subscriber, eventually, run_forewarn
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 def _agent_that_obeys_file_modes(tmp_path: Path) -> AgentProcess:
     """An agent that, like one run as the `forewarn` user, cannot read a file its mode keeps

@@ -23,6 +23,10 @@ from forewarn.agent.cli import _status_ages, main
 from forewarn.protocol.timefmt import format_time
 from support import AgentProcess, Subscriber, eventually, forewarn_cmd
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKER = "<!-- run by tests/agent/test_shell_job_loops.py -->"
 

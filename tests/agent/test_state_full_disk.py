@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 from support import AgentProcess, agent_env, eventually, fill_disk, run_forewarn, tmpfs_disk
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:

@@ -28,6 +28,10 @@ from support import (
     tmpfs_disk,
 )
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 FAST_ENV = {
     "FOREWARN_GCP_RETRY_DELAY": "0.2",
     "FOREWARN_GCP_UPCOMING_INTERVAL": "0.2",
