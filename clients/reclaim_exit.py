@@ -8,10 +8,11 @@ torchrun, waiting for its ranks, was still alive at the platform's SIGKILL 8 s a
 notice ("job exit code -9"). Those seconds are the lead's, and nothing in them is saved.
 
 After a save that answered a reclaim's exit, the guard has the process's exit freeze the heap
-first (`gc.freeze()`, the last atexit hook to run since it is registered last): what the
-process holds then is not traversed or collected, only freed by reference counting as modules
-are cleared. Finalizers of objects in reference cycles (`__del__`, weakref callbacks) do not
-run at that exit, as they would not under the SIGKILL that comes next.
+first (`gc.freeze()` in an atexit hook; registered after the others, it runs before them, and
+what they leave behind is collected as usual): what the process holds then is not traversed or
+collected, only freed by reference counting as modules are cleared. Finalizers of objects in
+reference cycles (`__del__`, weakref callbacks) do not run at that exit, as they would not
+under the SIGKILL that comes next.
 """
 
 from __future__ import annotations
