@@ -36,7 +36,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any, ClassVar
@@ -140,6 +140,14 @@ class Simulator:
         # behind): a provider's clock against which this machine's is off, as on a node with
         # no NTP, without stepping the machine's clock (`forewarn simulate --date-ahead`).
         self.date_ahead = 0.0
+
+    def now(self) -> datetime:
+        """The provider's clock: this machine's moved by `date_ahead`. The times a notice
+        carries (a spot interruption's `time`, Azure's `NotBefore`, a maintenance window) are
+        written on it, as `Date` is: written on this machine's, they were `date_ahead` off
+        the `Date` beside them, and an agent that read them through `Date` got a two-minute
+        spot deadline two hours in the past under `--date-ahead 2h`."""
+        return utcnow() + timedelta(seconds=self.date_ahead)
 
     # Provider hooks.
 

@@ -123,21 +123,17 @@ def _seconds(moment: datetime) -> datetime:
     return moment.astimezone(timezone.utc).replace(microsecond=0)
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _imds_time(epoch: float) -> str:
     """IMDS's times in credentials and the identity document: RFC 3339, whole seconds."""
     return format_time(_seconds(datetime.fromtimestamp(epoch, timezone.utc)))
 
 
-def _time_value(value: Any, what: str) -> datetime:
-    """A time given as RFC 3339, an IMDS date, or seconds from now."""
+def _time_value(value: Any, what: str, now: datetime) -> datetime:
+    """A time given as RFC 3339, an IMDS date, or seconds from `now` (the provider's clock)."""
     if isinstance(value, bool):
         raise SimError(f"{what}: expected a time or a number of seconds, got {value!r}")
     if isinstance(value, (int, float)):
-        return _now() + timedelta(seconds=_within_lead(float(value), what))
+        return now + timedelta(seconds=_within_lead(float(value), what))
     if isinstance(value, str):
         try:
             return parse_time(value)
@@ -152,7 +148,7 @@ def _time_value(value: Any, what: str) -> datetime:
         except ValueError:
             pass
         else:
-            return _now() + timedelta(seconds=_within_lead(seconds, what))
+            return now + timedelta(seconds=_within_lead(seconds, what))
     raise SimError(f"{what}: not a time, a duration or seconds from now: {value!r}")
 
 
@@ -290,7 +286,7 @@ class ImdsSimulator(Simulator):
         with a trailing slash); a trailing slash answers like the path without it."""
         if path != "/latest" and not path.startswith("/latest/"):
             return _html(404, "Not Found")
-        node: Tree | str = self._tree(_now())
+        node: Tree | str = self._tree(self.now())
         for part in (p for p in path[len("/latest") :].split("/") if p):
             child = node.get(part) if isinstance(node, dict) else None
             if child is None:
@@ -426,8 +422,8 @@ class ImdsSimulator(Simulator):
         if yes_or_no(fields.get("drift", False), "drift"):
             return _Timed(None, lead)
         if time_key in fields:
-            return _Timed(_time_value(fields[time_key], time_key), lead)
-        return _Timed(_now() + timedelta(seconds=lead), lead)
+            return _Timed(_time_value(fields[time_key], time_key, self.now()), lead)
+        return _Timed(self.now() + timedelta(seconds=lead), lead)
 
     def check_notice(self, kind: str, fields: dict[str, Any]) -> None:
         if kind in NOTICE_FIELDS:
@@ -462,14 +458,14 @@ class ImdsSimulator(Simulator):
 
     def _scheduled_event(self, fields: dict[str, Any]) -> dict[str, Any]:
         code = _scheduled_text("code", fields.get("code", "system-reboot"))
-        not_before = _time_value(fields.get("not_before", 3600), "not_before")
+        not_before = _time_value(fields.get("not_before", 3600), "not_before", self.now())
         not_after = (
-            _time_value(fields["not_after"], "not_after")
+            _time_value(fields["not_after"], "not_after", self.now())
             if "not_after" in fields
             else not_before + timedelta(hours=2)
         )
         deadline = (
-            _time_value(fields["not_before_deadline"], "not_before_deadline")
+            _time_value(fields["not_before_deadline"], "not_before_deadline", self.now())
             if "not_before_deadline" in fields
             else not_before + timedelta(days=2)
         )
@@ -499,7 +495,9 @@ class ImdsSimulator(Simulator):
                     if key in keys:
                         changed[keys[key]] = _scheduled_text(key, value)
                     elif key in DATE_FIELDS:
-                        changed[DATE_FIELDS[key]] = format_aws_date(_time_value(value, key))
+                        changed[DATE_FIELDS[key]] = format_aws_date(
+                            _time_value(value, key, self.now())
+                        )
                     else:
                         raise SimError(f"scheduled events have no field {key!r}")
                 event.update(changed)
@@ -536,7 +534,7 @@ class ImdsSimulator(Simulator):
         return True
 
     def state(self) -> dict[str, Any]:
-        now = _now()
+        now = self.now()
         return {
             "imdsv1": self.imdsv1,
             "tokens": len(self.tokens),
@@ -554,16 +552,21 @@ def make_simulator(
     instance_id: str = DEFAULT_INSTANCE_ID,
     region: str = DEFAULT_REGION,
     scheduled: list[str] | None = None,
+    date_ahead: float = 0.0,
 ) -> ImdsSimulator:
-    """An IMDS simulator, with the `--scheduled CODE@NOTBEFORE` events already in place."""
+    """An IMDS simulator, with the `--scheduled CODE@NOTBEFORE` events already in place (a
+    duration counted on the provider's clock, `date_ahead` off this machine's)."""
     sim = ImdsSimulator(imdsv1=imdsv1, instance_id=instance_id, region=region)
+    sim.date_ahead = date_ahead
     for text in scheduled or []:
         code, _, not_before = text.partition("@")
         if code not in SCHEDULED_CODES:
             raise SimError(f"--scheduled {text!r}: CODE is one of {', '.join(SCHEDULED_CODES)}")
         fields: dict[str, Any] = {"code": code}
         if not_before:
-            fields["not_before"] = _time_value(not_before, f"--scheduled {text!r}").isoformat()
+            fields["not_before"] = _time_value(
+                not_before, f"--scheduled {text!r}", sim.now()
+            ).isoformat()
         sim.raise_notice("scheduled", fields)
     return sim
 
@@ -605,7 +608,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
 COMMAND = SimulatorCommand(
     name="aws",
     build=make_simulator,
-    passes=("imdsv1", "instance_id", "region", "scheduled"),
+    passes=("imdsv1", "instance_id", "region", "scheduled", "date_ahead"),
     options=_options,
     scripted=(
         Scripted(

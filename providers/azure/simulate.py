@@ -27,7 +27,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from http import HTTPStatus
 from typing import Any
 
@@ -385,7 +385,7 @@ class AzureSimulator(Simulator):
             # Larger (or Infinity, NaN) overflowed the NotBefore date or the start timer.
             lead = seconds_field(fields["not_before_seconds"], "not_before_seconds", MAX_AFTER)
             event["EventStatus"] = "Scheduled"
-            moment = _utc_after(lead)
+            moment = _utc_after(self.now(), lead)
             event["NotBefore"] = (
                 format_not_before(moment)
                 if self.not_before_format == "rfc1123"
@@ -443,9 +443,9 @@ def _event_type(kind: str) -> str:
     raise SimError(f"unknown kind {kind!r}; use one of {', '.join(EVENT_TYPES)}")
 
 
-def _utc_after(seconds: float) -> datetime:
+def _utc_after(now: datetime, seconds: float) -> datetime:
     # NotBefore has whole seconds; round up so the event never starts before it says.
-    return datetime.now(timezone.utc) + timedelta(seconds=seconds + 0.999)
+    return now + timedelta(seconds=seconds + 0.999)
 
 
 def _version_ok(request: SimRequest, versions: tuple[str, ...]) -> bool:

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from http import HTTPStatus
 from typing import Any
 
-from forewarn.protocol.timefmt import duration_arg, format_time, parse_time, utcnow
+from forewarn.protocol.timefmt import duration_arg, format_time, parse_time
 
 from ..sim_cli import Scripted, SimulatorCommand
 from ..simulator import (
@@ -354,7 +354,7 @@ class GcpSimulator(Simulator):
             if not isinstance(document, dict):
                 raise SimError('upcoming "document" must be a JSON object')
             return document
-        start: datetime = utcnow() + timedelta(
+        start: datetime = self.now() + timedelta(
             seconds=_number(fields.get("start_in", 7 * 86400), "start_in")
         )
         window = _number(fields.get("window", DEFAULT_WINDOW), "window")
@@ -383,7 +383,7 @@ class GcpSimulator(Simulator):
             end = _document_time(document, "window_end_time")
             length = end - start if start and end else timedelta(seconds=DEFAULT_WINDOW)
             if "start_in" in fields:
-                start = utcnow() + timedelta(seconds=_number(fields["start_in"], "start_in"))
+                start = self.now() + timedelta(seconds=_number(fields["start_in"], "start_in"))
                 document["window_start_time"] = format_time(start)
                 document["latest_window_start_time"] = format_time(start + timedelta(days=7))
             if "window" in fields:

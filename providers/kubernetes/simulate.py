@@ -53,6 +53,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from http import HTTPStatus
 from typing import Any
 
@@ -83,8 +84,9 @@ STREAM_HEADERS = {"Connection": "close"}
 PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def _stamp(moment: datetime) -> str:
+    """A Kubernetes timestamp: RFC 3339 in whole seconds."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -218,7 +220,7 @@ class KubernetesSimulator(Simulator):
     # The Node object.
 
     def _fresh_node(self) -> dict[str, Any]:
-        now = _now()
+        now = _stamp(self.now())
         return {
             "kind": "Node",
             "apiVersion": "v1",
@@ -258,13 +260,13 @@ class KubernetesSimulator(Simulator):
             },
         }
 
-    @staticmethod
     def _ready_condition(
+        self,
         ready: bool | None,
         reason: str = "KubeletReady",
         message: str = "kubelet is posting ready status",
     ) -> dict[str, Any]:
-        now = _now()
+        now = _stamp(self.now())
         return {
             "type": "Ready",
             "status": "Unknown" if ready is None else "True" if ready else "False",
@@ -293,10 +295,9 @@ class KubernetesSimulator(Simulator):
             raise SimError(f"node {self.node_name!r} is deleted", 409)
         return copy.deepcopy(self.node)
 
-    @staticmethod
-    def _set_taint(node: dict[str, Any], key: str, value: str | None, effect: str) -> None:
+    def _set_taint(self, node: dict[str, Any], key: str, value: str | None, effect: str) -> None:
         taints = [t for t in node["spec"].get("taints", []) if t.get("key") != key]
-        taint: dict[str, Any] = {"key": key, "effect": effect, "timeAdded": _now()}
+        taint: dict[str, Any] = {"key": key, "effect": effect, "timeAdded": _stamp(self.now())}
         if value:
             taint["value"] = value
         node["spec"]["taints"] = [*taints, taint]
@@ -447,7 +448,11 @@ class KubernetesSimulator(Simulator):
             {
                 "apiVersion": "karpenter.sh/v1",
                 "kind": "NodeClaim",
-                "metadata": {"name": name, "uid": str(uuid.uuid4()), "creationTimestamp": _now()},
+                "metadata": {
+                    "name": name,
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": _stamp(self.now()),
+                },
                 "status": {"nodeName": self.node_name},
             },
         )
@@ -461,9 +466,9 @@ class KubernetesSimulator(Simulator):
         node["metadata"]["ownerReferences"] = [owner]
         self._set_taint(node, "karpenter.sh/disrupted", None, "NoSchedule")
         if termination:
-            claim["metadata"]["deletionTimestamp"] = _now()
+            claim["metadata"]["deletionTimestamp"] = _stamp(self.now())
             claim["metadata"]["annotations"] = {TERMINATION_ANNOTATION: termination}
-            node["metadata"]["deletionTimestamp"] = _now()
+            node["metadata"]["deletionTimestamp"] = _stamp(self.now())
             node["metadata"]["finalizers"] = ["karpenter.sh/termination"]
         self._commit("MODIFIED", node)
         return "karpenter"
@@ -509,7 +514,7 @@ class KubernetesSimulator(Simulator):
 
     def _set_vm_event(self, active: bool, reason: str, message: str) -> None:
         node = self._edit()
-        now = _now()
+        now = _stamp(self.now())
         condition = {
             "type": "VMEventScheduled",
             "status": "True" if active else "False",

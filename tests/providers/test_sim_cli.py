@@ -23,7 +23,14 @@ from forewarn.providers.sim_cli import MOST_DATE_AHEAD, date_ahead
 from forewarn.providers.simulator import SimError, SimServer, Simulator
 from hypothesis import example, given
 from hypothesis import strategies as st
-from support import SimControl, agent_env, eventually, forewarn_cmd, run_forewarn
+from support import (
+    AgentProcess,
+    SimControl,
+    agent_env,
+    eventually,
+    forewarn_cmd,
+    run_forewarn,
+)
 
 # provider -> (a path the endpoint answers 200, its headers, a notice kind it raises)
 ENDPOINTS = {
@@ -419,6 +426,58 @@ def test_a_date_ahead_moves_every_answers_date(tmp_path: Path) -> None:
         assert 7200 - 3 < behind < 7200 + 3, answer.headers["Date"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
+
+
+# provider -> (the notice raised on the simulator, seconds from it to the deadline the agent
+# publishes for it): an AWS spot interruption two minutes ahead, an Azure eviction whose
+# NotBefore is 30 s ahead.
+LEADS = {
+    "aws": ({"kind": "spot", "lead": 120}, 120.0),
+    "azure": ({"kind": "Preempt", "not_before_seconds": 60}, 60.0),
+}
+
+
+@pytest.mark.parametrize("ahead", ["2h", "-2h"])
+@pytest.mark.parametrize("provider", sorted(LEADS))
+def test_a_notice_under_a_date_ahead_reaches_the_job_with_its_lead(
+    provider: str, ahead: str, tmp_path: Path
+) -> None:
+    """A simulator whose `Date` is 2 h off stands for a provider whose clock is right and a
+    node whose clock is not: the times in its notices are on its clock, as its `Date` is.
+    They were on this machine's, so an agent that read them through `Date` (as it must)
+    published a two-minute spot deadline 2 h in the past (an immediate terminate, then the
+    notice retired as expired), or 2 h late with `--date-ahead=-2h`."""
+    notice, lead = LEADS[provider]
+    with simulator(tmp_path, provider, f"--date-ahead={ahead}") as (proc, url):
+        env = agent_env(tmp_path, **{f"FOREWARN_{provider.upper()}_URL": url})
+        with AgentProcess(tmp_path, providers=(provider,), env=env) as agent:
+            with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
+                assert http.post("/_sim/notices", json=notice).status_code == 201
+            raised = datetime.now(timezone.utc)
+
+            def published() -> list[dict[str, object]]:
+                return list(agent.control({"op": "status"})["active"])
+
+            (active,) = eventually(published, what="the notice in the agent's status")
+        deadline = datetime.fromisoformat(str(active["deadline"]).replace("Z", "+00:00"))
+        off = (deadline - raised).total_seconds() - lead
+        # Whole seconds on the wire (Azure rounds NotBefore up), and the raise took a moment.
+        assert -3 < off < 3, (active, agent.output())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+
+
+def test_a_gcp_window_under_a_date_ahead_starts_on_the_providers_clock() -> None:
+    """GCP's upcoming maintenance window `start_in` from now is from the `Date`'s now."""
+    sim = GcpSimulator()
+    sim.date_ahead = 7200.0
+    with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as http:
+        raised = http.post("/_sim/notices", json={"kind": "upcoming", "start_in": "1h"})
+        assert raised.status_code == 201, raised.text
+        answer = http.get("/computeMetadata/v1/instance/upcoming-maintenance", headers=GOOGLE)
+    date = email.utils.parsedate_to_datetime(answer.headers["Date"])
+    start = datetime.fromisoformat(answer.json()["window_start_time"].replace("Z", "+00:00"))
+    assert 3600 - 3 < (start - date).total_seconds() < 3600 + 3, answer.text
 
 
 GOOGLE = {"Metadata-Flavor": "Google"}
