@@ -116,14 +116,42 @@ class Holder:
 
 
 def _group_left(group: int) -> bool:
-    """Whether any process of process group `group` is left (another user's too)."""
+    """Whether any process of process group `group` other than this agent is left (another
+    user's too)."""
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
         return False
     except OSError:
         return True  # EPERM: another user's processes are in it
-    return True
+    if group != os.getpgrp():
+        return True
+    # The agent's own group: a script that starts `forewarn agent &` and then its loop (a
+    # container's entrypoint, a batch job's script) runs both in one group, and the agent
+    # itself kept the hold of a loop killed before its ack until the notice was retired.
+    return _another_member(group)
+
+
+def _another_member(group: int) -> bool:
+    """Whether a process other than this one is in process group `group`, by /proc (5th field
+    of each process's stat); True where that cannot be told (/proc not listed, a process's
+    stat not read: `hidepid`), which keeps the hold."""
+    own = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == own:
+            continue
+        member = _stat_field(int(entry), 5)
+        if member is None:
+            if os.path.exists(f"/proc/{entry}"):
+                return True  # there, but its group cannot be read
+            continue  # gone meanwhile
+        if member == group:
+            return True
+    return False
 
 
 __all__ = [

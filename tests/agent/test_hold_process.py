@@ -5,7 +5,9 @@ ack or the notice's end, as before."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,7 @@ from forewarn.agent.state import AgentState, _held_pids, encode_state, load_stat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from support import AgentProcess, eventually, run_forewarn_here
+from support import AgentProcess, agent_env, eventually, run_forewarn_here
 
 
 def _reaped_pid() -> int:
@@ -256,3 +258,40 @@ def test_wait_holds_without_its_process_on_an_agent_older_than_pid(
     ]
     err = capsys.readouterr().err
     assert "cannot watch process" in err and "did not hold" not in err, err
+
+
+def test_a_loop_started_beside_its_agent_is_let_go_when_killed(tmp_path: Path) -> None:
+    """One script starts `forewarn agent &` and then its loop (a container's entrypoint, a
+    batch job's script): both run in the script's process group. Killed before its ack, the
+    loop's hold was never let go (`status` said `waiting for loop (pid N)` until the notice
+    was retired), as the agent itself was a process of the loop's group."""
+    env = agent_env(tmp_path)
+    agent_log = tmp_path / "agent.log"
+    held = tmp_path / "wait.out"
+    cli = f"{sys.executable} -m forewarn.agent.cli"
+    script = (
+        f"{cli} agent --provider local > {agent_log} 2>&1 &\n"
+        f"until {cli} status > /dev/null 2>&1; do sleep 0.1; done\n"
+        f"{cli} wait --for drain --client loop --pid $$ > {held}\n"
+        "exec sleep 600\n"  # the loop's save, in the loop's process
+    )
+    loop = subprocess.Popen(["sh", "-c", script], env=env, start_new_session=True)
+    try:
+        eventually(lambda: "serving events" in _text(agent_log), what="the agent started")
+        flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: _text(held), what="the loop's wait returned the drain")
+        loop.kill()  # before its ack; the agent is left in its group
+        loop.wait()
+        eventually(lambda: "let go" in _text(agent_log), timeout=10, what="the hold let go")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(loop.pid, signal.SIGTERM)  # the agent: stops, its sockets removed
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    eventually(lambda: "stopped" in _text(agent_log), what="the agent stopped")
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
