@@ -55,8 +55,13 @@ def parse_time(text: str) -> datetime:
         else:
             sign = 1 if zone[0] == "+" else -1
             digits = zone[1:].replace(":", "")
-            # An offset of 24 hours or more is a ValueError of timezone() naming no text.
-            tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+            hours, minutes = int(digits[:2]), int(digits[2:])
+            # RFC 3339's offset is hours 00-23 and minutes 00-59: `+01:75` was read as
+            # +02:15, a deadline 75 minutes off what anyone could have meant, and `+25:00`
+            # was refused in timedelta's repr.
+            if hours > 23 or minutes > 59:
+                raise ValueError(f"its UTC offset {zone} is not one: hours 00-23, minutes 00-59")
+            tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
         return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz).astimezone(
             timezone.utc
         )

@@ -8,7 +8,7 @@ import json
 import pkgutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, get_args
 
@@ -216,3 +216,28 @@ def test_a_peer_time_field_reads_as_a_time_or_none_never_an_error(value: object)
 @given(_WRITTEN_TIMES)
 def test_a_time_written_by_the_agent_reads_back_as_itself(moment: datetime) -> None:
     assert time_or_none(format_time(moment)) == moment
+
+
+@pytest.mark.parametrize("offset", ["+01:75", "+0175", "-00:60", "+24:00", "+25:00", "-99:99"])
+def test_a_time_whose_offset_is_out_of_range_is_refused_naming_it(offset: str) -> None:
+    # `+01:75` was read as +02:15 (a deadline 75 minutes off), `+25:00` refused in
+    # timedelta's repr.
+    text = f"2026-12-06T10:00:00{offset}"
+    with pytest.raises(ValueError, match="UTC offset") as refused:
+        protocol.parse_time(text)
+    assert text in str(refused.value) and "timedelta" not in str(refused.value)
+
+
+@given(st.integers(0, 99), st.integers(0, 99), st.sampled_from(["+", "-"]), st.booleans())
+def test_an_offset_is_read_as_written_or_refused(
+    hours: int, minutes: int, sign: str, colon: bool
+) -> None:
+    offset = f"{sign}{hours:02d}{':' if colon else ''}{minutes:02d}"
+    try:
+        moment = protocol.parse_time(f"2026-06-15T12:00:00{offset}")
+    except ValueError as error:
+        assert hours > 23 or minutes > 59, error
+        return
+    assert hours <= 23 and minutes <= 59
+    east = (hours * 60 + minutes) * (1 if sign == "+" else -1)
+    assert moment == datetime(2026, 6, 15, 12, tzinfo=timezone.utc) - timedelta(minutes=east)
