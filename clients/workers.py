@@ -31,16 +31,17 @@ main process handles SIGTERM (`guard_handles_sigterm`, read through a shared byt
 otherwise ends on it as it would have without forewarn (by the SIGTERM handler its own init
 installed, if it did: `_to_workers_own_handler`). Importing this module has the fork
 server, when one starts, keep SIGTERM blocked (its end would end every forkserver worker).
+
+Parts that hold state or a job of their own are modules of their own: the guard byte
+(workers_guardbyte), the lifeline (workers_lifeline), the worker's own init's SIGTERM handler
+(workers_ownhandler) and the fork server's preload (workers_preload).
 """
 
 from __future__ import annotations
 
-import _thread
-import atexit
 import copy
 import ctypes
 import inspect
-import mmap
 import multiprocessing
 import os
 import signal
@@ -50,38 +51,17 @@ from collections.abc import Callable
 from multiprocessing import context, reduction, spawn, util
 from typing import Any, cast
 
-from . import _forkserver, _programs, _terminate_again
+from . import _forkserver, _programs, _terminate_again, workers_guardbyte, workers_lifeline
+from .workers_guardbyte import _guard_saves_first, _GuardByte, _received_guard_byte
+from .workers_guardbyte import _memfd as _memfd
+from .workers_guardbyte import guard_handles_sigterm as guard_handles_sigterm
+from .workers_lifeline import _cut_lifeline as _cut_lifeline
+from .workers_lifeline import _lifeline_read_end
+from .workers_ownhandler import _gate_workers_own_handler, _to_workers_own_handler
+from .workers_ownhandler import _Gated as _Gated
+from .workers_preload import FORK_SERVER_PRELOAD, _preload_in_fork_server
 
 IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
-
-# This process's lifeline to its spawn and forkserver workers: (read end, write end) of a pipe
-# whose write end no other process holds. Made on first use.
-_lifeline: tuple[int, int] | None = None
-_lifeline_lock = threading.Lock()
-# In a protected fork worker: the read end of its main process's lifeline. The main process's
-# SIGTERM is not always read as its (a SIGTERM that comes while the worker starts a program is
-# passed by, `_programs._released`), and multiprocessing's exit handler, which sends it, then
-# waits for the worker without a timeout: the job, its save done, never exited.
-_fork_lifeline: int | None = None
-
-
-def ignore_job_signals(worker_id: int | None = None) -> None:
-    """A `worker_init_fn`: this worker ignores SIGINT, and SIGTERM from anyone but its own main
-    process. The main process's own SIGTERM still ends it: the DataLoader and
-    multiprocessing's exit handler stop workers that way, and a worker deaf to them would hold
-    the job's exit up. The sender is known from the signal's siginfo (`sigwaitinfo`, Linux);
-    where that is not available SIGTERM is ignored outright. Give `worker_init_fn()` instead
-    under spawn and forkserver: only it also ends the worker when the main process exits,
-    which matters when a thread the worker had before this call takes that SIGTERM."""
-    if multiprocessing.parent_process() is None:
-        # Not a worker: `worker_init_fn=ignore_job_signals()`, called where it should be
-        # given. The training process itself ignored SIGINT and exited 0 on its parent's
-        # SIGTERM (torchrun's, systemd's), without a save.
-        raise RuntimeError(
-            "ignore_job_signals() runs in a DataLoader worker, not in the training process: "
-            "give worker_init_fn=ignore_job_signals (uncalled), or worker_init_fn=worker_init_fn()"
-        )
-    _protect(lifeline=_fork_lifeline)
 
 
 def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
@@ -152,29 +132,6 @@ def _sigterm_from_main_only(
             _end_by_sigterm()
 
 
-def _to_workers_own_handler() -> bool:
-    """Hand a SIGTERM the worker is to end on to the handler its own `worker_init_fn`
-    installed (one that flushes what the worker writes, then exits), if it did: without
-    forewarn that handler ran on it; this thread took it first, and the worker ended without.
-    Run in the worker's main thread, as Python runs handlers, once it is back in Python (a
-    wait for the next index: within a batch, or torch's 5 s status check when idle)."""
-    handler = signal.getsignal(signal.SIGTERM)
-    if not callable(handler) or handler is _programs.pass_by:
-        # _protect's own, SIG_IGN, SIG_DFL, or one set outside Python
-        return False
-    if isinstance(handler, _Gated):
-        handler.hand()
-    _thread.interrupt_main(signal.SIGTERM)
-    return True
-
-
-def _guard_saves_first(guarded: _GuardByte | None) -> bool:
-    """Whether a SIGTERM from outside is to be outlived: always for a worker given
-    `worker_init_fn()`; for one protected on its own (`guarded`), while a guard in its main
-    process handles SIGTERM, and so will save and exit on it."""
-    return guarded is None or guarded.map[0] != 0
-
-
 def _end_by_sigterm() -> None:
     # As the worker would have ended without forewarn: killed by the signal, which the
     # DataLoader reports as it always did. From the watching thread, where Python's
@@ -202,291 +159,10 @@ def _exit_as_asked() -> None:
     os._exit(0)
 
 
-def _lifeline_read_end() -> int:
-    global _lifeline
-    with _lifeline_lock:
-        if _lifeline is None:
-            _lifeline = os.pipe()  # not inheritable: spawned programs do not get it
-            # Registered after multiprocessing's own exit handler (it is starting a worker, so
-            # it is loaded), so atexit runs this first: before that handler terminates and
-            # joins the workers.
-            atexit.register(_cut_lifeline)
-        return _lifeline[0]
-
-
-def _cut_lifeline() -> None:
-    global _lifeline
-    if _lifeline is not None:
-        for fd in _lifeline:
-            os.close(fd)
-        _lifeline = None
-
-
-def _forget_inherited_lifeline() -> None:
-    # A forked child (a fork worker, a forked rank) must not hold our write end open, nor
-    # share our guard's byte: its own guards say whether its own workers outlive a SIGTERM. A
-    # fork worker keeps ours through its chained init. The guards it inherited count among its
-    # own: a forked rank may run its loop with one (which then saves on its SIGTERM), and its
-    # workers, told no guard handled SIGTERM, died of a job-wide one and the loop raised
-    # before the save. A child that runs no loop with them ends on SIGTERM (guard.py), and
-    # its workers with it.
-    global _lifeline, _lifeline_lock, _guard_handles_sigterm_here, _fork_lifeline
-    _lifeline_lock = threading.Lock()
-    if _fork_lifeline is not None:
-        os.close(_fork_lifeline)  # the lifeline of the worker this child was forked from
-        _fork_lifeline = None
-    if _forking.__dict__.get("lifeline") is not None and _lifeline is not None:
-        # A protected fork worker: it keeps the read end, ours (_before_fork).
-        os.close(_lifeline[1])
-        _fork_lifeline, _lifeline = _lifeline[0], None
-    _cut_lifeline()
-    _guard_handles_sigterm_here = _GuardByte()
-    _guard_handles_sigterm_here.map[0] = 1 if _guards_handling_sigterm else 0
-
-
-os.register_at_fork(after_in_child=_forget_inherited_lifeline)
-
-# The signal mask of a thread forking a protected fork worker, to put back in the main process.
-_forking = threading.local()
-
-
-def _before_fork() -> None:
-    # A fork worker runs torch's worker loop, which sets a SIGTERM handler that ends it on
-    # anyone's SIGTERM, and seeds, before its worker_init_fn: a job-wide SIGTERM then ended it.
-    # Forked with SIGTERM and SIGINT blocked, it keeps them pending until _protect.
-    forking = _forking_process()
-    if forking is None:
-        return
-    process, popen = forking
-    _chain_torch_worker_init(process)
-    if _protected_by_init(process):
-        _terminate_again.mark(popen)
-        # Its lifeline as well: made before the fork, so that the worker holds the read end.
-        _forking.lifeline = _lifeline_read_end()
-        _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
-
-
-def _after_fork_in_parent() -> None:
-    _forking.__dict__.pop("lifeline", None)
-    mask = _forking.__dict__.pop("mask", None)
-    if mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def _forking_process() -> tuple[Any, Any] | None:
-    """The process multiprocessing's fork start (popen_fork's `_launch`) is forking, and its
-    Popen, if this fork is one."""
-    try:
-        from multiprocessing import popen_fork
-    except ImportError:  # no fork on this platform
-        return None
-    launch = popen_fork.Popen._launch.__code__  # type: ignore[attr-defined]
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code is not launch:
-        frame = frame.f_back  # type: ignore[assignment]
-    if frame is None:
-        return None
-    return frame.f_locals.get("process_obj"), frame.f_locals.get("self")
-
-
-def _protected_by_init(process: Any) -> bool:
-    """Whether `process` is a DataLoader worker given `worker_init_fn()`: such an init is
-    among its arguments."""
-    args = getattr(process, "_args", ())
-    return any(isinstance(arg, _Chained) or arg is ignore_job_signals for arg in args)
-
-
-class _GuardByte:
-    """1 while a guard in the process that made it handles SIGTERM, else 0; read by that
-    process's workers: a fork worker maps the same memory, a spawn or forkserver worker is
-    sent its file (a memfd) and maps that."""
-
-    def __init__(self, fd: int | None = None) -> None:
-        """`fd` -1: one of this process's own, none made."""
-        if fd is None and hasattr(os, "memfd_create"):
-            fd = _memfd()
-        self.fd = None if fd == -1 else fd
-        # Shared either way: without a memfd, with fork workers only.
-        self.map = mmap.mmap(-1 if self.fd is None else self.fd, 1)
-
-
-def _memfd() -> int | None:
-    # Refused where a seccomp filter or an older kernel has no memfd_create: made at import
-    # and in every forked child, it raised there, and `import forewarn.clients` with it. Then
-    # only fork workers share the byte; spawn and forkserver workers are sent its value as
-    # they start.
-    try:
-        fd = os.memfd_create("forewarn-guard", os.MFD_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        os.ftruncate(fd, 1)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
-# How many CheckpointGuards handle SIGTERM in this process now, and that count's truth (1 or
-# 0) where this process's fork workers read it (`guard_handles_sigterm`).
-_guards_handling_sigterm = 0
-_guard_handles_sigterm_here = _GuardByte()
-TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
-
-
 def in_protected_worker() -> bool:
     """Whether this process is a protected DataLoader worker: a spawn or forkserver one from its
     start (it reads its SIGTERMs before it imports the main module), a fork one from its init."""
     return _reading_sigterm or _programs.held
-
-
-def guard_handles_sigterm(handles: bool) -> None:
-    """Called by a CheckpointGuard as it installs its SIGTERM handler (True) and as it closes
-    (False). Meanwhile every DataLoader worker this process started outlives a SIGTERM from
-    anyone but this process, as `worker_init_fn()` makes it, given it or not: most loops give
-    the DataLoader no worker_init_fn, and a job-wide SIGTERM (systemd's control-group kill, a
-    process-group kill) killed their workers, so the loop raised at its next batch, before the
-    guard's save: every step since the last periodic save was lost. The loop cannot save after
-    that error either: torch raises it from its SIGCHLD handler, at any point of a step, which
-    may be half applied. Without a guard handling SIGTERM such a worker ends on it, as it did
-    without forewarn."""
-    global _guards_handling_sigterm
-    _guards_handling_sigterm = max(0, _guards_handling_sigterm + (1 if handles else -1))
-    _guard_handles_sigterm_here.map[0] = 1 if _guards_handling_sigterm else 0
-    if handles:
-        # A fork server started from now on is kept alive through a job-wide SIGTERM too:
-        # its end would end every forkserver worker.
-        _preload_in_fork_server()
-
-
-def _chain_torch_worker_init(process: Any) -> None:
-    """Put `worker_init_fn(its own init)` in place of the init a torch DataLoader worker about
-    to be forked was given: the worker, a copy of this process, runs the chained one."""
-    target = getattr(process, "_target", None)
-    if not callable(target) or (
-        (getattr(target, "__module__", None), getattr(target, "__name__", None))
-        != TORCH_WORKER_LOOP
-    ):
-        return
-    try:
-        index = list(inspect.signature(target).parameters).index("init_fn")
-    except (TypeError, ValueError):  # a torch whose worker loop takes no init_fn
-        return
-    args = list(getattr(process, "_args", ()))
-    if index >= len(args):
-        return
-    init = args[index]
-    if isinstance(init, _Chained) or init is ignore_job_signals or init is worker_init_fn:
-        # Protected already, or this module's factory given uncalled: its worker raises the
-        # TypeError that says so.
-        return
-    if init is not None and not callable(init):
-        return  # not an init torch could call either: its own error stands
-    chained = _Chained(init)
-    chained.guarded = _guard_handles_sigterm_here
-    args[index] = chained
-    process._args = tuple(args)
-
-
-def _after_fork_in_child() -> None:
-    # The worker keeps them blocked: its _protect takes a pending SIGTERM (and ends if its main
-    # process sent it), then ignores both.
-    _forking.__dict__.pop("lifeline", None)
-    _forking.__dict__.pop("mask", None)
-
-
-os.register_at_fork(
-    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
-)
-
-
-class _Chained:
-    """Picklable (workers may start with `spawn`): ignore the signals, then the user's own."""
-
-    def __init__(self, then: Callable[[int], object] | None) -> None:
-        self.then = then
-        self.lifeline: tuple[int, int] | None = None  # (the worker's pid, read end)
-        # Set when chained in by this module, not the user: the main process's byte that says
-        # whether a guard there handles SIGTERM (_guard_saves_first).
-        self.guarded: _GuardByte | None = None
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        if context.get_spawning_popen() is None:
-            return (_Chained, (self.then,))
-        # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline,
-        # and the file of our guard's byte when chained in by this module (its value now where
-        # there is no such file: the worker then sees a guard made or closed later no more).
-        guarded = self.guarded
-        byte: Any = None
-        if guarded is not None:
-            byte = guarded.map[0] if guarded.fd is None else reduction.DupFd(guarded.fd)
-        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end()), byte))
-
-    def __call__(self, worker_id: int) -> None:
-        lifeline = self.lifeline
-        _protect(
-            lifeline[1] if lifeline is not None and lifeline[0] == os.getpid() else _fork_lifeline,
-            self.guarded,
-        )
-        if self.then is not None:
-            self.then(worker_id)
-            _gate_workers_own_handler()
-
-
-class _Gated:
-    """A SIGTERM handler the worker's own init installed, run only for a SIGTERM the watching
-    thread hands it (_to_workers_own_handler). A thread the worker had before its init (a
-    spawn or forkserver worker's, OpenBLAS's) may take a SIGTERM itself; Python then ran that
-    handler in the main thread whoever sent it, and a job-wide SIGTERM under a guard ended
-    the worker before the save. Such a SIGTERM is now passed by, as one ignored is."""
-
-    def __init__(self, handler: Callable[[int, Any], object]) -> None:
-        self.handler = handler
-        # Two counts, each written by one thread only (no lock a handler could wait on): the
-        # SIGTERMs the watching thread handed on, and those the main thread ran this for.
-        self.handed = 0
-        self.ran = 0
-
-    def hand(self) -> None:
-        self.handed += 1
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        if self.ran < self.handed:
-            self.ran += 1
-            self.handler(signum, frame)
-
-
-def _gate_workers_own_handler() -> None:
-    handler = signal.getsignal(signal.SIGTERM)
-    if (
-        callable(handler)
-        and handler is not _programs.pass_by
-        and not isinstance(handler, _Gated)
-        and hasattr(signal, "sigwaitinfo")
-    ):
-        signal.signal(signal.SIGTERM, _Gated(handler))
-
-
-def _in_worker(
-    then: Callable[[int], object] | None, lifeline: Any, guarded: Any = None
-) -> _Chained:
-    # Unpickled in a worker being started: a forkserver worker keeps SIGTERM blocked until
-    # _protect, as a spawn worker, started with it blocked (_spawnv_passfds), does anyway.
-    _forkserver.protected_worker = True
-    chained = _Chained(then)
-    chained.lifeline = (os.getpid(), lifeline.detach())
-    chained.guarded = _received_guard_byte(guarded)
-    return chained
-
-
-def _received_guard_byte(guarded: Any) -> _GuardByte | None:
-    """The main process's guard byte as a worker is sent it: its file, or its value where it
-    has none."""
-    if isinstance(guarded, int):
-        byte = _GuardByte(-1)
-        byte.map[0] = guarded
-        return byte
-    return None if guarded is None else _GuardByte(guarded.detach())
 
 
 # Whether a thread of this worker reads the SIGTERMs it is sent (_sigterm_from_main_only).
@@ -555,6 +231,216 @@ def _start_early(main: int) -> None:
     if hasattr(signal, "sigwaitinfo") and not _reading_sigterm:
         _reading_sigterm = True
         _start(_sigterm_from_main_only, main, os.getppid(), _before_init)
+
+
+TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
+
+
+def ignore_job_signals(worker_id: int | None = None) -> None:
+    """A `worker_init_fn`: this worker ignores SIGINT, and SIGTERM from anyone but its own main
+    process. The main process's own SIGTERM still ends it: the DataLoader and
+    multiprocessing's exit handler stop workers that way, and a worker deaf to them would hold
+    the job's exit up. The sender is known from the signal's siginfo (`sigwaitinfo`, Linux);
+    where that is not available SIGTERM is ignored outright. Give `worker_init_fn()` instead
+    under spawn and forkserver: only it also ends the worker when the main process exits,
+    which matters when a thread the worker had before this call takes that SIGTERM."""
+    if multiprocessing.parent_process() is None:
+        # Not a worker: `worker_init_fn=ignore_job_signals()`, called where it should be
+        # given. The training process itself ignored SIGINT and exited 0 on its parent's
+        # SIGTERM (torchrun's, systemd's), without a save.
+        raise RuntimeError(
+            "ignore_job_signals() runs in a DataLoader worker, not in the training process: "
+            "give worker_init_fn=ignore_job_signals (uncalled), or worker_init_fn=worker_init_fn()"
+        )
+    _protect(lifeline=workers_lifeline._fork_lifeline)
+
+
+class _Chained:
+    """Picklable (workers may start with `spawn`): ignore the signals, then the user's own."""
+
+    def __init__(self, then: Callable[[int], object] | None) -> None:
+        self.then = then
+        self.lifeline: tuple[int, int] | None = None  # (the worker's pid, read end)
+        # Set when chained in by this module, not the user: the main process's byte that says
+        # whether a guard there handles SIGTERM (_guard_saves_first).
+        self.guarded: _GuardByte | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if context.get_spawning_popen() is None:
+            return (_Chained, (self.then,))
+        # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline,
+        # and the file of our guard's byte when chained in by this module (its value now where
+        # there is no such file: the worker then sees a guard made or closed later no more).
+        guarded = self.guarded
+        byte: Any = None
+        if guarded is not None:
+            byte = guarded.map[0] if guarded.fd is None else reduction.DupFd(guarded.fd)
+        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end()), byte))
+
+    def __call__(self, worker_id: int) -> None:
+        lifeline = self.lifeline
+        _protect(
+            lifeline[1]
+            if lifeline is not None and lifeline[0] == os.getpid()
+            else workers_lifeline._fork_lifeline,
+            self.guarded,
+        )
+        if self.then is not None:
+            self.then(worker_id)
+            _gate_workers_own_handler()
+
+
+def _in_worker(
+    then: Callable[[int], object] | None, lifeline: Any, guarded: Any = None
+) -> _Chained:
+    # Unpickled in a worker being started: a forkserver worker keeps SIGTERM blocked until
+    # _protect, as a spawn worker, started with it blocked (_spawnv_passfds), does anyway.
+    _forkserver.protected_worker = True
+    chained = _Chained(then)
+    chained.lifeline = (os.getpid(), lifeline.detach())
+    chained.guarded = _received_guard_byte(guarded)
+    return chained
+
+
+def _protected_by_init(process: Any) -> bool:
+    """Whether `process` is a DataLoader worker given `worker_init_fn()`: such an init is
+    among its arguments."""
+    args = getattr(process, "_args", ())
+    return any(isinstance(arg, _Chained) or arg is ignore_job_signals for arg in args)
+
+
+def _chain_torch_worker_init(process: Any) -> None:
+    """Put `worker_init_fn(its own init)` in place of the init a torch DataLoader worker about
+    to be forked was given: the worker, a copy of this process, runs the chained one."""
+    target = getattr(process, "_target", None)
+    if not callable(target) or (
+        (getattr(target, "__module__", None), getattr(target, "__name__", None))
+        != TORCH_WORKER_LOOP
+    ):
+        return
+    try:
+        index = list(inspect.signature(target).parameters).index("init_fn")
+    except (TypeError, ValueError):  # a torch whose worker loop takes no init_fn
+        return
+    args = list(getattr(process, "_args", ()))
+    if index >= len(args):
+        return
+    init = args[index]
+    if isinstance(init, _Chained) or init is ignore_job_signals or init is worker_init_fn:
+        # Protected already, or this module's factory given uncalled: its worker raises the
+        # TypeError that says so.
+        return
+    if init is not None and not callable(init):
+        return  # not an init torch could call either: its own error stands
+    chained = _Chained(init)
+    chained.guarded = workers_guardbyte._guard_handles_sigterm_here
+    args[index] = chained
+    process._args = tuple(args)
+
+
+def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int], None]:
+    """A DataLoader `worker_init_fn` that makes the worker ignore SIGTERM and SIGINT, then
+    calls `then(worker_id)` (your own init, e.g. seeding) when given. A fork server started
+    from here on keeps SIGTERM blocked, and so do its workers until their init (see
+    `forewarn.clients._forkserver`)."""
+    if isinstance(then, int):
+        # A worker calls its init with its id: this factory was given to the DataLoader
+        # uncalled, and the worker went unprotected without a word.
+        raise TypeError(
+            f"worker_init_fn was called with a worker id ({then!r}): give the DataLoader "
+            "worker_init_fn=worker_init_fn(), called, or worker_init_fn(your_init)"
+        )
+    if then is not None and not callable(then):
+        raise TypeError(
+            f"worker_init_fn(then): then must be callable (your own init) or None, got {then!r}"
+        )
+    _preload_in_fork_server()
+    return _Chained(then)
+
+
+def protect_loader(loader: Any) -> None:
+    """Give a DataLoader built by someone else (a trainer) `worker_init_fn`, chaining the one it
+    has; before its workers start, which is when a DataLoader reads it."""
+    # accelerate's DataLoaderShard wraps the DataLoader that iterates, and hands attribute
+    # reads, not writes, on to it.
+    while getattr(loader, "base_dataloader", None) is not None:
+        loader = loader.base_dataloader
+    if getattr(loader, "num_workers", 0) and not isinstance(loader.worker_init_fn, _Chained):
+        # This module's own factory, given uncalled, is replaced: chained, it would refuse the
+        # worker id it is called with.
+        then = None if loader.worker_init_fn is worker_init_fn else loader.worker_init_fn
+        loader.worker_init_fn = worker_init_fn(then)
+
+
+def _forget_inherited_lifeline() -> None:
+    # A forked child (a fork worker, a forked rank) must not hold our write end open, nor
+    # share our guard's byte: its own guards say whether its own workers outlive a SIGTERM. A
+    # fork worker keeps ours through its chained init. The guards it inherited count among its
+    # own: a forked rank may run its loop with one (which then saves on its SIGTERM), and its
+    # workers, told no guard handled SIGTERM, died of a job-wide one and the loop raised
+    # before the save. A child that runs no loop with them ends on SIGTERM (guard.py), and
+    # its workers with it.
+    workers_lifeline._forget_inherited(
+        protected_fork_worker=_forking.__dict__.get("lifeline") is not None
+    )
+    workers_guardbyte._remake_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_lifeline)
+
+# The signal mask of a thread forking a protected fork worker, to put back in the main process.
+_forking = threading.local()
+
+
+def _before_fork() -> None:
+    # A fork worker runs torch's worker loop, which sets a SIGTERM handler that ends it on
+    # anyone's SIGTERM, and seeds, before its worker_init_fn: a job-wide SIGTERM then ended it.
+    # Forked with SIGTERM and SIGINT blocked, it keeps them pending until _protect.
+    forking = _forking_process()
+    if forking is None:
+        return
+    process, popen = forking
+    _chain_torch_worker_init(process)
+    if _protected_by_init(process):
+        _terminate_again.mark(popen)
+        # Its lifeline as well: made before the fork, so that the worker holds the read end.
+        _forking.lifeline = _lifeline_read_end()
+        _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
+
+
+def _after_fork_in_parent() -> None:
+    _forking.__dict__.pop("lifeline", None)
+    mask = _forking.__dict__.pop("mask", None)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _forking_process() -> tuple[Any, Any] | None:
+    """The process multiprocessing's fork start (popen_fork's `_launch`) is forking, and its
+    Popen, if this fork is one."""
+    try:
+        from multiprocessing import popen_fork
+    except ImportError:  # no fork on this platform
+        return None
+    launch = popen_fork.Popen._launch.__code__  # type: ignore[attr-defined]
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not launch:
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return None
+    return frame.f_locals.get("process_obj"), frame.f_locals.get("self")
+
+
+def _after_fork_in_child() -> None:
+    # The worker keeps them blocked: its _protect takes a pending SIGTERM (and ends if its main
+    # process sent it), then ignores both.
+    _forking.__dict__.pop("lifeline", None)
+    _forking.__dict__.pop("mask", None)
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 
 def _preparation_data(name: str) -> dict[str, Any]:
@@ -688,55 +574,22 @@ for _started_by_pickle in ("Process", "SpawnProcess", "ForkServerProcess"):
         )
 
 
-def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int], None]:
-    """A DataLoader `worker_init_fn` that makes the worker ignore SIGTERM and SIGINT, then
-    calls `then(worker_id)` (your own init, e.g. seeding) when given. A fork server started
-    from here on keeps SIGTERM blocked, and so do its workers until their init (see
-    `forewarn.clients._forkserver`)."""
-    if isinstance(then, int):
-        # A worker calls its init with its id: this factory was given to the DataLoader
-        # uncalled, and the worker went unprotected without a word.
-        raise TypeError(
-            f"worker_init_fn was called with a worker id ({then!r}): give the DataLoader "
-            "worker_init_fn=worker_init_fn(), called, or worker_init_fn(your_init)"
-        )
-    if then is not None and not callable(then):
-        raise TypeError(
-            f"worker_init_fn(then): then must be callable (your own init) or None, got {then!r}"
-        )
-    _preload_in_fork_server()
-    return _Chained(then)
+# State a part rebinds (at a fork, as a guard starts or closes, as a worker starts): read where
+# it lives at each access, so that `workers._guard_handles_sigterm_here` is this process's now.
+_REBOUND_STATE = {
+    "_guards_handling_sigterm": workers_guardbyte,
+    "_guard_handles_sigterm_here": workers_guardbyte,
+    "_lifeline": workers_lifeline,
+    "_lifeline_lock": workers_lifeline,
+    "_fork_lifeline": workers_lifeline,
+}
 
 
-def protect_loader(loader: Any) -> None:
-    """Give a DataLoader built by someone else (a trainer) `worker_init_fn`, chaining the one it
-    has; before its workers start, which is when a DataLoader reads it."""
-    # accelerate's DataLoaderShard wraps the DataLoader that iterates, and hands attribute
-    # reads, not writes, on to it.
-    while getattr(loader, "base_dataloader", None) is not None:
-        loader = loader.base_dataloader
-    if getattr(loader, "num_workers", 0) and not isinstance(loader.worker_init_fn, _Chained):
-        # This module's own factory, given uncalled, is replaced: chained, it would refuse the
-        # worker id it is called with.
-        then = None if loader.worker_init_fn is worker_init_fn else loader.worker_init_fn
-        loader.worker_init_fn = worker_init_fn(then)
-
-
-FORK_SERVER_PRELOAD = "forewarn.clients._forkserver"
-
-
-def _preload_in_fork_server() -> None:
-    # The fork server is started with the first forkserver worker, after this: the DataLoader
-    # is built with its worker_init_fn before it starts any worker.
-    try:
-        from multiprocessing import forkserver
-    except ImportError:  # no fork server on this platform
-        return
-    # A list the job set empty stays so, but for ours: it has the server import no main module.
-    modules = getattr(forkserver._forkserver, "_preload_modules", None)
-    modules = ["__main__"] if modules is None else list(modules)
-    if FORK_SERVER_PRELOAD not in modules:
-        forkserver.set_forkserver_preload([*modules, FORK_SERVER_PRELOAD])
+def __getattr__(name: str) -> Any:
+    module = _REBOUND_STATE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(module, name)
 
 
 # A fork server is started with the first forkserver worker, which may come before the guard
