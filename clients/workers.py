@@ -32,17 +32,16 @@ otherwise ends on it as it would have without forewarn (by the SIGTERM handler i
 installed, if it did: `_to_workers_own_handler`). Importing this module has the fork
 server, when one starts, keep SIGTERM blocked (its end would end every forkserver worker).
 
-Parts that hold state or a job of their own are modules of their own: the guard byte
-(workers_guardbyte), the lifeline (workers_lifeline), the worker's own init's SIGTERM handler
-(workers_ownhandler) and the fork server's preload (workers_preload).
+Parts with a job of their own are modules of their own: the `worker_init_fn` chain
+(workers_init), what a protected worker does with the signals it is sent (workers_protect) and
+with its own init's SIGTERM handler (workers_ownhandler), the guard byte (workers_guardbyte),
+the lifeline (workers_lifeline) and the fork server's preload (workers_preload); the hooks on
+a fork and on a spawn or forkserver start are here.
 """
 
 from __future__ import annotations
 
 import copy
-import ctypes
-import inspect
-import multiprocessing
 import os
 import signal
 import sys
@@ -51,325 +50,45 @@ from collections.abc import Callable
 from multiprocessing import context, reduction, spawn, util
 from typing import Any, cast
 
-from . import _forkserver, _programs, _terminate_again, workers_guardbyte, workers_lifeline
-from .workers_guardbyte import _guard_saves_first, _GuardByte, _received_guard_byte
+from . import (
+    _terminate_again,
+    workers_guardbyte,
+    workers_lifeline,
+    workers_protect,
+)
+from .workers_guardbyte import _guard_saves_first as _guard_saves_first
+from .workers_guardbyte import _GuardByte as _GuardByte
 from .workers_guardbyte import _memfd as _memfd
+from .workers_guardbyte import _received_guard_byte as _received_guard_byte
 from .workers_guardbyte import guard_handles_sigterm as guard_handles_sigterm
+from .workers_init import TORCH_WORKER_LOOP as TORCH_WORKER_LOOP
+from .workers_init import (
+    _chain_torch_worker_init,
+    _Chained,
+    _protected_by_init,
+    ignore_job_signals,
+    worker_init_fn,
+)
+from .workers_init import _in_worker as _in_worker
+from .workers_init import protect_loader as protect_loader
 from .workers_lifeline import _cut_lifeline as _cut_lifeline
 from .workers_lifeline import _lifeline_read_end
-from .workers_ownhandler import _gate_workers_own_handler, _to_workers_own_handler
+from .workers_ownhandler import _gate_workers_own_handler as _gate_workers_own_handler
 from .workers_ownhandler import _Gated as _Gated
+from .workers_ownhandler import _to_workers_own_handler as _to_workers_own_handler
 from .workers_preload import FORK_SERVER_PRELOAD, _preload_in_fork_server
-
-IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
-
-
-def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
-    """Ignore SIGINT, and SIGTERM from anyone but the main process; with `guarded` (a worker
-    protected because its main process may run a guard), only while the main process's byte in
-    it says a guard there handles SIGTERM: otherwise such a SIGTERM ends the worker, as it
-    would have without forewarn."""
-    # The main process, not getppid(): a forkserver worker's parent is the fork server.
-    parent = multiprocessing.parent_process()
-    main = parent.pid if parent is not None and parent.pid is not None else os.getppid()
-    if hasattr(signal, "sigtimedwait") and signal.SIGTERM in signal.sigpending():
-        # A fork, spawn or forkserver worker starts with SIGTERM blocked (_before_fork,
-        # _spawnv_passfds, forewarn.clients._forkserver): one sent while it started waits
-        # here; ignoring it below would drop it.
-        info = signal.sigtimedwait({signal.SIGTERM}, 0)
-        if info is not None and info.si_pid == main:
-            _exit_as_asked()
-        if info is not None and not _guard_saves_first(guarded):
-            _end_by_sigterm()
-    # Passed by in the whole process, not by a thread's mask: a spawn or forkserver worker has
-    # threads before this runs (import torch starts OpenBLAS's), and a SIGTERM for the process
-    # that one of them took would otherwise end the worker. By a handler that does nothing,
-    # not SIG_IGN, which the programs the worker starts would keep (_programs).
-    _programs.hold()
-    if hasattr(signal, "sigwaitinfo"):
-        # Blocked in this thread (the process's first one, which kill() targets), a SIGTERM
-        # is kept rather than dropped as ignored, until a thread that does not block it takes
-        # it: the one below, with its sender, or a thread the worker had before, which
-        # ignores it. Threads started from here on block it too.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        if not _reading_sigterm:
-            _start(_sigterm_from_main_only, main, os.getppid(), guarded)
-        elif _before_init.initialize(guarded) and not _guard_saves_first(guarded):
-            # A spawn or forkserver worker's reads it from its start (_EarlyStart); one from
-            # outside before this, with no guard to save first, ends it as it would have.
-            _end_by_sigterm()
-    if lifeline is not None:
-        # Such a thread may take the main process's SIGTERM too; the lifeline still ends the
-        # worker when the main process exits.
-        _start(_end_with_main, lifeline)
-
-
-def _start(target: Callable[..., None], *args: object) -> None:
-    threading.Thread(target=target, args=args, name="forewarn-worker", daemon=True).start()
-
-
-def _sigterm_from_main_only(
-    main: int, parent: int, guarded: _GuardByte | _BeforeInit | None
-) -> None:
-    handed = False
-    while True:
-        info = signal.sigwaitinfo({signal.SIGTERM})
-        if info.si_pid == main or os.getppid() != parent:
-            # From the main process (or the main process is gone): end now, started or not.
-            # Handed to the worker's own handler once: the main process sends its terminate()
-            # again while the worker lives (_terminate_again), which that handler may outlast.
-            if handed:
-                continue
-            handed = _to_workers_own_handler()
-            if not handed:
-                _exit_as_asked()
-        elif isinstance(guarded, _BeforeInit) and guarded.defer():
-            continue
-        elif (
-            not _guard_saves_first(guarded.guarded if isinstance(guarded, _BeforeInit) else guarded)
-            and not _to_workers_own_handler()
-        ):
-            _end_by_sigterm()
-
-
-def _end_by_sigterm() -> None:
-    # As the worker would have ended without forewarn: killed by the signal, which the
-    # DataLoader reports as it always did. From the watching thread, where Python's
-    # signal.signal() refuses: libc's own sets the default action back.
-    try:
-        ctypes.CDLL(None, use_errno=True).signal(signal.SIGTERM, int(signal.SIG_DFL))
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        os.kill(os.getpid(), signal.SIGTERM)
-    except (OSError, AttributeError):  # no libc to call: end with the status the shell gives
-        pass
-    os._exit(128 + signal.SIGTERM)
-
-
-def _end_with_main(lifeline: int) -> None:
-    # Nothing is ever written: the read returns empty once the main process has closed its end.
-    while os.read(lifeline, 1):
-        pass
-    _exit_as_asked()
-
-
-def _exit_as_asked() -> None:
-    # Status 0, as torch's own worker handler exits on its main process's SIGTERM: the
-    # DataLoader reports a worker that exits otherwise as failed, even while the main process
-    # is stopping it.
-    os._exit(0)
-
-
-def in_protected_worker() -> bool:
-    """Whether this process is a protected DataLoader worker: a spawn or forkserver one from its
-    start (it reads its SIGTERMs before it imports the main module), a fork one from its init."""
-    return _reading_sigterm or _programs.held
-
-
-# Whether a thread of this worker reads the SIGTERMs it is sent (_sigterm_from_main_only).
-_reading_sigterm = False
-
-
-class _EarlyStart:
-    """Put in the preparation data of a protected spawn or forkserver worker, which the worker
-    unpickles first, before it imports the main module and unpickles its process object (the
-    dataset, its worker_init_fn): it starts with SIGTERM and SIGINT blocked, and a SIGTERM
-    waited for its init. One that hung there (importing the user's module) could not be
-    stopped: multiprocessing's exit handler sends it SIGTERM and waits for it without a
-    timeout, so the job hung at its exit for ever, the worker left behind; and a program the
-    main module started as the worker imported it kept SIGTERM blocked. From here on a
-    thread reads the SIGTERMs the worker is sent, ending it on its main process's at once,
-    and the programs it starts get the signals back (_programs)."""
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # exec, not a function of forewarn's: the worker has not its main process's sys.path
-        # yet, and forewarn may not be on the one it has (then its init still protects it).
-        return (exec, (_EARLY_START, {"main": os.getpid()}))
-
-
-_EARLY_START = """
-try:
-    from forewarn.clients.workers import _start_early
-except ImportError:
-    pass
-else:
-    _start_early(main)
-"""
-
-
-class _BeforeInit:
-    """What the SIGTERM reader of a worker started early knows of it: whether its init has run,
-    with the guard byte it was sent (in its process object, unpickled after this starts),
-    and whether a SIGTERM from outside came before, which the init decides on, as it did
-    when that SIGTERM waited for it."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.initialized = False
-        self.guarded: _GuardByte | None = None
-        self.deferred = False
-
-    def initialize(self, guarded: _GuardByte | None) -> bool:
-        """Whether a SIGTERM from outside came before."""
-        with self.lock:
-            self.guarded = guarded
-            self.initialized = True
-            return self.deferred
-
-    def defer(self) -> bool:
-        with self.lock:
-            if not self.initialized:
-                self.deferred = True
-            return not self.initialized
-
-
-_before_init = _BeforeInit()
-
-
-def _start_early(main: int) -> None:
-    global _reading_sigterm
-    _programs.hold()
-    if hasattr(signal, "sigwaitinfo") and not _reading_sigterm:
-        _reading_sigterm = True
-        _start(_sigterm_from_main_only, main, os.getppid(), _before_init)
-
-
-TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
-
-
-def ignore_job_signals(worker_id: int | None = None) -> None:
-    """A `worker_init_fn`: this worker ignores SIGINT, and SIGTERM from anyone but its own main
-    process. The main process's own SIGTERM still ends it: the DataLoader and
-    multiprocessing's exit handler stop workers that way, and a worker deaf to them would hold
-    the job's exit up. The sender is known from the signal's siginfo (`sigwaitinfo`, Linux);
-    where that is not available SIGTERM is ignored outright. Give `worker_init_fn()` instead
-    under spawn and forkserver: only it also ends the worker when the main process exits,
-    which matters when a thread the worker had before this call takes that SIGTERM."""
-    if multiprocessing.parent_process() is None:
-        # Not a worker: `worker_init_fn=ignore_job_signals()`, called where it should be
-        # given. The training process itself ignored SIGINT and exited 0 on its parent's
-        # SIGTERM (torchrun's, systemd's), without a save.
-        raise RuntimeError(
-            "ignore_job_signals() runs in a DataLoader worker, not in the training process: "
-            "give worker_init_fn=ignore_job_signals (uncalled), or worker_init_fn=worker_init_fn()"
-        )
-    _protect(lifeline=workers_lifeline._fork_lifeline)
-
-
-class _Chained:
-    """Picklable (workers may start with `spawn`): ignore the signals, then the user's own."""
-
-    def __init__(self, then: Callable[[int], object] | None) -> None:
-        self.then = then
-        self.lifeline: tuple[int, int] | None = None  # (the worker's pid, read end)
-        # Set when chained in by this module, not the user: the main process's byte that says
-        # whether a guard there handles SIGTERM (_guard_saves_first).
-        self.guarded: _GuardByte | None = None
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        if context.get_spawning_popen() is None:
-            return (_Chained, (self.then,))
-        # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline,
-        # and the file of our guard's byte when chained in by this module (its value now where
-        # there is no such file: the worker then sees a guard made or closed later no more).
-        guarded = self.guarded
-        byte: Any = None
-        if guarded is not None:
-            byte = guarded.map[0] if guarded.fd is None else reduction.DupFd(guarded.fd)
-        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end()), byte))
-
-    def __call__(self, worker_id: int) -> None:
-        lifeline = self.lifeline
-        _protect(
-            lifeline[1]
-            if lifeline is not None and lifeline[0] == os.getpid()
-            else workers_lifeline._fork_lifeline,
-            self.guarded,
-        )
-        if self.then is not None:
-            self.then(worker_id)
-            _gate_workers_own_handler()
-
-
-def _in_worker(
-    then: Callable[[int], object] | None, lifeline: Any, guarded: Any = None
-) -> _Chained:
-    # Unpickled in a worker being started: a forkserver worker keeps SIGTERM blocked until
-    # _protect, as a spawn worker, started with it blocked (_spawnv_passfds), does anyway.
-    _forkserver.protected_worker = True
-    chained = _Chained(then)
-    chained.lifeline = (os.getpid(), lifeline.detach())
-    chained.guarded = _received_guard_byte(guarded)
-    return chained
-
-
-def _protected_by_init(process: Any) -> bool:
-    """Whether `process` is a DataLoader worker given `worker_init_fn()`: such an init is
-    among its arguments."""
-    args = getattr(process, "_args", ())
-    return any(isinstance(arg, _Chained) or arg is ignore_job_signals for arg in args)
-
-
-def _chain_torch_worker_init(process: Any) -> None:
-    """Put `worker_init_fn(its own init)` in place of the init a torch DataLoader worker about
-    to be forked was given: the worker, a copy of this process, runs the chained one."""
-    target = getattr(process, "_target", None)
-    if not callable(target) or (
-        (getattr(target, "__module__", None), getattr(target, "__name__", None))
-        != TORCH_WORKER_LOOP
-    ):
-        return
-    try:
-        index = list(inspect.signature(target).parameters).index("init_fn")
-    except (TypeError, ValueError):  # a torch whose worker loop takes no init_fn
-        return
-    args = list(getattr(process, "_args", ()))
-    if index >= len(args):
-        return
-    init = args[index]
-    if isinstance(init, _Chained) or init is ignore_job_signals or init is worker_init_fn:
-        # Protected already, or this module's factory given uncalled: its worker raises the
-        # TypeError that says so.
-        return
-    if init is not None and not callable(init):
-        return  # not an init torch could call either: its own error stands
-    chained = _Chained(init)
-    chained.guarded = workers_guardbyte._guard_handles_sigterm_here
-    args[index] = chained
-    process._args = tuple(args)
-
-
-def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int], None]:
-    """A DataLoader `worker_init_fn` that makes the worker ignore SIGTERM and SIGINT, then
-    calls `then(worker_id)` (your own init, e.g. seeding) when given. A fork server started
-    from here on keeps SIGTERM blocked, and so do its workers until their init (see
-    `forewarn.clients._forkserver`)."""
-    if isinstance(then, int):
-        # A worker calls its init with its id: this factory was given to the DataLoader
-        # uncalled, and the worker went unprotected without a word.
-        raise TypeError(
-            f"worker_init_fn was called with a worker id ({then!r}): give the DataLoader "
-            "worker_init_fn=worker_init_fn(), called, or worker_init_fn(your_init)"
-        )
-    if then is not None and not callable(then):
-        raise TypeError(
-            f"worker_init_fn(then): then must be callable (your own init) or None, got {then!r}"
-        )
-    _preload_in_fork_server()
-    return _Chained(then)
-
-
-def protect_loader(loader: Any) -> None:
-    """Give a DataLoader built by someone else (a trainer) `worker_init_fn`, chaining the one it
-    has; before its workers start, which is when a DataLoader reads it."""
-    # accelerate's DataLoaderShard wraps the DataLoader that iterates, and hands attribute
-    # reads, not writes, on to it.
-    while getattr(loader, "base_dataloader", None) is not None:
-        loader = loader.base_dataloader
-    if getattr(loader, "num_workers", 0) and not isinstance(loader.worker_init_fn, _Chained):
-        # This module's own factory, given uncalled, is replaced: chained, it would refuse the
-        # worker id it is called with.
-        then = None if loader.worker_init_fn is worker_init_fn else loader.worker_init_fn
-        loader.worker_init_fn = worker_init_fn(then)
+from .workers_protect import _EARLY_START as _EARLY_START
+from .workers_protect import IGNORED_IN_WORKERS, _EarlyStart
+from .workers_protect import _before_init as _before_init
+from .workers_protect import _BeforeInit as _BeforeInit
+from .workers_protect import _end_by_sigterm as _end_by_sigterm
+from .workers_protect import _end_with_main as _end_with_main
+from .workers_protect import _exit_as_asked as _exit_as_asked
+from .workers_protect import _protect as _protect
+from .workers_protect import _sigterm_from_main_only as _sigterm_from_main_only
+from .workers_protect import _start as _start
+from .workers_protect import _start_early as _start_early
+from .workers_protect import in_protected_worker as in_protected_worker
 
 
 def _forget_inherited_lifeline() -> None:
@@ -582,6 +301,7 @@ _REBOUND_STATE = {
     "_lifeline": workers_lifeline,
     "_lifeline_lock": workers_lifeline,
     "_fork_lifeline": workers_lifeline,
+    "_reading_sigterm": workers_protect,
 }
 
 

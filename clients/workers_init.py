@@ -1,0 +1,161 @@
+"""The DataLoader `worker_init_fn` that protects a worker, and its chaining into torch's workers.
+
+`worker_init_fn(then)` is what a user gives; `_Chained` is what a worker runs (picklable: it
+carries the lifeline and the guard byte to a spawn or forkserver worker); every torch DataLoader
+worker this process starts gets one in place of its own init (`_chain_torch_worker_init`, from
+the start hooks of `workers_fork` and `workers_spawn`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import multiprocessing
+import os
+from collections.abc import Callable
+from multiprocessing import context, reduction
+from typing import Any
+
+from . import _forkserver, workers_guardbyte, workers_lifeline
+from .workers_guardbyte import _GuardByte, _received_guard_byte
+from .workers_lifeline import _lifeline_read_end
+from .workers_ownhandler import _gate_workers_own_handler
+from .workers_preload import _preload_in_fork_server
+from .workers_protect import _protect
+
+TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
+
+
+def ignore_job_signals(worker_id: int | None = None) -> None:
+    """A `worker_init_fn`: this worker ignores SIGINT, and SIGTERM from anyone but its own main
+    process. The main process's own SIGTERM still ends it: the DataLoader and
+    multiprocessing's exit handler stop workers that way, and a worker deaf to them would hold
+    the job's exit up. The sender is known from the signal's siginfo (`sigwaitinfo`, Linux);
+    where that is not available SIGTERM is ignored outright. Give `worker_init_fn()` instead
+    under spawn and forkserver: only it also ends the worker when the main process exits,
+    which matters when a thread the worker had before this call takes that SIGTERM."""
+    if multiprocessing.parent_process() is None:
+        # Not a worker: `worker_init_fn=ignore_job_signals()`, called where it should be
+        # given. The training process itself ignored SIGINT and exited 0 on its parent's
+        # SIGTERM (torchrun's, systemd's), without a save.
+        raise RuntimeError(
+            "ignore_job_signals() runs in a DataLoader worker, not in the training process: "
+            "give worker_init_fn=ignore_job_signals (uncalled), or worker_init_fn=worker_init_fn()"
+        )
+    _protect(lifeline=workers_lifeline._fork_lifeline)
+
+
+class _Chained:
+    """Picklable (workers may start with `spawn`): ignore the signals, then the user's own."""
+
+    def __init__(self, then: Callable[[int], object] | None) -> None:
+        self.then = then
+        self.lifeline: tuple[int, int] | None = None  # (the worker's pid, read end)
+        # Set when chained in by this module, not the user: the main process's byte that says
+        # whether a guard there handles SIGTERM (_guard_saves_first).
+        self.guarded: _GuardByte | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if context.get_spawning_popen() is None:
+            return (_Chained, (self.then,))
+        # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline,
+        # and the file of our guard's byte when chained in by this module (its value now where
+        # there is no such file: the worker then sees a guard made or closed later no more).
+        guarded = self.guarded
+        byte: Any = None
+        if guarded is not None:
+            byte = guarded.map[0] if guarded.fd is None else reduction.DupFd(guarded.fd)
+        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end()), byte))
+
+    def __call__(self, worker_id: int) -> None:
+        lifeline = self.lifeline
+        _protect(
+            lifeline[1]
+            if lifeline is not None and lifeline[0] == os.getpid()
+            else workers_lifeline._fork_lifeline,
+            self.guarded,
+        )
+        if self.then is not None:
+            self.then(worker_id)
+            _gate_workers_own_handler()
+
+
+def _in_worker(
+    then: Callable[[int], object] | None, lifeline: Any, guarded: Any = None
+) -> _Chained:
+    # Unpickled in a worker being started: a forkserver worker keeps SIGTERM blocked until
+    # _protect, as a spawn worker, started with it blocked (_spawnv_passfds), does anyway.
+    _forkserver.protected_worker = True
+    chained = _Chained(then)
+    chained.lifeline = (os.getpid(), lifeline.detach())
+    chained.guarded = _received_guard_byte(guarded)
+    return chained
+
+
+def _protected_by_init(process: Any) -> bool:
+    """Whether `process` is a DataLoader worker given `worker_init_fn()`: such an init is
+    among its arguments."""
+    args = getattr(process, "_args", ())
+    return any(isinstance(arg, _Chained) or arg is ignore_job_signals for arg in args)
+
+
+def _chain_torch_worker_init(process: Any) -> None:
+    """Put `worker_init_fn(its own init)` in place of the init a torch DataLoader worker about
+    to be forked was given: the worker, a copy of this process, runs the chained one."""
+    target = getattr(process, "_target", None)
+    if not callable(target) or (
+        (getattr(target, "__module__", None), getattr(target, "__name__", None))
+        != TORCH_WORKER_LOOP
+    ):
+        return
+    try:
+        index = list(inspect.signature(target).parameters).index("init_fn")
+    except (TypeError, ValueError):  # a torch whose worker loop takes no init_fn
+        return
+    args = list(getattr(process, "_args", ()))
+    if index >= len(args):
+        return
+    init = args[index]
+    if isinstance(init, _Chained) or init is ignore_job_signals or init is worker_init_fn:
+        # Protected already, or this module's factory given uncalled: its worker raises the
+        # TypeError that says so.
+        return
+    if init is not None and not callable(init):
+        return  # not an init torch could call either: its own error stands
+    chained = _Chained(init)
+    chained.guarded = workers_guardbyte._guard_handles_sigterm_here
+    args[index] = chained
+    process._args = tuple(args)
+
+
+def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int], None]:
+    """A DataLoader `worker_init_fn` that makes the worker ignore SIGTERM and SIGINT, then
+    calls `then(worker_id)` (your own init, e.g. seeding) when given. A fork server started
+    from here on keeps SIGTERM blocked, and so do its workers until their init (see
+    `forewarn.clients._forkserver`)."""
+    if isinstance(then, int):
+        # A worker calls its init with its id: this factory was given to the DataLoader
+        # uncalled, and the worker went unprotected without a word.
+        raise TypeError(
+            f"worker_init_fn was called with a worker id ({then!r}): give the DataLoader "
+            "worker_init_fn=worker_init_fn(), called, or worker_init_fn(your_init)"
+        )
+    if then is not None and not callable(then):
+        raise TypeError(
+            f"worker_init_fn(then): then must be callable (your own init) or None, got {then!r}"
+        )
+    _preload_in_fork_server()
+    return _Chained(then)
+
+
+def protect_loader(loader: Any) -> None:
+    """Give a DataLoader built by someone else (a trainer) `worker_init_fn`, chaining the one it
+    has; before its workers start, which is when a DataLoader reads it."""
+    # accelerate's DataLoaderShard wraps the DataLoader that iterates, and hands attribute
+    # reads, not writes, on to it.
+    while getattr(loader, "base_dataloader", None) is not None:
+        loader = loader.base_dataloader
+    if getattr(loader, "num_workers", 0) and not isinstance(loader.worker_init_fn, _Chained):
+        # This module's own factory, given uncalled, is replaced: chained, it would refuse the
+        # worker id it is called with.
+        then = None if loader.worker_init_fn is worker_init_fn else loader.worker_init_fn
+        loader.worker_init_fn = worker_init_fn(then)

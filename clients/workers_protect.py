@@ -1,0 +1,194 @@
+"""In a protected worker: SIGINT ignored, and SIGTERM from anyone but its main process outlived.
+
+A thread reads the SIGTERMs the worker is sent, with their sender (`sigwaitinfo`): its main
+process's ends the worker (the DataLoader and multiprocessing's exit handler stop workers that
+way), one from outside ends it only when no guard in the main process will save first (the
+guard byte, `workers_guardbyte`). A spawn or forkserver worker starts that thread before it
+imports the main module (`_EarlyStart`), and the worker also ends with its main process's exit
+(its lifeline, `workers_lifeline`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from . import _programs
+from .workers_guardbyte import _guard_saves_first, _GuardByte
+from .workers_ownhandler import _to_workers_own_handler
+
+IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
+    """Ignore SIGINT, and SIGTERM from anyone but the main process; with `guarded` (a worker
+    protected because its main process may run a guard), only while the main process's byte in
+    it says a guard there handles SIGTERM: otherwise such a SIGTERM ends the worker, as it
+    would have without forewarn."""
+    # The main process, not getppid(): a forkserver worker's parent is the fork server.
+    parent = multiprocessing.parent_process()
+    main = parent.pid if parent is not None and parent.pid is not None else os.getppid()
+    if hasattr(signal, "sigtimedwait") and signal.SIGTERM in signal.sigpending():
+        # A fork, spawn or forkserver worker starts with SIGTERM blocked (_before_fork,
+        # _spawnv_passfds, forewarn.clients._forkserver): one sent while it started waits
+        # here; ignoring it below would drop it.
+        info = signal.sigtimedwait({signal.SIGTERM}, 0)
+        if info is not None and info.si_pid == main:
+            _exit_as_asked()
+        if info is not None and not _guard_saves_first(guarded):
+            _end_by_sigterm()
+    # Passed by in the whole process, not by a thread's mask: a spawn or forkserver worker has
+    # threads before this runs (import torch starts OpenBLAS's), and a SIGTERM for the process
+    # that one of them took would otherwise end the worker. By a handler that does nothing,
+    # not SIG_IGN, which the programs the worker starts would keep (_programs).
+    _programs.hold()
+    if hasattr(signal, "sigwaitinfo"):
+        # Blocked in this thread (the process's first one, which kill() targets), a SIGTERM
+        # is kept rather than dropped as ignored, until a thread that does not block it takes
+        # it: the one below, with its sender, or a thread the worker had before, which
+        # ignores it. Threads started from here on block it too.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        if not _reading_sigterm:
+            _start(_sigterm_from_main_only, main, os.getppid(), guarded)
+        elif _before_init.initialize(guarded) and not _guard_saves_first(guarded):
+            # A spawn or forkserver worker's reads it from its start (_EarlyStart); one from
+            # outside before this, with no guard to save first, ends it as it would have.
+            _end_by_sigterm()
+    if lifeline is not None:
+        # Such a thread may take the main process's SIGTERM too; the lifeline still ends the
+        # worker when the main process exits.
+        _start(_end_with_main, lifeline)
+
+
+def _start(target: Callable[..., None], *args: object) -> None:
+    threading.Thread(target=target, args=args, name="forewarn-worker", daemon=True).start()
+
+
+def _sigterm_from_main_only(
+    main: int, parent: int, guarded: _GuardByte | _BeforeInit | None
+) -> None:
+    handed = False
+    while True:
+        info = signal.sigwaitinfo({signal.SIGTERM})
+        if info.si_pid == main or os.getppid() != parent:
+            # From the main process (or the main process is gone): end now, started or not.
+            # Handed to the worker's own handler once: the main process sends its terminate()
+            # again while the worker lives (_terminate_again), which that handler may outlast.
+            if handed:
+                continue
+            handed = _to_workers_own_handler()
+            if not handed:
+                _exit_as_asked()
+        elif isinstance(guarded, _BeforeInit) and guarded.defer():
+            continue
+        elif (
+            not _guard_saves_first(guarded.guarded if isinstance(guarded, _BeforeInit) else guarded)
+            and not _to_workers_own_handler()
+        ):
+            _end_by_sigterm()
+
+
+def _end_by_sigterm() -> None:
+    # As the worker would have ended without forewarn: killed by the signal, which the
+    # DataLoader reports as it always did. From the watching thread, where Python's
+    # signal.signal() refuses: libc's own sets the default action back.
+    try:
+        ctypes.CDLL(None, use_errno=True).signal(signal.SIGTERM, int(signal.SIG_DFL))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.kill(os.getpid(), signal.SIGTERM)
+    except (OSError, AttributeError):  # no libc to call: end with the status the shell gives
+        pass
+    os._exit(128 + signal.SIGTERM)
+
+
+def _end_with_main(lifeline: int) -> None:
+    # Nothing is ever written: the read returns empty once the main process has closed its end.
+    while os.read(lifeline, 1):
+        pass
+    _exit_as_asked()
+
+
+def _exit_as_asked() -> None:
+    # Status 0, as torch's own worker handler exits on its main process's SIGTERM: the
+    # DataLoader reports a worker that exits otherwise as failed, even while the main process
+    # is stopping it.
+    os._exit(0)
+
+
+def in_protected_worker() -> bool:
+    """Whether this process is a protected DataLoader worker: a spawn or forkserver one from its
+    start (it reads its SIGTERMs before it imports the main module), a fork one from its init."""
+    return _reading_sigterm or _programs.held
+
+
+# Whether a thread of this worker reads the SIGTERMs it is sent (_sigterm_from_main_only).
+_reading_sigterm = False
+
+
+class _EarlyStart:
+    """Put in the preparation data of a protected spawn or forkserver worker, which the worker
+    unpickles first, before it imports the main module and unpickles its process object (the
+    dataset, its worker_init_fn): it starts with SIGTERM and SIGINT blocked, and a SIGTERM
+    waited for its init. One that hung there (importing the user's module) could not be
+    stopped: multiprocessing's exit handler sends it SIGTERM and waits for it without a
+    timeout, so the job hung at its exit for ever, the worker left behind; and a program the
+    main module started as the worker imported it kept SIGTERM blocked. From here on a
+    thread reads the SIGTERMs the worker is sent, ending it on its main process's at once,
+    and the programs it starts get the signals back (_programs)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # exec, not a function of forewarn's: the worker has not its main process's sys.path
+        # yet, and forewarn may not be on the one it has (then its init still protects it).
+        return (exec, (_EARLY_START, {"main": os.getpid()}))
+
+
+_EARLY_START = """
+try:
+    from forewarn.clients.workers import _start_early
+except ImportError:
+    pass
+else:
+    _start_early(main)
+"""
+
+
+class _BeforeInit:
+    """What the SIGTERM reader of a worker started early knows of it: whether its init has run,
+    with the guard byte it was sent (in its process object, unpickled after this starts),
+    and whether a SIGTERM from outside came before, which the init decides on, as it did
+    when that SIGTERM waited for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.initialized = False
+        self.guarded: _GuardByte | None = None
+        self.deferred = False
+
+    def initialize(self, guarded: _GuardByte | None) -> bool:
+        """Whether a SIGTERM from outside came before."""
+        with self.lock:
+            self.guarded = guarded
+            self.initialized = True
+            return self.deferred
+
+    def defer(self) -> bool:
+        with self.lock:
+            if not self.initialized:
+                self.deferred = True
+            return not self.initialized
+
+
+_before_init = _BeforeInit()
+
+
+def _start_early(main: int) -> None:
+    global _reading_sigterm
+    _programs.hold()
+    if hasattr(signal, "sigwaitinfo") and not _reading_sigterm:
+        _reading_sigterm = True
+        _start(_sigterm_from_main_only, main, os.getppid(), _before_init)
