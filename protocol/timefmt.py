@@ -5,6 +5,7 @@ Standard library only, so the in-process client can use it without pydantic.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timedelta, timezone
 
@@ -101,7 +102,36 @@ def parse_duration(text: str) -> float:
     (`10sec`, `10 min`, `2 hours`, `1 day`) in any case (`2 Hours`, `90S`; a capital `M` alone,
     a month elsewhere, is refused) and compounds of them from the largest unit down (`1h30m`,
     `2h 30m`, `1m30s`); ValueError naming what is wrong otherwise (a sign, an exponent, `inf`
-    or `nan` included)."""
+    or `nan` included, and a number of seconds too large for a float: `TooLargeError`)."""
+    seconds = _duration_seconds(text)
+    if not math.isfinite(seconds):
+        # Hundreds of digits come to infinity: every check after this one then said "got inf",
+        # naming no value anyone wrote.
+        raise TooLargeError(f"too large a duration: {text!r} is more seconds than a number holds")
+    return seconds
+
+
+class TooLargeError(ValueError):
+    """A duration written in too many digits to count in seconds."""
+
+
+# A sign before the number, and an exponent after it (`-5`, `+5`, `1e3`): "not a duration (use
+# e.g. 90s ...)" and "unknown unit 'e'" did not say which part of the value was refused.
+_SIGN = re.compile(r"^\s*[-+]")
+_EXPONENT = re.compile(r"[\d.][eE][-+]?\d")
+
+
+def _duration_seconds(text: str) -> float:
+    if _SIGN.match(text):
+        raise ValueError(
+            f"not a duration: {text!r} has a sign; a duration is 0 or more, written without "
+            f"one ({_EXAMPLES})"
+        )
+    if _EXPONENT.search(text):
+        raise ValueError(
+            f"not a duration: {text!r} has an exponent; write the number out, or with a unit "
+            f"({_EXAMPLES})"
+        )
     parts: list[tuple[float, str]] = []
     position = 0
     while position < len(text) or not parts:
@@ -164,6 +194,8 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
             raise error from None
     try:
         seconds = parse_duration(text)
+    except TooLargeError:
+        raise ValueError(f"{text!r} is past the last time a date can hold") from None
     except ValueError:
         raise ValueError(
             f"not an RFC 3339 time or a duration such as 90s, 15m or 2h: {text!r}"
@@ -197,6 +229,7 @@ def duration_or_as_is(value: object) -> object:
 
 
 __all__ = [
+    "TooLargeError",
     "duration_arg",
     "duration_or_as_is",
     "format_time",

@@ -145,6 +145,12 @@ CASES = [
     # Named by the flag typed, not only by the config key it sets.
     (["agent", "--heartbeat-interval", "8s"], {}, "--heartbeat-interval: config key heartbeat"),
     (["agent", "--metrics-address", "foo"], {}, "--metrics-address: config key metrics_addr"),
+    # Hundreds of digits are infinity as a float: the refusal said "got inf".
+    (["agent", "--set", "exit_margin=" + "9" * 400 + "s"], {}, "too large a duration: '999"),
+    (["agent"], {"FOREWARN_NOTICE_GRACE": "9" * 400}, "notice_grace: too large a duration"),
+    # "not a duration (use e.g. 90s ...)" and "unknown unit 'e'" did not say what was refused.
+    (["wait", "--exit-margin", "-5"], {}, "wait: --exit-margin: not a duration: '-5' has a sign"),
+    (["ack", "--flush-seconds", "1e400"], {}, "not a duration: '1e400' has an exponent"),
     (["notify", "clear", "--deadline", "5m"], {}, "--deadline: a clear has no deadline"),
     # Sent as a plain clear, the note and reason dropped without a word.
     (["notify", "clear", "--note", "false alarm"], {}, "--note: a clear carries no note"),

@@ -1,0 +1,48 @@
+"""A refused duration says what part of it is wrong, and one that overflows a float is refused
+naming it: hundreds of digits came to infinity, and every check after said "got inf"."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from forewarn.protocol.timefmt import TooLargeError, parse_deadline, parse_duration
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+
+@given(st.text(alphabet="0123456789.smhd +-eE", max_size=500))
+@example("9" * 400)
+@example("9" * 400 + "d")
+@example("1d" + "9" * 400 + "s")
+def test_a_duration_is_finite_seconds_or_a_value_error_naming_it(text: str) -> None:
+    # Hundreds of digits came to infinity, and every check after said "got inf".
+    try:
+        seconds = parse_duration(text)
+    except TooLargeError as error:
+        assert f"too large a duration: {text!r}" in str(error)
+    except ValueError as error:
+        assert repr(text) in str(error)
+    else:
+        assert math.isfinite(seconds) and seconds >= 0
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("-5", "not a duration: '-5' has a sign; a duration is 0 or more"),
+        ("+5m", "not a duration: '+5m' has a sign"),
+        ("1e400", "not a duration: '1e400' has an exponent; write the number out"),
+        ("1.5E3s", "not a duration: '1.5E3s' has an exponent"),
+        ("9" * 400, "too large a duration: '999"),
+    ],
+)
+def test_a_refused_duration_says_which_part_is_wrong(text: str, said: str) -> None:
+    with pytest.raises(ValueError, match="^" + said.replace("+", r"\+").replace(".", r"\.")):
+        parse_duration(text)
+
+
+def test_a_deadline_too_far_in_digits_is_past_the_last_time_a_date_can_hold() -> None:
+    text = "9" * 400 + "d"
+    with pytest.raises(ValueError, match="is past the last time a date can hold"):
+        parse_deadline(text)
