@@ -23,6 +23,7 @@ from typing import Any
 
 from . import jsontext
 from .errors import ForewarnError, UsageError
+from .writtenfloat import written_float
 
 PROTOCOL_VERSION = 1
 
@@ -208,7 +209,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         # Notepad and PowerShell start UTF-8 with a byte order mark, which tomllib takes for
         # a key: "Invalid statement (at line 1, column 1)", nothing the author could see.
         mark = len(_BOM) if data.startswith(_BOM) else 0
-        return tomllib.loads(data[mark:].decode())
+        # `lead = 1e400` is infinity to tomllib: a refusal of it then said "got inf".
+        return tomllib.loads(data[mark:].decode(), parse_float=written_float)
     except tomllib.TOMLDecodeError as error:
         hint = _quote_hint(data[mark:].decode(errors="replace"), str(error))
         raise ConfigFileError(f"config file {path}: not valid TOML: {error}{hint}") from None

@@ -32,6 +32,7 @@ from typing import Any
 
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import duration_or_as_is
+from forewarn.protocol.writtenfloat import written_float
 
 FAULT_KINDS = ("status", "hang", "slow", "reset", "malformed", "oversize", "throttle")
 DEFAULT_OVERSIZE = 50 * 1024 * 1024
@@ -230,7 +231,8 @@ def parse_fault_flag(text: str) -> dict[str, Any]:
 
 
 def _scalar(value: str) -> Any:
-    for convert in (int, float):
+    # written_float: `lead=1e400` is infinity, and was refused as "got inf".
+    for convert in (int, written_float):
         try:
             return convert(value)
         except ValueError:

@@ -44,6 +44,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import duration_or_as_is, format_time, utcnow
+from forewarn.protocol.writtenfloat import written_float
 
 from .sim_faults import FAULT_KINDS, Fault, FaultError, make_fault
 
@@ -593,7 +594,8 @@ def _after(fields: dict[str, Any]) -> float | None:
 
 def _json_object(body: bytes) -> dict[str, Any]:
     try:
-        payload = json.loads(body or b"{}")
+        # written_float: `{"lead": 1e400}` is infinity, and was refused as "got inf".
+        payload = json.loads(body or b"{}", parse_float=written_float)
     # RecursionError: JSON nested past json's recursion was a 500 and a traceback.
     except (ValueError, RecursionError) as error:
         raise SimError(f"body is not JSON: {error}") from None

@@ -228,6 +228,7 @@ CASES = [
     ),
     (["render", "cloud-init", "--source", "ftp://x"], {}, "render cloud-init: --source"),
     (["plan", "--interruptions-per-day", "-1"], {}, "plan: --interruptions-per-day"),
+    (["simulate", "aws", "--notice", "spot,lead=1e400"], {}, "from 0 up to 3650d; got 1e400"),
     (["checkpoint", "ls", "ftp://bucket/x"], {}, "checkpoint: store URL scheme 'ftp'"),
     # A mistyped path is not an empty store that verifies.
     (["checkpoint", "verify", "{file}.typo"], {}, "checkpoint: {file}.typo: no such directory"),
@@ -319,6 +320,38 @@ def test_a_blank_text_in_the_file_is_one_line_and_exit_2(
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and text in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("top", "section", "text"),
+    [
+        (
+            "",
+            "lead = 1e400",
+            "config key digitalocean.lead: Input should be less than or equal "
+            "to 2592000 (got 1e400)",
+        ),
+        (
+            "exit_margin = -1_0e400",
+            "",
+            "config key exit_margin: Input should be greater than or equal to 0 (got -1_0e400)",
+        ),
+    ],
+)
+def test_a_toml_number_too_large_for_a_float_is_named_as_written(
+    top: str,
+    section: str,
+    text: str,
+    tmp_path: Path,
+    run_forewarn_forked: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    # tomllib reads `1e400` as infinity: the refusal said "got inf", a value nobody wrote.
+    config = tmp_path / "forewarn.toml"
+    config.write_text(f'providers = ["local"]\n{top}\n[digitalocean]\n{section}\n')
+    result = run_forewarn_forked("agent", "--config", str(config), env=agent_env(tmp_path))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert lines == [f"forewarn: {text}"], result.stderr
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
