@@ -373,7 +373,13 @@ def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
     """(events, control): flags, then FOREWARN_* variables, then the agent's config file,
     then the defaults, as the agent chooses them. Sets `args.runtime_dir` (the control token
     is read there)."""
-    config = _client_config(args.config)
+    # The command first, as in its other errors: `forewarn: --events 'xyz': ...` did not say
+    # which of a script's commands it was.
+    command = f"{args.command}: " if getattr(args, "command", None) else ""
+    try:
+        config = _client_config(args.config)
+    except ConfigFileError as error:
+        raise ConfigFileError(f"{command}{error}") from None
     args.runtime_dir = args.runtime_dir or runtime_dir(config=config)
     try:
         return resolve_endpoints(
@@ -385,7 +391,7 @@ def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
             config=config,
         )
     except EndpointError as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(f"{command}{error}") from None
 
 
 # How long `notify` and `status` wait for the agent's answer. It answers a notify once its
@@ -560,31 +566,31 @@ def cmd_notify(args: argparse.Namespace) -> int:
     _, control = _endpoints(args)
     if args.action == "clear":
         if args.deadline is not None:
-            raise UsageError("--deadline: a clear has no deadline")
+            raise UsageError("notify: --deadline: a clear has no deadline")
         # A clear carries only ids: `clear --note "false alarm"` dropped the note silently.
         if args.reason is not None:
-            raise UsageError("--reason: a clear has no reason (it withdraws the notice)")
+            raise UsageError("notify: --reason: a clear has no reason (it withdraws the notice)")
         if args.note is not None:
-            raise UsageError("--note: a clear carries no note (it withdraws the notice)")
+            raise UsageError("notify: --note: a clear carries no note (it withdraws the notice)")
         payload: dict[str, Any] = {"op": "clear", "id": args.id}
     else:
         payload = {"op": "notify", "action": args.action, "reason": args.reason or "manual"}
         if args.deadline is not None:
             if args.deadline.startswith("-"):
                 raise UsageError(
-                    f"--deadline: {args.deadline!r} is in the past; give a time ahead, as a "
-                    "duration such as 5m or an RFC 3339 time"
+                    f"notify: --deadline: {args.deadline!r} is in the past; give a time ahead, "
+                    "as a duration such as 5m or an RFC 3339 time"
                 )
             try:
                 deadline = parse_deadline(args.deadline)
             except (ValueError, OverflowError) as error:
-                raise UsageError(f"--deadline: {error}") from None
+                raise UsageError(f"notify: --deadline: {error}") from None
             if deadline <= utcnow():
-                raise UsageError(f"--deadline: {args.deadline!r} is in the past")
+                raise UsageError(f"notify: --deadline: {args.deadline!r} is in the past")
             # Was the agent's "the agent refused: deadline: ... more than 366 days ahead".
             problem = deadline_problem(deadline, utcnow())
             if problem is not None:
-                raise UsageError(f"--deadline: {args.deadline!r}: {problem}")
+                raise UsageError(f"notify: --deadline: {args.deadline!r}: {problem}")
             payload["deadline"] = format_time(deadline)
             if is_duration(args.deadline):
                 # 15 minutes from now however the wall clock is stepped meanwhile: the agent
@@ -598,9 +604,11 @@ def cmd_notify(args: argparse.Namespace) -> int:
     # The agent's own bounds, checked here: a request past its 64 KiB limit was dropped
     # unanswered, which read as 'no agent answers' (exit 1); the flag is the better name.
     if args.note is not None and len(args.note) > MAX_NOTE_LENGTH:
-        raise UsageError(f"--note: at most {MAX_NOTE_LENGTH} characters, got {len(args.note)}")
+        raise UsageError(
+            f"notify: --note: at most {MAX_NOTE_LENGTH} characters, got {len(args.note)}"
+        )
     if args.id is not None and len(args.id) > MAX_ID_LENGTH:
-        raise UsageError(f"--id: at most {MAX_ID_LENGTH} characters, got {len(args.id)}")
+        raise UsageError(f"notify: --id: at most {MAX_ID_LENGTH} characters, got {len(args.id)}")
     if args.action == "clear":
         unanswered = "; the clear may be done: see `forewarn status`"
     else:
@@ -616,17 +624,25 @@ def cmd_notify(args: argparse.Namespace) -> int:
         args.timeout,
         unanswered=unanswered,
         refusals=clear_one or "deadline_in" in payload,
+        command="notify",
     )
     older = for_an_older_agent(payload, reply)
     if older is not None:
         # An agent older than the field (the package upgraded, the agent not restarted yet):
         # the deadline as a time, as it was always sent. The same id: no second notice.
         payload = older
-        reply = _ask(control, payload, args.runtime_dir, args.timeout, unanswered=unanswered)
+        reply = _ask(
+            control,
+            payload,
+            args.runtime_dir,
+            args.timeout,
+            unanswered=unanswered,
+            command="notify",
+        )
     if reply.get("ok") is not True:
         refused = str(reply.get("error"))
         if not refused.startswith(NO_ACTIVE_MANUAL):
-            raise UsageError(f"the agent refused: {refused}")
+            raise UsageError(f"notify: the agent refused: {refused}")
         if args.json:
             print(json.dumps(reply))
         return _nothing_cleared(control, args)
@@ -657,7 +673,7 @@ def _nothing_cleared(control: str, args: argparse.Namespace) -> int:
     """`notify clear --id ID` of an id that is not an active manual notice: nothing was
     cleared (exit 1), which is no bad input. It was exit 2, 'the agent refused', for a
     script's cleanup of a notice that had expired, and named nothing for a mistyped id."""
-    status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
+    status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout, command="notify")
     active = _readable(control, lambda: [str(notice["id"]) for notice in status["active"]])
     if args.id in active:
         line = (
@@ -1397,7 +1413,7 @@ def _hold_request(control: str, payload: dict[str, Any], runtime: Path | None) -
 
 def cmd_status(args: argparse.Namespace) -> int:
     _, control = _endpoints(args)
-    reply = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
+    reply = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout, command="status")
     # A part that is dead (the events socket file removed, a notifier's task ended) is what
     # /healthz answers 503 for: exit 1 as well, since status is the liveness probe of the
     # Kubernetes overlays and the Docker image, where nothing else restarts the agent.

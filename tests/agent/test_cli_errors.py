@@ -107,22 +107,24 @@ CASES = [
         "--provider: digitalocean has no simulator",
     ),
     (["simulate", "azur"], {}, "did you mean 'azure'"),
-    (["notify", "terminate", "--deadline", "-5m"], {}, "--deadline: '-5m' is in the past"),
-    (["notify", "drain", "--deadline", "soonish"], {}, "--deadline: not an RFC 3339 time"),
+    (["notify", "terminate", "--deadline", "-5m"], {}, "notify: --deadline: '-5m' is in the past"),
+    # `notify:` first, as the parser's own errors of the command have it.
+    (["notify", "drain", "--deadline", "soonish"], {}, "notify: --deadline: not an RFC 3339 time"),
     (["notify", "drain", "--reason", "nope"], {}, "--reason: invalid choice 'nope'"),
     # Past the agent's 64 KiB request limit, the request went unanswered: 'no agent answers'.
-    (["notify", "drain", "--note", "n" * 70_000], {}, "--note: at most 2000 characters"),
-    (["notify", "clear", "--id", "local/" + "i" * 70_000], {}, "--id: at most 200 characters"),
+    (["notify", "drain", "--note", "n" * 70_000], {}, "notify: --note: at most 2000 characters"),
+    (["notify", "clear", "--id", "local/" + "i" * 70_000], {}, "notify: --id: at most 200"),
     (["notify", "drain", "--id", ""], {}, "--id: empty; leave --id out"),
     # Checked before it is sent, as --note and --id are: was the agent's refusal, or with no
     # agent "no agent runs" (exit 1).
-    (["notify", "drain", "--deadline", "400d"], {}, "--deadline: '400d': 20"),
+    (["notify", "drain", "--deadline", "400d"], {}, "notify: --deadline: '400d': 20"),
+    (["notify", "drain", "--config", "{file}.typo"], {}, "notify: config file {file}.typo: not"),
     (["watch", "--count", "-3"], {}, "--count: must be 1 or more, got -3"),
     (["watch", "--count", "two"], {}, "--count: not a whole number"),
     (["watch", "--timeout", "5x"], {}, "--timeout: not a duration"),
     (["wait", "--for", "exit"], {}, "--for: invalid choice 'exit'"),
     (["status", "--events", "tcp://10.0.0.1:5555"], {}, "not a loopback address"),
-    (["watch", "--events", "ipc://@"], {}, "--events 'ipc://@': ipc:// needs a path"),
+    (["watch", "--events", "ipc://@"], {}, "watch: --events 'ipc://@': ipc:// needs a path"),
     (
         ["agent", "--events", "ipc://{file}.sock", "--control", "ipc://{file}.sock"],
         {},
@@ -151,10 +153,10 @@ CASES = [
     # "not a duration (use e.g. 90s ...)" and "unknown unit 'e'" did not say what was refused.
     (["wait", "--exit-margin", "-5"], {}, "wait: --exit-margin: not a duration: '-5' has a sign"),
     (["ack", "--flush-seconds", "1e400"], {}, "not a duration: '1e400' has an exponent"),
-    (["notify", "clear", "--deadline", "5m"], {}, "--deadline: a clear has no deadline"),
+    (["notify", "clear", "--deadline", "5m"], {}, "notify: --deadline: a clear has no deadline"),
     # Sent as a plain clear, the note and reason dropped without a word.
-    (["notify", "clear", "--note", "false alarm"], {}, "--note: a clear carries no note"),
-    (["notify", "clear", "--reason", "drill"], {}, "--reason: a clear has no reason"),
+    (["notify", "clear", "--note", "false alarm"], {}, "notify: --note: a clear carries no note"),
+    (["notify", "clear", "--reason", "drill"], {}, "notify: --reason: a clear has no reason"),
     (["watch", "--agent-timeout", "-1"], {}, "watch: --agent-timeout: not a duration"),
     (["wait", "--timeout", "-1s"], {}, "wait: --timeout: not a duration"),
     # Within the agent's heartbeat interval: exit 3, "no heartbeat within 1s", beside a live

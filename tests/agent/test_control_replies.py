@@ -70,7 +70,10 @@ def test_a_refusal_is_one_line_and_exit_2(
 ) -> None:
     code, out, err = _run([*argv, "--control", fake_agent.endpoint], capsys)
     assert code == 2, err
-    assert err == "forewarn: the agent refused: refused: the request has no control token\n"
+    # The command first, as in its other errors (and `ack`'s): a script's log said which.
+    assert err == (
+        f"forewarn: {argv[0]}: the agent refused: refused: the request has no control token\n"
+    )
     assert out == ""
 
 
