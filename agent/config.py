@@ -517,8 +517,11 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     """`HOST:PORT` or `[IPv6]:PORT` with an IP address or `localhost` (port 0 picks a free
     one); raises ValueError saying what was wrong."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"{text!r}: expected HOST:PORT such as 127.0.0.1:9464")
+    if not 0 <= int(port) < 65536:
+        # "expected HOST:PORT" of `127.0.0.1:99999` named no fault in it.
+        raise ValueError(f"{text!r}: port {int(port)} is not 0-65535 (0: a free one)")
     if host.startswith("["):
         if not host.endswith("]"):
             raise ValueError(f"{text!r}: unbalanced brackets around the IPv6 address")

@@ -431,8 +431,11 @@ def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "en
         # ASCII digits only: isdigit() takes '²', which int() refuses, and '٣', which int()
         # reads as 3 but zmq's bind refuses.
         digits = port.isascii() and port.isdigit()
-        if not sep or not host or not digits or not 0 < int(port) < 65536:
+        if not sep or not host or not digits:
             raise EndpointError(f"{what} {endpoint!r}: expected tcp://HOST:PORT")
+        if not 0 < int(port) < 65536:
+            # "expected tcp://HOST:PORT" of `tcp://127.0.0.1:99999` named no fault in it.
+            raise EndpointError(f"{what} {endpoint!r}: port {int(port)} is not 1-65535")
         if not _is_loopback(host) and not allow_remote:
             raise EndpointError(
                 f"{what} {endpoint!r}: {host} is not a loopback address; notices would leave "

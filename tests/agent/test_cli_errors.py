@@ -125,6 +125,12 @@ CASES = [
     (["wait", "--for", "exit"], {}, "--for: invalid choice 'exit'"),
     (["status", "--events", "tcp://10.0.0.1:5555"], {}, "not a loopback address"),
     (["watch", "--events", "ipc://@"], {}, "watch: --events 'ipc://@': ipc:// needs a path"),
+    # "expected tcp://HOST:PORT" named no fault in the endpoint.
+    (
+        ["status", "--control", "tcp://127.0.0.1:99999"],
+        {},
+        "status: --control 'tcp://127.0.0.1:99999': port 99999 is not 1-65535",
+    ),
     (
         ["agent", "--events", "ipc://{file}.sock", "--control", "ipc://{file}.sock"],
         {},
@@ -147,6 +153,7 @@ CASES = [
     # Named by the flag typed, not only by the config key it sets.
     (["agent", "--heartbeat-interval", "8s"], {}, "--heartbeat-interval: config key heartbeat"),
     (["agent", "--metrics-address", "foo"], {}, "--metrics-address: config key metrics_addr"),
+    (["agent", "--metrics-address", "127.0.0.1:99999"], {}, "port 99999 is not 0-65535"),
     # Hundreds of digits are infinity as a float: the refusal said "got inf".
     (["agent", "--set", "exit_margin=" + "9" * 400 + "s"], {}, "too large a duration: '999"),
     (["agent"], {"FOREWARN_NOTICE_GRACE": "9" * 400}, "notice_grace: too large a duration"),
