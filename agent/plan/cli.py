@@ -117,7 +117,10 @@ def _number(text: str, *, positive: bool = False) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+    if not math.isfinite(value):
+        # `1e400` is infinity to float(): "must be positive (got '1e400')" named no fault in it.
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    if value < 0 or (positive and value == 0):
         raise argparse.ArgumentTypeError(
             f"must be {'positive' if positive else 'zero or more'} (got {text!r})"
         )

@@ -135,8 +135,21 @@ def make_simulator(**options: Any) -> DropletMetadataSimulator:
     return DropletMetadataSimulator(**options)
 
 
+def _droplet_id(text: str) -> int:
+    # argparse's `int` said "invalid int value", and took -5: a droplet id no droplet has.
+    try:
+        droplet_id = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if droplet_id < 1:
+        raise argparse.ArgumentTypeError(f"a droplet id is 1 or more, got {droplet_id}")
+    return droplet_id
+
+
 def _options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--droplet-id", type=int, default=424242424, help="the droplet id served")
+    parser.add_argument(
+        "--droplet-id", type=_droplet_id, default=424242424, help="the droplet id served"
+    )
     parser.add_argument("--hostname", default="gpu-spot-1", help="the droplet name served")
     parser.add_argument("--region", default="nyc2", help="the region served")
 

@@ -237,6 +237,11 @@ CASES = [
     ),
     (["render", "cloud-init", "--source", "ftp://x"], {}, "render cloud-init: --source"),
     (["plan", "--interruptions-per-day", "-1"], {}, "plan: --interruptions-per-day"),
+    # Infinity to float(): "must be zero or more (got '1e400')" named no fault in it.
+    (["plan", "--spot-price", "1e400"], {}, "plan: --spot-price: not a finite number: '1e400'"),
+    # argparse's own "invalid int value", unlike every other flag.
+    (["drill", "local", "--seed", "x"], {}, "drill local: --seed: not a whole number: 'x'"),
+    (["simulate", "digitalocean", "--droplet-id", "-5"], {}, "a droplet id is 1 or more, got -5"),
     (["simulate", "aws", "--notice", "spot,lead=1e400"], {}, "from 0 up to 3650d; got 1e400"),
     (["checkpoint", "ls", "ftp://bucket/x"], {}, "checkpoint: store URL scheme 'ftp'"),
     # A mistyped path is not an empty store that verifies.
