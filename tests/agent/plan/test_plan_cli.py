@@ -1022,9 +1022,9 @@ RESERVED_TINY = ["--reserved-utilization", "1e-300"]
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["--checkpoint", HUGE, "--tax", "3%"], "--checkpoint/--flush: too long to be a duration"),
-        (["--checkpoint", "10s", "--interval", HUGE], "--interval: too long to be a duration"),
-        (["--checkpoint", "10s", "--mtbi", HUGE], "--mtbi: too long to be a duration"),
+        (["--checkpoint", HUGE, "--tax", "3%"], "--checkpoint/--flush: too large a duration"),
+        (["--checkpoint", "10s", "--interval", HUGE], "--interval: too large a duration"),
+        (["--checkpoint", "10s", "--mtbi", HUGE], "--mtbi: too large a duration"),
         (
             ["--checkpoint", "10s", "--interruptions-per-day", "1e-320"],
             "--interruptions-per-day: 9.99989e-321 a day is too small",
