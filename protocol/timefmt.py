@@ -9,6 +9,8 @@ import math
 import re
 from datetime import datetime, timedelta, timezone
 
+from .errors import UsageError
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -111,8 +113,9 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-class TooLargeError(ValueError):
-    """A duration written in too many digits to count in seconds."""
+class TooLargeError(UsageError):
+    """A duration written in too many digits to count in seconds (a ValueError too, as every
+    other refusal of parse_duration)."""
 
 
 # A sign before the number, and an exponent after it (`-5`, `+5`, `1e3`): "not a duration (use
