@@ -434,8 +434,9 @@ static int rfc3339_seconds(const char *p, size_t len, double *out) {
         int zone_minutes = rest == 5 && zone[2] == ':' ? digits_at(zone + 3, 2)
                            : rest == 4                  ? digits_at(zone + 2, 2)
                                                         : -1;
-        /* Any two digits each, under a day in all, as Python's timezone() takes them. */
-        if (zone_hours < 0 || zone_minutes < 0 || zone_hours * 60 + zone_minutes >= 24 * 60)
+        /* RFC 3339's hours 00-23 and minutes 00-59, as the Python client's parse_time takes
+         * them: `+05:99` read as +06:39 put a time 39 minutes off where Python refuses it. */
+        if (zone_hours < 0 || zone_minutes < 0 || zone_hours > 23 || zone_minutes > 59)
             return 0;
         offset = (p[i] == '+' ? 1 : -1) * (zone_hours * 3600L + zone_minutes * 60L);
     } else {
