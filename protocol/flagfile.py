@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .errors import ForewarnError
@@ -16,6 +16,11 @@ from .timefmt import parse_deadline, parse_time
 
 # A deadline and a short note fit in far less; the rest of a larger file is never read.
 MAX_FLAG_BYTES = 4096
+# Seconds a flag file's mtime may be off what its reader (the agent's watcher, a guard) can
+# tell of the writing (after the first read, before the last look that found no file) before
+# it is taken for a step of the wall clock (`written_anchor`): a filesystem's coarse times, a
+# look that took a while.
+FLAG_CLOCK_SLACK = 2.0
 # Said by the agent's log and `status` and by a guard that takes the flag itself: what is
 # there is refused, and what to do instead.
 NOT_REGULAR = (
@@ -98,11 +103,35 @@ def flag_deadline_is_duration(content: str) -> bool:
     return False
 
 
+def written_anchor(
+    written: datetime, now: datetime, booted: float | None, empty_at: float | None
+) -> datetime:
+    """When a flag file written at `written` (its mtime, on the wall clock then) counts as
+    written, read first at `now` with the boot clock at `booted`; `empty_at`: the boot clock
+    at the reader's last look that found no file, None when the file was there at its first.
+    The mtime, unless a step of the wall clock since the writing shows: an mtime in the
+    future (the clock stepped back), one before the last look that found no file, or one
+    before this machine booted (the clock stepped forward: NTP's first sync after a boot
+    script wrote the flag). Then the first read is the honest anchor: a `10m` written 2 h
+    before a step 2 h forward was 1 h 50 min past at once, a terminate and its clear."""
+    slack = timedelta(seconds=FLAG_CLOCK_SLACK)
+    if written > now + slack:
+        return now
+    if booted is not None:
+        # How long ago, at most, the file can have been written, by the boot clock.
+        since = booted - empty_at if empty_at is not None else booted
+        if now - written > timedelta(seconds=max(0.0, since)) + slack:
+            return now
+    return written
+
+
 __all__ = [
+    "FLAG_CLOCK_SLACK",
     "MAX_FLAG_BYTES",
     "FlagError",
     "flag_deadline",
     "flag_deadline_is_duration",
     "flag_written",
     "read_flag",
+    "written_anchor",
 ]

@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
 from forewarn.protocol.flagfile import (
+    FLAG_CLOCK_SLACK,
     MAX_FLAG_BYTES,
     FlagError,
     flag_deadline_is_duration,
     flag_written,
     read_flag,
+    written_anchor,
 )
 from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
 from forewarn.providers.report import Report
@@ -37,11 +39,6 @@ log = logging.getLogger("forewarn.providers.local")
 
 FLAG_NAME = "checkpoint-now"
 
-
-# Seconds a flag file's mtime may be off what the watcher can tell of the writing (after the
-# first read, before the last look that found no file) before it is taken for a step of the
-# wall clock (`written_anchor`): a filesystem's coarse times, a look that took a while.
-FLAG_CLOCK_SLACK = 2.0
 
 # How much of a first line that is no deadline the warning shows, and how many such lines
 # are remembered so that each is warned about once.
@@ -64,28 +61,6 @@ def unread_deadline(content: str, created: datetime) -> str | None:
             return f"{shown!r}... ({len(line)} characters) is not a deadline"
         return str(error)
     return None
-
-
-def written_anchor(
-    written: datetime, now: datetime, booted: float | None, empty_at: float | None
-) -> datetime:
-    """When a flag file written at `written` (its mtime, on the wall clock then) counts as
-    written, read first at `now` with the boot clock at `booted`; `empty_at`: the boot clock
-    at the watcher's last look that found no file, None when the file was there at its first.
-    The mtime, unless a step of the wall clock since the writing shows: an mtime in the
-    future (the clock stepped back), one before the last look that found no file, or one
-    before this machine booted (the clock stepped forward: NTP's first sync after a boot
-    script wrote the flag). Then the first read is the honest anchor: a `10m` written 2 h
-    before a step 2 h forward was 1 h 50 min past at once, a terminate and its clear."""
-    slack = timedelta(seconds=FLAG_CLOCK_SLACK)
-    if written > now + slack:
-        return now
-    if booted is not None:
-        # How long ago, at most, the file can have been written, by the boot clock.
-        since = booted - empty_at if empty_at is not None else booted
-        if now - written > timedelta(seconds=max(0.0, since)) + slack:
-            return now
-    return written
 
 
 def flag_report(path: Path, content: str, mtime_ns: int, written: datetime | None = None) -> Report:
@@ -335,6 +310,7 @@ def build(settings: Settings, context: WatcherContext) -> LocalWatcher:
 
 
 __all__ = [
+    "FLAG_CLOCK_SLACK",
     "FLAG_NAME",
     "MAX_FLAG_BYTES",
     "FlagError",
