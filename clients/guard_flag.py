@@ -19,14 +19,16 @@ from forewarn.protocol.flagfile import (
     FlagError,
     flag_deadline,
     flag_deadline_is_duration,
+    flag_written,
     read_flag,
+    written_anchor,
 )
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import runtime_dir
 
 from .flagjobs import FlagJobs, Identity
 from .guard_state import GuardState
-from .proctime import steady_seconds
+from .proctime import boot_seconds, steady_seconds
 
 log = logging.getLogger("forewarn.clients")
 
@@ -76,6 +78,9 @@ class FlagFileRequests(GuardState):
         self._flag_open: Identity | None = None
         self._flag_unremovable = False  # a save could not remove it: only its owner can
         self._flag_refused: Identity | None = None  # a link or directory there, warned about
+        # The boot clock at this guard's last look that found no flag file: a file found
+        # later was written since (`written_anchor`).
+        self._flag_empty_at: float | None = None
 
     def _flag_recorded(self, step: int, reasons: dict[str, str | None], durable: bool) -> None:
         """A save of `step` was recorded (see CheckpointGuard._record): the flag file it
@@ -228,14 +233,17 @@ class FlagFileRequests(GuardState):
             return
         found = _identity(flag)
         jobs = self._flag_jobs
-        if found is not None and found == self._flag_waits and jobs is not None:
+        if found is None:
+            self._flag_empty_at = boot_seconds()
+            return
+        if found == self._flag_waits and jobs is not None:
             if jobs.all_saved(found):  # the other jobs saved since, or are gone
                 self._flag_waits = None
                 self._remove_flag()
             return
-        if found is not None and found != self._flag_kept and found != self._flag_refused:
+        if found != self._flag_kept and found != self._flag_refused:
             try:
-                deadline, is_duration = _read_flag(flag)
+                deadline, is_duration, mtime_ns = _read_flag(flag)
             except FlagError as error:
                 # A link (or a directory) there: the agent refuses it, no drain raised. Taken
                 # here, the same `ln -s` saved the job with no agent and nothing with one.
@@ -245,6 +253,8 @@ class FlagFileRequests(GuardState):
             log.info("forewarn: flag file %s found", flag)
             if jobs is not None:
                 jobs.join()  # a directory made since the guard was
+            if deadline is not None and is_duration:
+                deadline = self._anchored(deadline, mtime_ns)
             if deadline is not None:
                 log.info("forewarn: flag file %s: deadline %s", flag, deadline.isoformat())
             with self._lock:
@@ -260,6 +270,23 @@ class FlagFileRequests(GuardState):
                 self._flag_unremovable = False
                 self._pending["flag"] = None
                 self._wake = True
+
+    def _anchored(self, deadline: datetime, mtime_ns: int) -> datetime:
+        """A duration's deadline (`5m` from the mtime) counted from when the file counts as
+        written (`written_anchor`, as the agent counts it): where a step of the wall clock
+        since the writing shows, from this first read, with a warning."""
+        mtime, now = flag_written(mtime_ns), utcnow()
+        anchor = written_anchor(mtime, now, boot_seconds(), self._flag_empty_at)
+        if anchor == mtime:
+            return deadline
+        log.warning(
+            "forewarn: flag file %s: its mtime %s is not when it was written by this clock "
+            "(read at %s: the clock was stepped since); a duration in it counts from now",
+            self.flag_file,
+            format_time(mtime),
+            format_time(now),
+        )
+        return deadline + (anchor - mtime)
 
     def _check_flag_deadline(self) -> None:
         deadline = self._flag_deadline
@@ -287,19 +314,20 @@ def _read_flag_deadline(flag: Path) -> datetime | None:
     return _read_flag(flag)[0]
 
 
-def _read_flag(flag: Path) -> tuple[datetime | None, bool]:
-    """The flag file's deadline, as `_read_flag_deadline`, and whether it was written as a
-    duration (`5m`: counted on the boot clock) rather than a time."""
+def _read_flag(flag: Path) -> tuple[datetime | None, bool, int]:
+    """The flag file's deadline, as `_read_flag_deadline` (a duration counted from its
+    mtime), whether it was written as a duration (`5m`: counted on the boot clock) rather
+    than a time, and the mtime read (0 when none)."""
     try:
         found = read_flag(flag)
     except FlagError:
         raise
     except OSError:
-        return None, False
+        return None, False, 0
     if found is None or found[1] is None:
-        return None, False
+        return None, False, 0 if found is None else found[0]
     deadline = flag_deadline(found[1], found[0])
-    return deadline, deadline is not None and flag_deadline_is_duration(found[1])
+    return deadline, deadline is not None and flag_deadline_is_duration(found[1]), found[0]
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:

@@ -43,3 +43,13 @@ def steady_seconds() -> float:
         return time.clock_gettime(time.CLOCK_BOOTTIME)
     except (AttributeError, OSError):  # not Linux
         return time.monotonic()
+
+
+def boot_seconds() -> float | None:
+    """The kernel's boot clock (CLOCK_BOOTTIME: suspends counted, no step of the wall clock
+    moves it), None where there is none (not Linux): unlike `steady_seconds`, never another
+    clock, so that it can bound how long ago something happened in this boot."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return None

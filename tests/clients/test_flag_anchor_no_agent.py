@@ -1,0 +1,125 @@
+"""A duration in a flag file (`5m`) the guard takes itself (no agent with the local provider
+runs) counts from the file's mtime, unless a step of the wall clock since the writing shows,
+as the agent's watcher counts it (`written_anchor`): an mtime more than 2 s in the future,
+before the guard's last look that found no file, or before this boot counts from the first
+read."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.clients import CheckpointGuard, guard_flag, proctime
+from forewarn.protocol.flagfile import FLAG_CLOCK_SLACK, written_anchor
+from forewarn.protocol.timefmt import utcnow
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import eventually
+
+
+def job(flag: Path, margin: float = 30.0) -> CheckpointGuard:
+    return CheckpointGuard(
+        notices=False, handle_signals=False, flag_file=flag, agree=False, exit_margin=margin
+    )
+
+
+def looked(guard: CheckpointGuard) -> None:
+    """Wait for the guard's ticker to make a whole look at the flag (its next one)."""
+    done = threading.Event()
+    look = guard._check_flag
+
+    def counted() -> None:
+        look()
+        done.set()
+
+    setattr(guard, "_check_flag", counted)  # noqa: B010 - the ticker looks it up on the guard
+    assert done.wait(timeout=5), "the guard's ticker made no look at the flag"
+
+
+def save_for_flag(guard: CheckpointGuard, step: int = 1) -> None:
+    eventually(lambda: guard.due(step), timeout=5, what="the flag's save")
+    assert not guard.saved(step, 0.01).exit
+
+
+@pytest.mark.parametrize("step", [-2, 2], ids=["written-then-forward", "written-then-back"])
+def test_a_flag_duration_counts_from_the_read_where_the_mtime_shows_a_step(
+    tmp_path: Path, step: int
+) -> None:
+    """The guard looked and found no file; `echo 10m > checkpoint-now` on the clock before
+    NTP's step (its mtime 2 h before that look, or 2 h ahead of now); the guard's next look.
+    Counted from the mtime, the deadline was 1 h 50 min past (the job saved and exited at
+    once) or 2 h 10 min away: counted from the read, as the agent does, it is 10 min away."""
+    flag = tmp_path / "checkpoint-now"
+    guard = job(flag, margin=30.0)
+    try:
+        looked(guard)
+        written = time.time() + step * 3600
+        flag.write_text("10m\n")
+        os.utime(flag, (written, written))
+        save_for_flag(guard)
+        deadline = guard._flag_deadline
+        assert deadline is not None
+        assert abs((deadline - utcnow()).total_seconds() - 600) < 30, deadline
+        assert not guard.should_exit
+    finally:
+        guard.close()
+
+
+def test_a_flag_duration_written_before_this_boot_counts_from_the_read(tmp_path: Path) -> None:
+    """A `5m` flag left over from before a reboot (a runtime directory that outlived it) was
+    past at once: the new job saved and exited at its first step. It counts from the read."""
+    up = proctime.boot_seconds()
+    if up is None:
+        pytest.skip("no boot clock here")
+    flag = tmp_path / "checkpoint-now"
+    flag.write_text("5m\n")
+    before_boot = time.time() - up - 3600
+    os.utime(flag, (before_boot, before_boot))
+    guard = job(flag, margin=30.0)
+    try:
+        save_for_flag(guard)
+        assert guard._flag_deadline is not None
+        assert abs((guard._flag_deadline - utcnow()).total_seconds() - 300) < 30
+        assert not guard.should_exit
+    finally:
+        guard.close()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    written_off=st.floats(-1e6, 1e6, allow_nan=False),
+    empty_for=st.one_of(st.none(), st.floats(0, 1e5)),
+    minutes=st.integers(1, 120),
+)
+def test_the_guards_duration_deadline_is_the_agents(
+    monkeypatch: pytest.MonkeyPatch,
+    written_off: float,
+    empty_for: float | None,
+    minutes: int,
+) -> None:
+    """Whatever the mtime and the guard's last look without a file, the guard counts a
+    duration from the anchor the agent's watcher takes (`written_anchor`): never from before
+    the last look that found no file nor from the future."""
+    now = datetime(2026, 12, 6, 3, 0, tzinfo=timezone.utc)
+    up = 5e5
+    monkeypatch.setattr(guard_flag, "utcnow", lambda: now)
+    monkeypatch.setattr(guard_flag, "boot_seconds", lambda: up)
+    guard = guard_flag.FlagFileRequests.__new__(guard_flag.FlagFileRequests)
+    guard.flag_file = Path("/nonexistent/checkpoint-now")
+    guard._flag_empty_at = None if empty_for is None else up - empty_for
+    written = now - timedelta(seconds=written_off)
+    mtime_ns = int(written.timestamp() * 1e9)
+    read_written = datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
+    duration = timedelta(minutes=minutes)
+    deadline = guard._anchored(read_written + duration, mtime_ns)
+    assert deadline == written_anchor(read_written, now, up, guard._flag_empty_at) + duration
+    since = empty_for if empty_for is not None else up
+    slack = timedelta(seconds=FLAG_CLOCK_SLACK)
+    assert now - timedelta(seconds=since) - slack - timedelta(milliseconds=1) <= deadline - duration
+    assert deadline - duration <= now + slack
