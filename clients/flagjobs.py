@@ -28,6 +28,8 @@ import os
 import secrets
 from pathlib import Path
 
+from .flagkept import KeptDeadlines
+
 log = logging.getLogger("forewarn.clients")
 
 # A flag file's identity, as `guard_flag._identity` reads it: (device, inode, mtime_ns).
@@ -191,5 +193,7 @@ class FlagJobs:
         with contextlib.suppress(OSError):
             (self.directory / name).unlink()
         os.close(fd)
+        # A deadline kept there for the jobs that start later stays until it is dead.
+        KeptDeadlines(self.directory).prune()
         with contextlib.suppress(OSError):
             self.directory.rmdir()  # the last job leaves nothing behind

@@ -4,12 +4,16 @@ by the guard when no agent with the local provider runs.
 `FlagFileRequests` takes the file (its identity: device, inode, mtime), asks for a save, and
 removes it once every job on the node that reads it has saved (see flagjobs); a deadline
 written in it stays in force past the save, and the job saves again and exits within its
-margin of it, as the agent sends such a drain as a terminate.
+margin of it, as the agent sends such a drain as a terminate. The job whose save removes it
+keeps that deadline beside it (see flagkept), so that a job started before the deadline saves
+and exits by it too, as the agent replays the drain to a client that connects late.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +30,8 @@ from forewarn.protocol.flagfile import (
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import runtime_dir
 
-from .flagjobs import FlagJobs, Identity
+from .flagjobs import DIRECTORY_MODE, FlagJobs, Identity
+from .flagkept import KeptDeadline, KeptDeadlines, this_boot
 from .guard_state import GuardState
 from .proctime import boot_seconds, steady_seconds
 
@@ -78,9 +83,16 @@ class FlagFileRequests(GuardState):
         self._flag_open: Identity | None = None
         self._flag_unremovable = False  # a save could not remove it: only its owner can
         self._flag_refused: Identity | None = None  # a link or directory there, warned about
+        # The flag last taken and its deadline (on the boot clock for a duration), kept past
+        # the exit check that clears `_flag_deadline`: the save that removes the file writes
+        # it beside the file for the jobs that start later (see flagkept).
+        self._flag_taken: KeptDeadline | None = None
         # The boot clock at this guard's last look that found no flag file: a file found
         # later was written since (`written_anchor`).
         self._flag_empty_at: float | None = None
+        # Whether the first look that found no file read the kept deadlines (once: a job that
+        # runs sees each later flag itself).
+        self._flag_kept_read = False
 
     def _flag_recorded(self, step: int, reasons: dict[str, str | None], durable: bool) -> None:
         """A save of `step` was recorded (see CheckpointGuard._record): the flag file it
@@ -99,7 +111,8 @@ class FlagFileRequests(GuardState):
         elif durable and self._flag_step is not None and step >= self._flag_step:
             self._flag_saved(True)  # a final save that cancelled the flag's background save
 
-    def _remove_flag(self) -> None:
+    def _remove_flag(self, identity: Identity | None) -> None:
+        """Remove the flag `identity`, handled: every job reading it saved for it."""
         assert self.flag_file is not None
         try:
             self.flag_file.unlink()
@@ -119,6 +132,23 @@ class FlagFileRequests(GuardState):
             )
             return
         self._flag_open = None  # handled: its deadline stands, the file gone by this save
+        self._keep_flag_deadline(identity)
+
+    def _keep_flag_deadline(self, identity: Identity | None) -> None:
+        """Keep the deadline of the flag `identity`, just handled, beside it for the jobs
+        that start before it passes; a flag without one withdraws an older one kept there."""
+        taken, jobs = self._flag_taken, self._flag_jobs
+        if jobs is None or identity is None or taken is None or taken.flag != identity:
+            return
+        kept = KeptDeadlines(jobs.directory)
+        if taken.deadline is None:
+            kept.keep(taken)  # written only where an older deadline must be withdrawn
+            return
+        if not jobs.directory.is_dir():
+            with contextlib.suppress(OSError):
+                jobs.directory.mkdir(mode=0o700)
+                os.chmod(jobs.directory, DIRECTORY_MODE)
+        kept.keep(taken)
 
     def _flag_done(self, identity: Identity | None) -> None:
         """This job's save for the flag `identity` is durable: the file goes if every other job
@@ -142,11 +172,11 @@ class FlagFileRequests(GuardState):
                     self._flag_gone(identity, saved=False)
             return
         if jobs is None or identity is None:
-            self._remove_flag()
+            self._remove_flag(identity)
             return
         jobs.saved_for(identity)
         if jobs.all_saved(identity):
-            self._remove_flag()
+            self._remove_flag(identity)
             return
         if not jobs.joined:
             log.warning(
@@ -235,11 +265,15 @@ class FlagFileRequests(GuardState):
         jobs = self._flag_jobs
         if found is None:
             self._flag_empty_at = boot_seconds()
+            if not self._flag_kept_read:
+                self._flag_kept_read = True
+                self._take_kept_deadline()
             return
+        self._flag_kept_read = True  # the file there is the request in force
         if found == self._flag_waits and jobs is not None:
             if jobs.all_saved(found):  # the other jobs saved since, or are gone
                 self._flag_waits = None
-                self._remove_flag()
+                self._remove_flag(found)
             return
         if found != self._flag_kept and found != self._flag_refused:
             try:
@@ -257,6 +291,7 @@ class FlagFileRequests(GuardState):
                 deadline = self._anchored(deadline, mtime_ns)
             if deadline is not None:
                 log.info("forewarn: flag file %s: deadline %s", flag, deadline.isoformat())
+            boot_id, booted = this_boot()
             with self._lock:
                 # A flag written again is a new request: its deadline (or none) replaces the
                 # earlier one, as the agent clears the earlier notice.
@@ -265,6 +300,13 @@ class FlagFileRequests(GuardState):
                 if deadline is not None and is_duration:
                     left = (deadline - utcnow()).total_seconds()
                     self._flag_deadline_at = steady_seconds() + left
+                self._flag_taken = KeptDeadline(
+                    found,
+                    deadline,
+                    self._flag_deadline_at if boot_seconds() is not None else None,
+                    boot_id,
+                    booted,
+                )
                 self._flag_found = found
                 self._flag_open = found if deadline is not None else None
                 self._flag_unremovable = False
@@ -287,6 +329,38 @@ class FlagFileRequests(GuardState):
             format_time(now),
         )
         return deadline + (anchor - mtime)
+
+    def _take_kept_deadline(self) -> None:
+        """A flag handled before this job started (every job then saved for it, the file
+        removed) whose deadline stands: the job saves for it and exits within its margin of
+        the deadline, as the agent replays the kept drain to a client that connects late."""
+        jobs = self._flag_jobs
+        if jobs is None:
+            return
+        kept = KeptDeadlines(jobs.directory).in_force()
+        if kept is None or kept.deadline is None:
+            return
+        log.warning(
+            "forewarn: the flag file %s was handled before this job started and its deadline "
+            "%s stands: saving, and exiting within the exit margin of it",
+            self.flag_file,
+            kept.deadline.isoformat(),
+        )
+        at = None
+        if kept.boot_deadline is not None:
+            up = boot_seconds()
+            if up is not None:  # the same boot: `in_force` says so
+                at = steady_seconds() + (kept.boot_deadline - up)
+        with self._lock:
+            self._flag_deadline = kept.deadline
+            self._flag_deadline_at = at
+            # Its save names the flag it answers, which is gone: it removes nothing, and no
+            # removal by hand can withdraw it now (`_flag_open` None), as for the jobs that
+            # saved for the file.
+            self._flag_found = kept.flag
+            self._flag_open = None
+            self._pending["flag"] = None
+            self._wake = True
 
     def _check_flag_deadline(self) -> None:
         deadline = self._flag_deadline

@@ -1,0 +1,257 @@
+"""The deadline of a flag file handled with no agent, kept beside it (`<flag>.jobs/`) for the
+jobs that start before it passes, and the rules that end it: a file removed by hand before
+every job saved, a flag without a deadline handled later, a deadline long past, an earlier
+boot."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.clients import CheckpointGuard, flagkept
+from forewarn.clients.flagkept import KeptDeadline, KeptDeadlines, parse_record, record_name
+from forewarn.protocol.timefmt import format_time, utcnow
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import eventually
+
+
+def job(flag: Path, margin: float = 1.0) -> CheckpointGuard:
+    return CheckpointGuard(
+        notices=False, handle_signals=False, flag_file=flag, agree=False, exit_margin=margin
+    )
+
+
+def looked(guard: CheckpointGuard) -> None:
+    """Wait for the guard's ticker to make a whole look at the flag (its next one)."""
+    done = threading.Event()
+    look = guard._check_flag
+
+    def counted() -> None:
+        look()
+        done.set()
+
+    setattr(guard, "_check_flag", counted)  # noqa: B010 - the ticker looks it up on the guard
+    assert done.wait(timeout=5), "the guard's ticker made no look at the flag"
+
+
+def save_for_flag(guard: CheckpointGuard, step: int = 1) -> None:
+    eventually(lambda: guard.due(step), timeout=5, what="the flag's save")
+    assert not guard.saved(step, 0.01).exit
+
+
+def records(flag: Path) -> list[str]:
+    directory = flag.with_name(flag.name + ".jobs")
+    try:
+        return sorted(name for name in os.listdir(directory) if name.startswith(".deadline-"))
+    except FileNotFoundError:
+        return []
+
+
+def test_a_job_started_after_the_last_one_closed_still_gets_the_deadline(tmp_path: Path) -> None:
+    """The only job saved (the file removed) and ended; the deadline is an hour away: a job
+    started now saves for the flag and holds the deadline, as the agent replays the drain."""
+    flag = tmp_path / "checkpoint-now"
+    first = job(flag)
+    try:
+        flag.write_text("1h\n")
+        save_for_flag(first)
+        assert not flag.exists()
+    finally:
+        first.close()
+    assert len(records(flag)) == 1, "the kept deadline went with the last job"
+    late = job(flag)
+    try:
+        eventually(lambda: late.due(1), timeout=5, what="the late job's save for the flag")
+        result = late.saved(1, 0.01)
+        assert result.reasons == ("flag",) and not result.exit
+        assert late._flag_deadline is not None
+        assert abs((late._flag_deadline - utcnow()).total_seconds() - 3600) < 30
+        assert not late.due(2), "saved once for it, as for the file"
+    finally:
+        late.close()
+
+
+def test_a_flag_removed_by_hand_before_every_job_saved_keeps_no_deadline(tmp_path: Path) -> None:
+    flag = tmp_path / "checkpoint-now"
+    first, second = job(flag), job(flag)
+    late: CheckpointGuard | None = None
+    try:
+        flag.write_text("1h\n")
+        save_for_flag(first)
+        eventually(lambda: second.due(1), timeout=5, what="the second job's flag")
+        flag.unlink()  # withdrawn while the second job still saves
+        assert not second.saved(1, 0.01).exit
+        assert records(flag) == []
+        late = job(flag)
+        looked(late)
+        assert not late.due(1) and late._flag_deadline is None
+    finally:
+        for guard in (first, second, late):
+            if guard is not None:
+                guard.close()
+
+
+def test_a_flag_without_a_deadline_handled_later_withdraws_the_kept_one(tmp_path: Path) -> None:
+    """Written again without a deadline (a new request), the agent clears the kept drain: the
+    jobs then running drop the deadline, and so does a job started after its save."""
+    flag = tmp_path / "checkpoint-now"
+    first = job(flag)
+    late: CheckpointGuard | None = None
+    try:
+        flag.write_text("1h\n")
+        save_for_flag(first)
+        assert len(records(flag)) == 1
+        flag.write_text("")
+        save_for_flag(first, 2)
+        assert not flag.exists() and first._flag_deadline is None
+        assert records(flag) == []
+        late = job(flag)
+        looked(late)
+        assert not late.due(1) and late._flag_deadline is None
+    finally:
+        first.close()
+        if late is not None:
+            late.close()
+
+
+def test_a_newer_flag_without_a_deadline_outdoes_an_older_record_left_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record this user cannot remove (another user's, in the sticky directory) is outdone by
+    the newer flag's: one handled without a deadline leaves a record saying so, and neither
+    stands. Both go once they can."""
+    flag = tmp_path / "checkpoint-now"
+    directory = flag.with_name(flag.name + ".jobs")
+    directory.mkdir()
+    kept = KeptDeadlines(directory)
+    older = KeptDeadline((1, 2, 100), utcnow() + timedelta(hours=1))
+    older_name = record_name(older.flag)
+    (directory / older_name).write_text(older.to_text())
+    removable = KeptDeadlines._remove
+    # Another user's record: the sticky directory refuses its removal (EPERM), as no mode
+    # bit refuses root, who runs this suite in CI.
+    monkeypatch.setattr(
+        KeptDeadlines,
+        "_remove",
+        lambda self, name: False if name == older_name else removable(self, name),
+    )
+    assert (held := kept.in_force()) is not None and held.flag == older.flag
+    kept.keep(KeptDeadline((1, 3, 200), None))  # a newer flag handled without a deadline
+    assert len(records(flag)) == 2, "no record withdrew the older flag's deadline"
+    assert kept.in_force() is None, "the older flag's deadline stood over the newer flag"
+    assert len(records(flag)) == 2, "the newer record went while the older one stayed"
+    monkeypatch.undo()
+    assert kept.in_force() is None
+    assert records(flag) == [], "dead records once removable are removed"
+
+
+@pytest.mark.parametrize("stale", ["long past", "earlier boot"])
+def test_a_stale_kept_deadline_neither_saves_nor_exits_a_new_job(
+    tmp_path: Path, stale: str
+) -> None:
+    """A record left over (its deadline more than the agent's grace past, or written in an
+    earlier boot: a runtime directory that outlived a reboot) made a new job save and exit at
+    once. It is dead: the job trains on, and it is removed."""
+    flag = tmp_path / "checkpoint-now"
+    directory = flag.with_name(flag.name + ".jobs")
+    directory.mkdir()
+    boot_id, booted = flagkept.this_boot()
+    if stale == "long past":
+        deadline = utcnow() - timedelta(seconds=flagkept.GRACE_SECONDS + 60)
+        record = KeptDeadline((1, 2, 3), deadline, None, boot_id, booted)
+    else:
+        # Still ahead by the wall clock, but the boot it was for has ended.
+        deadline = utcnow() + timedelta(minutes=30)
+        earlier = None if booted is None else booted - timedelta(days=1)
+        record = KeptDeadline((1, 2, 3), deadline, None, "0" * 32 if boot_id else None, earlier)
+    (directory / record_name(record.flag)).write_text(record.to_text())
+    guard = job(flag)
+    try:
+        looked(guard)
+        assert not guard.due(1) and not guard.should_exit
+        assert records(flag) == []
+    finally:
+        guard.close()
+
+
+def test_a_kept_deadline_just_past_still_exits_a_new_job(tmp_path: Path) -> None:
+    """Within the agent's grace past the deadline the agent still sends its terminate to a
+    client that connects: the job saves and exits."""
+    flag = tmp_path / "checkpoint-now"
+    directory = flag.with_name(flag.name + ".jobs")
+    directory.mkdir()
+    boot_id, booted = flagkept.this_boot()
+    record = KeptDeadline((1, 2, 3), utcnow() - timedelta(seconds=30), None, boot_id, booted)
+    (directory / record_name(record.flag)).write_text(record.to_text())
+    guard = job(flag)
+    try:
+        eventually(lambda: guard.should_exit, timeout=5, what="the exit")
+        assert guard.saved(1, 0.01).exit
+    finally:
+        guard.close()
+
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=12,
+)
+_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "flag": st.one_of(_VALUES, st.lists(st.integers(-5, 2**64), min_size=3, max_size=3)),
+        "deadline": st.one_of(_VALUES, st.just("2026-12-06T03:00:00Z")),
+        "boot_deadline": _VALUES,
+        "boot_id": _VALUES,
+        "booted": st.one_of(_VALUES, st.just("2026-12-06T01:00:00+01:00")),
+    },
+)
+
+
+@settings(max_examples=200)
+@given(st.one_of(st.text(max_size=200), _FIELDS.map(json.dumps), _VALUES.map(json.dumps)))
+def test_a_record_reads_as_one_or_as_none_never_an_error(text: str) -> None:
+    """A record is read from a directory every user may write: any text there reads as a
+    record or as none, and a record read is written back the same."""
+    record = parse_record(text)
+    if record is not None:
+        assert parse_record(record.to_text()) == record
+        assert all(part >= 0 for part in record.flag)
+
+
+@given(
+    st.tuples(st.integers(0, 2**63), st.integers(0, 2**63), st.integers(0, 2**63)),
+    st.one_of(st.none(), st.datetimes(timezones=st.just(timezone.utc))),
+    st.one_of(st.none(), st.floats(-1e9, 1e9)),
+    st.one_of(st.none(), st.text(max_size=36)),
+)
+def test_a_record_written_reads_back_the_same(
+    flag: tuple[int, int, int], deadline: datetime | None, at: float | None, boot: str | None
+) -> None:
+    record = KeptDeadline(flag, deadline, at, boot, deadline)
+    back = parse_record(record.to_text())
+    assert back is not None and back.flag == flag and back.boot_id == boot
+    assert back.boot_deadline == at
+    if deadline is not None:
+        assert back.deadline is not None
+        assert abs((back.deadline - deadline).total_seconds()) < 1e-3
+
+
+def test_a_record_names_the_deadline_as_the_first_job_held_it(tmp_path: Path) -> None:
+    flag = tmp_path / "checkpoint-now"
+    guard = job(flag, margin=1.0)
+    try:
+        deadline = utcnow() + timedelta(hours=2)
+        flag.write_text(format_time(deadline) + "\n")
+        save_for_flag(guard)
+        (name,) = records(flag)
+        record = parse_record((flag.with_name(flag.name + ".jobs") / name).read_text())
+        assert record is not None and record.deadline == guard._flag_deadline
+        assert record.boot_deadline is None  # a time stays that time
+    finally:
+        guard.close()
