@@ -17,6 +17,10 @@ readable, so that every job can join and see the others. A job that cannot see t
 directory an older version made 0700 for its own user) never removes the flag on its own: it
 removed the file at its own save, while the other user's job still saved, or before that job
 had even looked and saved at all.
+
+The directory also holds the deadline of a flag handled with one (`.deadline-...`, see
+flagkept) for the jobs that start before it passes: a dot-file, which no job takes for a place,
+and which keeps the directory after the last job leaves until that deadline is dead.
 """
 
 from __future__ import annotations
@@ -196,4 +200,4 @@ class FlagJobs:
         # A deadline kept there for the jobs that start later stays until it is dead.
         KeptDeadlines(self.directory).prune()
         with contextlib.suppress(OSError):
-            self.directory.rmdir()  # the last job leaves nothing behind
+            self.directory.rmdir()  # the last job leaves nothing else behind
