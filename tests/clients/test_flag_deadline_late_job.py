@@ -20,7 +20,7 @@ from support import eventually
 JOB = Path(__file__).with_name("flag_deadline_job.py")
 MARGIN = 2.0
 # Far enough for the second job to start (an interpreter and forewarn's import) before it.
-AHEAD = 9.0
+AHEAD = 12.0
 
 
 class Job:
