@@ -28,6 +28,7 @@ from typing import Any
 
 from forewarn.protocol.fields import Action
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
+from forewarn.providers.skew import CLOCK_AHEAD, TRUSTED_SKEW
 
 from .protocol import Notice, Report
 from .steadyclock import steady_seconds
@@ -37,6 +38,17 @@ log = logging.getLogger("forewarn.agent")
 # Deadlines that move by less than this between polls are the same deadline: providers (and
 # AWS's own mock) recompute times on every answer, and a re-send per poll would be noise.
 DEADLINE_TOLERANCE = timedelta(seconds=1)
+# A forward step of the wall clock of more than this, on a clock within TRUSTED_SKEW of its
+# provider's before, leaves it more than TRUSTED_SKEW off after: every watcher that reads its
+# provider's `Date` then sees the new skew and moves the deadline. A smaller step (NTP setting
+# a clock a few minutes behind right) neither the watcher nor the board can tell from one
+# that makes the clock wrong: the wall clock is taken as it is.
+STEP_SEEN = 2 * TRUSTED_SKEW
+# After such a step, how long (on the boot clock) a provider's deadline that names a moment is
+# judged on the later of the wall clock and the boot clock's reading at its last report, unless
+# its watcher reports it again sooner: the longest a watcher goes between two reads of its
+# provider's clock at the defaults (GCP's upcoming-maintenance, every 60 s), and a request.
+STEP_SETTLE = 70.0
 # How many recent flushes count when sizing the exit margin.
 FLUSH_WINDOW = 20
 # Numbers reserved per write of the seq mark: one write per this many messages.
@@ -131,6 +143,10 @@ class Entry:
     # watcher reports it again (`_judged_deadline`). None for a manual notice, one without a
     # deadline, and one held on `deadline_clock`.
     reported_clock: float | None = None
+    # Until this reading of `NoticeBoard.clock`, after a forward step of the wall clock of more
+    # than STEP_SEEN, it is judged on the later of its deadline and `reported_clock` (see
+    # `_judged_deadline`); None when no such step came since its last report.
+    step_settle: float | None = None
 
 
 @dataclass
@@ -188,6 +204,8 @@ class NoticeBoard:
         # Until this reading of `clock` no notice counts as flushed by every client
         # (`hold_flushes`).
         self.flushes_held_until: float | None = None
+        # The wall clock's lead over `clock` when last looked at: a change is a step.
+        self.wall_lead = self._wall_lead()
 
     # What is active.
 
@@ -485,6 +503,7 @@ class NoticeBoard:
             self.entries[report.id] = entry
             return notice
         entry.restored = False
+        entry.step_settle = None  # its watcher has spoken since the step
         entry.reported_clock = self._reading_of(report, entry)
         # A drain sent as terminate stays terminate while its deadline stands, even when the
         # margin has shrunk since (faster flushes): its clients may be exiting already. Also
@@ -498,6 +517,9 @@ class NoticeBoard:
             action = "terminate"
         if action == entry.notice.action and not self._changed(entry.notice, report):
             entry.report = report
+            if entry.notice.detail.get(CLOCK_AHEAD) != report.detail.get(CLOCK_AHEAD):
+                # Kept true for a replay and `status`, with no re-send (`_detail_changed`).
+                entry.notice = entry.notice.model_copy(update={"detail": report.detail})
             return None
         entry.report = report
         entry.notice = self._stamp(report, action)
@@ -566,6 +588,8 @@ class NoticeBoard:
             ends = self._ends(entry)
             if ends is not None:
                 times.append(ends)
+            if entry.step_settle is not None:
+                times.append(self._on_the_clock(entry.step_settle))  # judged on the wall again
         return min(times, default=None)
 
     # Clients and acks.
@@ -636,6 +660,7 @@ class NoticeBoard:
         step while escalation and expiry followed the move. A drain the move brings inside
         the exit margin is escalated by `due` instead."""
         now, clock = self.now(), self.clock()
+        self._settle_after_a_step(now, clock)
         for entry in self.entries.values():
             if entry.deadline_clock is None or entry.report.deadline is None:
                 continue
@@ -655,6 +680,30 @@ class NoticeBoard:
                 continue  # escalated by `due`, with the deadline moved
             entry.notice = self._stamp(entry.report, action)
             self.moved.append(entry.notice)
+
+    def _wall_lead(self) -> float:
+        return self.now().timestamp() - self.clock()
+
+    def _settle_after_a_step(self, now: datetime, clock: float) -> None:
+        """After a forward step of the wall clock of more than STEP_SEEN, judge each provider
+        deadline that names a moment on the later of the wall clock and its boot-clock reading
+        (`step_settle`) until its watcher reports it again, STEP_SETTLE at most. Taken as a
+        moment at once, a step 2 h forward on a right clock put Karpenter's termination 30 min
+        away 90 min past: the board retired both drains with a `clear` (a job trains on, and
+        flushes again for the re-raise) and the watcher raised them again up to 5 s later,
+        moved by the skew it then read; a step landing the deadline inside the exit margin
+        sent a terminate, and the job exited before its time. The watcher, not the board,
+        says where the deadline is: the board only does nothing on the step meanwhile."""
+        lead = now.timestamp() - clock
+        step = lead - self.wall_lead
+        if abs(step) < DEADLINE_TOLERANCE.total_seconds():
+            return
+        self.wall_lead = lead
+        if step <= STEP_SEEN.total_seconds():
+            return
+        for entry in self.entries.values():
+            if not entry.manual and entry.reported_clock is not None and not entry.restored:
+                entry.step_settle = clock + STEP_SETTLE
 
     def _on_the_clock(self, reading: float) -> datetime:
         """The wall time at which `clock` will read `reading`."""
@@ -885,6 +934,8 @@ class NoticeBoard:
         provider's window, if later) plus the grace; for a local notice without a deadline,
         its lifetime after it was raised."""
         deadline = entry.report.deadline
+        if deadline is not None and self._settling(entry):
+            deadline = self._judged_deadline(entry)  # after a step: see `_settle_after_a_step`
         if deadline is not None:
             # Inside the provider's window the action can still come at any moment: a notice
             # retired there came back at the next poll, a clear and a terminate every grace.
@@ -965,9 +1016,20 @@ class NoticeBoard:
         watcher's answer then made it a drain again. A step back is left be: the wall time
         then ends it later, and its watcher moves it when it answers."""
         deadline = entry.report.deadline
-        if deadline is None or not entry.restored or entry.reported_clock is None:
+        if deadline is None or entry.reported_clock is None:
+            return deadline
+        if not entry.restored and not self._settling(entry):
             return deadline
         return max(deadline, self._on_the_clock(entry.reported_clock))
+
+    def _settling(self, entry: Entry) -> bool:
+        """Whether `entry` is judged on its boot-clock reading after a step (`step_settle`)."""
+        if entry.step_settle is None:
+            return False
+        if self.clock() < entry.step_settle:
+            return True
+        entry.step_settle = None
+        return False
 
     def _remember(self, notice_id: str, kept: Remembered) -> None:
         self.remembered[notice_id] = kept
@@ -1047,7 +1109,12 @@ def _deadline_moved(before: datetime | None, after: datetime | None) -> bool:
 
 def _detail_changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
     """Whether the provider's detail changed; times that move by less than the tolerance
-    (recomputed per answer) are the same time."""
+    (recomputed per answer) are the same time. The skew the times were moved by
+    (CLOCK_AHEAD) is no change of its own: what a client acts on is the deadline, and after
+    a step of the wall clock the board had moved it already (`_follow_steps`), so the
+    watcher's report of the new skew sent the same drain a second time."""
+    before = {key: value for key, value in before.items() if key != CLOCK_AHEAD}
+    after = {key: value for key, value in after.items() if key != CLOCK_AHEAD}
     if before.keys() != after.keys():
         return True
     for key, value in after.items():
@@ -1087,6 +1154,8 @@ __all__ = [
     "DEFAULT_GRACE",
     "DEFAULT_MANUAL_LIFETIME",
     "EXPIRED_KEY",
+    "STEP_SEEN",
+    "STEP_SETTLE",
     "Entry",
     "NoticeBoard",
     "Remembered",

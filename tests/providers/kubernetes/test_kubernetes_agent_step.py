@@ -22,9 +22,9 @@ from test_kubernetes_agent import _kubernetes_env, control, wait_for_watch
 NODE = "agent-node"
 
 
-def _clock_condition(agent: AgentProcess) -> bool:
+def _clock_condition(agent: AgentProcess, side: str = "behind") -> bool:
     [health] = agent.control({"op": "status"})["health"]
-    return "behind the Kubernetes API server" in str(health["conditions"])
+    return f"{side} the Kubernetes API server" in str(health["conditions"])
 
 
 def test_karpenters_deadline_follows_ntps_step_with_no_clear_and_no_terminate(
@@ -67,7 +67,9 @@ def test_karpenters_deadline_follows_ntps_step_with_no_clear_and_no_terminate(
             status = agent.control({"op": "status"})["active"]
         actions = [(n["action"], n["id"]) for n in after]
         assert all(action == "drain" for action, _ in actions), actions
-        assert set(before) <= {notice_id for _, notice_id in actions}, actions
+        # Once each: the watcher's report of the new skew, with the deadline the board had
+        # moved already, sent each a second time for its `clock_ahead_seconds`.
+        assert sorted(notice_id for _, notice_id in actions) == sorted(before), actions
         assert {n["id"] for n in status} == set(before), status
         for notice in status:
             left = parse_time(str(notice["deadline"])) - utcnow()
@@ -114,3 +116,43 @@ def test_a_restart_after_ntps_step_replays_karpenters_deadline_where_the_step_pu
             assert notice["action"] == "drain", notice
             left = parse_time(str(notice["deadline"])) - utcnow()
             assert abs(left - timedelta(minutes=30)) < timedelta(minutes=1), notice
+
+
+def test_a_step_that_makes_a_right_clock_wrong_sends_karpenters_drains_once_and_no_clear(
+    tmp_path: Path,
+) -> None:
+    """This node's clock right (the cluster's `Date`), Karpenter's termination 30 min away:
+    the drains go out with the deadline as written. A step then puts the node's clock 2 h
+    ahead (a bad NTP source, a wrong RTC read at a resume). The board held the deadline as a
+    moment, 90 min past by the stepped clock: it retired both drains with a `clear` at once (a
+    job trains on) and the watcher raised them again up to 5 s later (CLOCK_CHECK), moved by
+    the skew it then read, and sent each a third time when its detail's `clock_ahead_seconds`
+    changed. Held on the boot clock from the first report, each drain goes out again once,
+    its deadline where the step puts it: no clear, no terminate, no second re-send."""
+    shifted, offset = shifted_wall_clock(tmp_path, 0.0)
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    with SimServer(sim) as server:
+        env = {**_kubernetes_env(tmp_path, server), **shifted}
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with agent, agent.subscriber() as sub:
+            wait_for_watch(server)
+            termination = (utcnow() + timedelta(minutes=30)).replace(microsecond=0)
+            control(server, "karpenter", termination=termination.isoformat())
+            before: dict[str, dict[str, Any]] = {}
+            while len(before) < 2 or not all(n.get("deadline") for n in before.values()):
+                notice = sub.notice(timeout=10)
+                before[str(notice["id"])] = notice
+            offset.write_text(str(timedelta(hours=2).total_seconds()))  # the bad step
+            stepped = time.monotonic()
+            eventually(lambda: _clock_condition(agent, "ahead of"), timeout=20, what="the skew")
+            after = sub.drain(max(0.5, 6.0 - (time.monotonic() - stepped)))
+            after += sub.drain(1.0)
+            status = agent.control({"op": "status"})["active"]
+        sent = [(n["action"], n["id"]) for n in after]
+        assert all(action == "drain" for action, _ in sent), sent
+        assert sorted(notice_id for _, notice_id in sent) == sorted(before), sent
+        assert {n["id"] for n in status} == set(before), status
+        for notice in status:
+            left = parse_time(str(notice["deadline"])) - utcnow() - timedelta(hours=2)
+            assert abs(left - timedelta(minutes=30)) < timedelta(minutes=1), notice
+    assert "expired" not in agent.output(), agent.output()

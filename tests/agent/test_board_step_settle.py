@@ -1,0 +1,142 @@
+"""A step of the wall clock while a provider notice whose deadline names a moment stands: the
+board judges it on the later of the wall clock and the boot clock's reading at its last
+report until its watcher reports it again (STEP_SETTLE at most), for a forward step its
+watcher is sure to see (more than STEP_SEEN); any smaller step leaves the wall clock as it
+is. A board on two clocks: the wall clock the test steps, and a boot clock no step moves."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from forewarn.agent.board import STEP_SEEN, STEP_SETTLE, NoticeBoard, Sequencer
+from forewarn.agent.protocol import Report
+from hypothesis import given
+from hypothesis import strategies as st
+
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
+ID = "kubernetes/node-1/taint/karpenter.sh/disrupted"
+
+
+class Clocks:
+    """The wall clock (`now`, stepped by `step`) and the boot clock (`boot`), both run by
+    `run`."""
+
+    def __init__(self) -> None:
+        self.boot = 0.0
+        self.lead = 0.0  # the wall clock's step from the boot clock, in seconds
+
+    def now(self) -> datetime:
+        return T0 + timedelta(seconds=self.boot + self.lead)
+
+    def run(self, seconds: float) -> None:
+        self.boot += seconds
+
+    def step(self, seconds: float) -> None:
+        self.lead += seconds
+
+
+def _board(margin: float = 30.0) -> tuple[NoticeBoard, Clocks]:
+    clocks = Clocks()
+    board = NoticeBoard(Sequencer(0), margin, now=clocks.now, clock=lambda: clocks.boot)
+    return board, clocks
+
+
+def _karpenter(deadline: datetime, **detail: object) -> Report:
+    return Report(
+        id=ID,
+        action="drain",
+        reason="node-drain",
+        provider="kubernetes",
+        deadline=deadline,
+        detail=dict(detail),
+    )
+
+
+def test_a_step_into_the_exit_margin_sends_no_terminate_before_the_watcher_speaks() -> None:
+    """Karpenter's termination 30 min away on a right clock; a step of 29 min 45 s forward
+    (a bad time source). Taken as a moment, the deadline was 15 s away: the drain went out
+    as terminate at once and the job exited half an hour early. The watcher, seeing the new
+    skew, reports it moved; only that is sent: a drain, deadline 29 min 45 s later."""
+    board, clocks = _board()
+    written = T0 + timedelta(minutes=30)
+    assert board.report(_karpenter(written)) is not None
+    clocks.run(10)
+    clocks.step(timedelta(minutes=29, seconds=45).total_seconds())
+    clocks.run(1)
+    assert board.due() == ([], [])
+    assert board.take_moved() == []
+    moved = written + timedelta(minutes=29, seconds=45)
+    resent = board.report(_karpenter(moved, clock_ahead_seconds=1785.0))
+    assert resent is not None and (resent.action, resent.deadline) == ("drain", moved)
+    assert board.due() == ([], [])
+
+
+def test_a_step_past_deadline_and_grace_retires_nothing_before_the_watcher_speaks() -> None:
+    board, clocks = _board()
+    board.report(_karpenter(T0 + timedelta(minutes=30)))
+    clocks.step(timedelta(hours=2).total_seconds())
+    for _ in range(int(STEP_SETTLE) - 1):
+        clocks.run(1)
+        assert board.due() == ([], [])
+
+
+def test_a_watcher_that_never_speaks_leaves_the_wall_clock_to_judge_after_the_settle() -> None:
+    """The settle is bounded: a watcher that does not report the notice again (a provider
+    unreachable) has it judged on the wall clock again, as before."""
+    board, clocks = _board()
+    board.report(_karpenter(T0 + timedelta(minutes=30)))
+    clocks.step(timedelta(hours=2).total_seconds())
+    clocks.run(1)
+    assert board.due() == ([], [])
+    settle_ends = board.next_due()
+    assert settle_ends is not None and settle_ends <= clocks.now() + timedelta(seconds=STEP_SETTLE)
+    clocks.run(STEP_SETTLE)
+    escalated, expired = board.due()
+    assert [n.action for n in expired] == ["clear"], (escalated, expired)
+
+
+def test_a_step_within_the_trusted_skew_is_taken_as_the_wall_clock_says() -> None:
+    """A step of 4 minutes (NTP setting a clock that was behind right) may be the right
+    clock's: neither the watcher nor the board can tell, and the wall clock judges, as
+    before: a deadline 3 minutes away becomes a terminate at once."""
+    board, clocks = _board()
+    board.report(_karpenter(T0 + timedelta(minutes=3)))
+    clocks.step(timedelta(minutes=4).total_seconds())
+    clocks.run(1)
+    escalated, _ = board.due()
+    assert [n.action for n in escalated] == ["terminate"]
+
+
+def test_a_change_of_the_skew_alone_is_no_change_but_shows_in_the_notice() -> None:
+    board, _ = _board()
+    deadline = T0 + timedelta(hours=1)
+    board.report(_karpenter(deadline, clock_ahead_seconds=-7200.0))
+    assert board.report(_karpenter(deadline)) is None
+    [active] = board.active()
+    assert "clock_ahead_seconds" not in active.detail
+    assert board.report(_karpenter(deadline, node="n1")) is not None
+
+
+@given(
+    step=st.floats(min_value=-86400 * 30, max_value=86400 * 30, allow_nan=False),
+    left=st.floats(min_value=-600, max_value=86400, allow_nan=False),
+)
+def test_after_any_step_the_board_never_acts_before_the_clocks_it_trusts_say(
+    step: float, left: float
+) -> None:
+    """Whatever the step: a terminate or a retirement never comes before the wall clock says;
+    after a forward step its watcher will see (more than STEP_SEEN), nor before the boot
+    clock says."""
+    margin, grace = 30.0, 300.0
+    board, clocks = _board(margin)
+    board.report(_karpenter(T0 + timedelta(seconds=left)))
+    clocks.run(1)
+    clocks.step(step)
+    escalated, expired = board.due()
+    trusted = [left - 1 - step]  # seconds left by the wall clock
+    if step > STEP_SEEN.total_seconds():
+        trusted.append(left - 1)  # by the boot clock
+    if escalated:
+        assert all(seconds <= margin for seconds in trusted), (step, left)
+    if expired:
+        assert all(seconds + grace <= 0 for seconds in trusted), (step, left)
