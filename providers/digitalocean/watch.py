@@ -271,8 +271,10 @@ class DigitalOceanWatcher:
         # The clock is looked at with or without a reclaim: the `clock` condition follows
         # it (looked at only by a mailbox pass, it stood for up to the IDLE renewal after
         # NTP set the clock right).
-        _, _, ahead = self._judging_times()
-        now = utcnow()
+        # Which reclaims stand is judged as mail is, on the service's clock where the
+        # droplet's is far off: on the droplet's own, a step of 3 h forward on a right clock
+        # put a reclaim 90 min out 90 min past, and it was dropped here, never moved.
+        now, _, ahead = self._judging_times()
         for report in self.active.current(now):
             moved = on_droplet_clock(report, ahead)
             if moved is report:
@@ -317,8 +319,7 @@ class DigitalOceanWatcher:
         now (`on_droplet_clock`); one that moved is saved so."""
         if not reports:
             return
-        _, _, ahead = self._judging_times()
-        now = utcnow()
+        now, _, ahead = self._judging_times()
         for report in reports:
             moved = on_droplet_clock(report, ahead)
             if moved is not report:
@@ -712,7 +713,7 @@ class DigitalOceanWatcher:
                     detail={**old.detail, "withdrawn_by": verdict.why},
                 )
             )
-        self.active.remove([r.id for r in earlier], utcnow())
+        self.active.remove([r.id for r in earlier], self._judging_times()[0])
 
     def _raise(self, uid: int, verdict: Verdict, report: Report, emit: Emit) -> None:
         log.info(
@@ -724,7 +725,9 @@ class DigitalOceanWatcher:
         # Emitted before it is recorded: a crash in between raises it once more after the
         # restart, where the other order would lose it.
         emit(report)
-        self.active.add(report, utcnow())
+        # Judged as mail is (`_times_on_clock`): by the droplet's clock, a step forward just
+        # after the emit wrote the reclaim's file without it, and it was never moved.
+        self.active.add(report, self._judging_times()[0])
 
     def _end_session(self) -> None:
         self._stop.set()

@@ -58,3 +58,44 @@ def test_a_reclaim_follows_ntps_step_with_no_clear(
         assert (active["id"], active["action"]) == (first["id"], "drain"), active
         assert abs(parse_time(active["deadline"]) - deadline) < timedelta(seconds=3), active
     assert "expired" not in agent.output(), agent.output()
+
+
+def _clock_ahead(agent: AgentProcess) -> bool:
+    [health] = agent.control({"op": "status"})["health"]
+    return "ahead of the metadata service" in str(health["conditions"])
+
+
+def test_a_step_that_makes_a_right_clock_wrong_sends_the_reclaim_once_and_no_clear(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    """The droplet's clock right; a reclaim 90 min out goes out with its deadline as the mail
+    wrote it. A step then puts the clock 3 h ahead (a bad time source). The board held the
+    deadline as a moment, 90 min past by the stepped clock: it retired the reclaim with a
+    `clear` at once (a job trains on, and flushes again for the re-raise), and the watcher
+    raised it again up to 5 s later (its look at the clock), moved by the new skew. Judged on
+    the boot clock until the watcher speaks, the drain goes out again once, its deadline
+    where the step puts it. No clear, no terminate."""
+    shifted, offset = shifted_wall_clock(tmp_path, 0.0)
+    with SimServer(DropletMetadataSimulator(droplet_id=int(DROPLET_ID))) as metadata:
+        env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+        del env["FOREWARN_DIGITALOCEAN_DROPLET_ID"]  # read from metadata, with its `Date`
+        env.update(FOREWARN_DIGITALOCEAN_URL=metadata.url, **shifted)
+        agent = AgentProcess(tmp_path, ("digitalocean",), env=env)
+        with agent, agent.subscriber() as sub:
+            deadline = (utcnow() + timedelta(minutes=90)).replace(microsecond=0)
+            dovecot.append(mail_user, reclaim_mail(f"at {deadline:%Y-%m-%dT%H:%M:%SZ}"))
+            first = sub.notice(timeout=15)
+            assert first["action"] == "drain", first
+            assert abs(parse_time(first["deadline"]) - deadline) < timedelta(seconds=3), first
+            offset.write_text(str(timedelta(hours=3).total_seconds()))  # the bad step
+            stepped = time.monotonic()
+            eventually(lambda: _clock_ahead(agent), timeout=20, what="the watcher's new skew")
+            after = sub.drain(max(0.5, 6.0 - (time.monotonic() - stepped)))
+            after += sub.drain(1.0)
+            [active] = agent.control({"op": "status"})["active"]
+        sent = [(n["action"], n["id"]) for n in after]
+        assert sent == [("drain", first["id"])], (sent, active, agent.output())
+        assert (active["id"], active["action"]) == (first["id"], "drain"), active
+        moved = parse_time(active["deadline"]) - timedelta(hours=3)
+        assert abs(moved - deadline) < timedelta(seconds=3), active
+    assert "expired" not in agent.output(), agent.output()
