@@ -712,7 +712,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--upcoming-in",
         type=duration_arg,
         metavar="S",
-        help="how far ahead the --upcoming-after window starts (default 7d)",
+        help="how long after it appears the --upcoming-after window starts (default 7d)",
     )
     parser.add_argument(
         "--upcoming-none",
@@ -753,7 +753,9 @@ COMMAND = SimulatorCommand(
         Scripted(
             "upcoming",
             "upcoming",
-            "upcoming-maintenance schedules a window after S",
+            "a window appears in upcoming-maintenance S after the start; it starts "
+            "--upcoming-in after that (7d): a window 1h out is "
+            "--upcoming-after 0 --upcoming-in 1h",
             options={"start_in": "upcoming_in"},
         ),
     ),
