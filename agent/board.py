@@ -702,7 +702,9 @@ class NoticeBoard:
         if step <= STEP_SEEN.total_seconds():
             return
         for entry in self.entries.values():
-            if not entry.manual and entry.reported_clock is not None and not entry.restored:
+            # A local notice (a flag file's time) has no provider clock to be re-timed on.
+            local = entry.manual or entry.report.provider == "local"
+            if not local and entry.reported_clock is not None and not entry.restored:
                 entry.step_settle = clock + STEP_SETTLE
 
     def _on_the_clock(self, reading: float) -> datetime:

@@ -140,3 +140,21 @@ def test_after_any_step_the_board_never_acts_before_the_clocks_it_trusts_say(
         assert all(seconds <= margin for seconds in trusted), (step, left)
     if expired:
         assert all(seconds + grace <= 0 for seconds in trusted), (step, left)
+
+
+def test_a_flag_files_time_has_no_provider_clock_and_follows_the_wall_clock() -> None:
+    """A flag file's deadline written as a time is the wall clock's: no watcher will re-time
+    it, so a step is taken at once, as before (the settle held its terminate for 70 s)."""
+    board, clocks = _board()
+    flag = Report(
+        id="local/flag/1",
+        action="drain",
+        reason="manual",
+        provider="local",
+        deadline=T0 + timedelta(minutes=30),
+    )
+    board.report(flag)
+    clocks.step(timedelta(minutes=29, seconds=45).total_seconds())
+    clocks.run(1)
+    escalated, _ = board.due()
+    assert [n.action for n in escalated] == ["terminate"]
