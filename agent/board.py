@@ -147,6 +147,18 @@ class Entry:
     # than STEP_SEEN, it is judged on the later of its deadline and `reported_clock` (see
     # `_judged_deadline`); None when no such step came since its last report.
     step_settle: float | None = None
+    # The deadline it was last judged past at (`NoticeBoard.overdue`): told once per deadline,
+    # not at every heartbeat; a deadline moved later is told again when it passes.
+    overdue_at: datetime | None = None
+
+
+@dataclass
+class Overdue:
+    """A terminate whose deadline passed while clients that received it had not acked it."""
+
+    notice: Notice
+    deadline: datetime
+    clients: list[str]  # sorted: those that received it (or hold it) and did not ack
 
 
 @dataclass
@@ -576,6 +588,39 @@ class NoticeBoard:
                 entry.notice = self._stamp(entry.report, "terminate")
                 escalated.append(entry.notice)
         return escalated, expired
+
+    def overdue(self) -> list[Overdue]:
+        """The terminates whose deadline has passed since the last call while some client that
+        received it (or holds it) had not acked: the operator's first question after a lost
+        step is which job never answered, and the agent said nothing at the deadline. Each
+        notice once per deadline (a deadline moved later is judged again when it passes)."""
+        now = self.now()
+        found = []
+        for entry in self.entries.values():
+            deadline = self._judged_deadline(entry)
+            if deadline is None or now < deadline:
+                continue
+            if entry.overdue_at is not None and entry.overdue_at >= deadline:
+                continue
+            entry.overdue_at = deadline
+            missing = entry.expected - entry.acked
+            if entry.notice.action == "terminate" and missing and not entry.flushed:
+                found.append(Overdue(entry.notice, deadline, sorted(missing)))
+        return found
+
+    def unacked_past_deadline(self) -> dict[str, list[str]]:
+        """The clients that received each active terminate now past its deadline and have
+        not acked it, by id (sorted): what `status` shows beside the notice."""
+        now = self.now()
+        found: dict[str, list[str]] = {}
+        for notice_id, entry in self.entries.items():
+            deadline = self._judged_deadline(entry)
+            if entry.notice.action != "terminate" or deadline is None or now < deadline:
+                continue
+            missing = entry.expected - entry.acked
+            if missing and not entry.flushed:
+                found[notice_id] = sorted(missing)
+        return found
 
     def next_due(self) -> datetime | None:
         """When `due` next has work, if ever."""
@@ -1160,6 +1205,7 @@ __all__ = [
     "STEP_SETTLE",
     "Entry",
     "NoticeBoard",
+    "Overdue",
     "Remembered",
     "Sequencer",
 ]

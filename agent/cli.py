@@ -1470,6 +1470,7 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
         lines.append("active     none")
     acked_by = reply.get("acked_by") or {}
     held_for = reply.get("held_for") or {}  # none from an agent older than holds in status
+    unacked = reply.get("unacked_past_deadline") or {}  # none from an older agent
     for notice in reply["active"]:
         line = "active     " + describe(notice, noticed=True)
         clients = acked_by.get(notice["id"]) if isinstance(acked_by, dict) else None
@@ -1481,6 +1482,10 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
                 str(client) if pid is None else f"{client} (pid {pid})"
                 for client, pid in held.items()
             )
+        late = unacked.get(notice["id"]) if isinstance(unacked, dict) else None
+        if isinstance(late, list) and late:
+            line += "  not acked by " + ", ".join(str(client) for client in late)
+            line += " (its deadline passed)"
         lines.append(line)
     return lines
 

@@ -171,6 +171,13 @@ class MetricsObserver(Observer):
             ["provider", "reason"],
             registry=registry,
         )
+        self.unacked = Counter(
+            "forewarn_unacked_terminates",
+            "Terminates whose deadline passed while some client that received them had not "
+            "acked them (once per notice and deadline; the agent's log names the clients).",
+            ["provider", "reason"],
+            registry=registry,
+        )
         self.polls = Counter(
             "forewarn_polls", "Polls of a provider's endpoint.", ["provider"], registry=registry
         )
@@ -363,6 +370,9 @@ class MetricsObserver(Observer):
                 if oldest not in self._active:
                     self._first_seen.discard(oldest)
                     self._lead_seen.discard(oldest)
+
+    def on_unacked(self, notice: Notice, clients: list[str]) -> None:
+        self.unacked.labels(notice.provider, notice.reason).inc()
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         # The runner reports the agent's own problems (a state write, a crashed part) as

@@ -49,6 +49,10 @@ class Observer:
     def on_liveness(self, parts: dict[str, bool]) -> None:
         """Each second: whether each long-running part of the agent is running."""
 
+    def on_unacked(self, notice: Notice, clients: list[str]) -> None:
+        """A terminate's deadline passed while `clients` (sorted), which received it, had not
+        acked it; once per notice and deadline."""
+
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         """A watcher finished one poll of its endpoint."""
 

@@ -58,6 +58,9 @@ class Observers(Observer):
     def on_liveness(self, parts: dict[str, bool]) -> None:
         self._each("on_liveness", parts)
 
+    def on_unacked(self, notice: Notice, clients: list[str]) -> None:
+        self._each("on_unacked", notice, clients)
+
     def on_hold(self, notice_id: str, client: str) -> None:
         self._each("on_hold", notice_id, client)
 

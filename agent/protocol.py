@@ -419,6 +419,9 @@ class StatusReply(_Message):
     ages: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
         default_factory=dict
     )
+    # The clients that received each active terminate now past its deadline and have not
+    # acked it (sorted, the first 16): the jobs to look at after a lost step.
+    unacked_past_deadline: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class NotifyReply(_Message):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import TOKEN_FILE, ReplyError, ipc_path, needs_token, request
 from forewarn.providers import (
     Closable,
@@ -1023,11 +1023,29 @@ class Agent:
             self._settle_restored()
             self._release_flushes()
             self._let_go_of_gone_holders()
+            self._say_overdue()
             self._beat()
             self._retry_unsaved()
             self.state_writer.take_back_reserve()
             self._save_after_a_clock_step()
             await asyncio.sleep(self.settings.heartbeat_interval)
+
+    def _say_overdue(self) -> None:
+        """Log (and count) each terminate whose deadline has just passed without the ack of
+        every client that received it: which job never answered is an operator's first
+        question after a lost step. At each heartbeat, so within one of the deadline."""
+        for overdue in self.board.overdue():
+            listed = overdue.clients[:ACKED_BY_LISTED]
+            more = len(overdue.clients) - len(listed)
+            log.warning(
+                "notice %s: its deadline %s passed without an ack from %s%s",
+                overdue.notice.id,
+                format_time(overdue.deadline),
+                ", ".join(listed),
+                f" and {more} more" if more else "",
+                extra={**notice_fields(overdue.notice, "unacked"), "unacked": overdue.clients},
+            )
+            self.observers.on_unacked(overdue.notice, overdue.clients)
 
     def _send_due(
         self, escalated: list[Notice] | None = None, expired: list[Notice] | None = None
@@ -1150,6 +1168,10 @@ class Agent:
             ended=list(self._ended),
             raised=self.board.raised(),
             ages=self.board.ages(),
+            unacked_past_deadline={
+                notice_id: clients[:ACKED_BY_LISTED]
+                for notice_id, clients in self.board.unacked_past_deadline().items()
+            },
         )
 
     def _held_for(self) -> dict[str, dict[str, int | None]]:

@@ -1226,3 +1226,36 @@ def test_a_gcp_stop_restored_in_the_same_boot_stays_on_the_boot_clock() -> None:
     assert restored.action == "drain"
     assert restored.deadline == wall.now + timedelta(seconds=3570)
     assert restarted.due() == ([], [])
+
+
+def test_a_terminate_past_its_deadline_names_its_unacked_clients_once_per_deadline() -> None:
+    b, clock = board(margin=30)
+    b.client_joined("trainer")
+    b.client_joined("saver")
+    b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    b.record_ack("aws/spot-itn/1", "saver", 1.0)
+    clock.now = T0 + timedelta(minutes=1, seconds=59)
+    assert b.overdue() == [] and b.unacked_past_deadline() == {}
+    clock.now = T0 + timedelta(minutes=2)
+    (late,) = b.overdue()
+    assert late.notice.id == "aws/spot-itn/1" and late.clients == ["trainer"]
+    assert late.deadline == T0 + timedelta(minutes=2)
+    assert b.overdue() == []  # told once
+    assert b.unacked_past_deadline() == {"aws/spot-itn/1": ["trainer"]}
+    # Its provider moves the deadline later: told again once that one passes.
+    b.report(report(action="terminate", deadline=T0 + timedelta(minutes=5)))
+    assert b.overdue() == [] and b.unacked_past_deadline() == {}
+    clock.now = T0 + timedelta(minutes=5)
+    assert [late.clients for late in b.overdue()] == [["trainer"]]
+    # Acked at last: nothing more to say.
+    b.record_ack("aws/spot-itn/1", "trainer", 1.0)
+    assert b.unacked_past_deadline() == {}
+
+
+def test_a_terminate_every_client_acked_is_not_overdue() -> None:
+    b, clock = board(margin=30)
+    b.client_joined("trainer")
+    b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    b.record_ack("aws/spot-itn/1", "trainer", 1.0)
+    clock.now = T0 + timedelta(minutes=3)
+    assert b.overdue() == [] and b.unacked_past_deadline() == {}

@@ -1,0 +1,91 @@
+"""A terminate whose deadline passes without every client's ack: the agent says who.
+
+A job that never answered a terminate is an operator's first question after a lost step,
+and the agent logged nothing at the deadline: its log, `forewarn status` and the metrics now
+name the notice, its deadline and each client that received it and did not ack.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from forewarn.protocol.timefmt import format_time
+from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
+from test_metrics import metrics_url, scrape_url, value
+
+WARNING = "passed without an ack from"
+
+
+def test_a_terminate_past_its_deadline_names_the_clients_that_did_not_ack(
+    tmp_path: Path,
+) -> None:
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    # A long grace: the notice stays active past its deadline, for `status` to show it.
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    with (
+        AgentProcess(tmp_path, args=args, env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
+        Subscriber(agent.events, ("notice", "client/saver")).ready() as saver,
+    ):
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=2)
+        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+        notice_id = agent.control(request)["notice"]["id"]
+        assert trainer.notice()["id"] == notice_id and saver.notice()["id"] == notice_id
+        ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+        assert WARNING not in agent.output(), "warned before the deadline"
+
+        warned = eventually(
+            lambda: re.search(
+                rf"^.*notice {re.escape(notice_id)}: .*{WARNING}.*$", agent.output(), re.M
+            ),
+            10,
+            "the warning at the deadline",
+        )
+        line = warned.group(0)
+        assert "WARNING" in line and "trainer" in line and "saver" not in line, line
+        assert format_time(deadline)[:19] in line, line
+
+        status = run_forewarn("status", env=env)
+        assert status.returncode == 0, status.stderr
+        (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
+        assert "acked by saver" in shown and "not acked by trainer" in shown, shown
+        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        assert reply["unacked_past_deadline"] == {notice_id: ["trainer"]}
+
+        found = scrape_url(metrics_url(agent))
+        labels = {"provider": "local", "reason": "manual"}
+        assert value(found, "forewarn_unacked_terminates_total", **labels) == 1
+        # Once per notice and deadline: the agent's later passes say nothing more.
+        assert agent.control({"op": "status"})["ok"]
+        assert agent.output().count(WARNING) == 1, agent.output()
+
+
+def test_a_terminate_every_client_acked_passes_its_deadline_in_silence(tmp_path: Path) -> None:
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    with (
+        AgentProcess(tmp_path, args=args, env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
+    ):
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=1)
+        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+        notice_id = agent.control(request)["notice"]["id"]
+        assert trainer.notice()["id"] == notice_id
+        ack = {"op": "ack", "notice_id": notice_id, "client": "trainer", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+        eventually(
+            lambda: datetime.now(timezone.utc) > deadline + timedelta(seconds=1),
+            10,
+            "a second past the deadline",
+        )
+        reply = agent.control({"op": "status"})
+        assert reply["unacked_past_deadline"] == {}
+        assert WARNING not in agent.output()
+        found = scrape_url(metrics_url(agent))
+        labels = {"provider": "local", "reason": "manual"}
+        assert math.isnan(value(found, "forewarn_unacked_terminates_total", **labels))
