@@ -79,6 +79,11 @@ def _positive(value: object) -> bool:
     return math.isfinite(number) and number > 0
 
 
+def _whole_steps(value: object) -> bool:
+    """A step count: a whole number above 0 (2.0 as well; not a bool, not 1.5)."""
+    return _positive(value) and int(value) == value  # type: ignore[call-overload]
+
+
 class CheckpointGuard(
     DueChecks, SignalHandling, FlagFileRequests, NoticeRequests, BackgroundSaves, ExitReporting
 ):
@@ -106,12 +111,18 @@ class CheckpointGuard(
         # Checked here, not where they are used: a string from an environment variable raised
         # a TypeError naming no option, NaN was taken and no periodic save ever came, and
         # agree_every was checked only when torch.distributed had 2+ ranks.
-        if every_steps is not None and not _positive(every_steps):
-            raise ValueError(f"every_steps must be a positive number of steps, got {every_steps!r}")
+        # A step count is whole: every_steps=1.5 was taken, and saved at steps 2, 4, 6 (2.5:
+        # at 3, 6, 9), an interval nobody asked for.
+        if every_steps is not None and not _whole_steps(every_steps):
+            raise ValueError(
+                f"every_steps must be a whole number of steps above 0, got {every_steps!r}"
+            )
         if every_seconds is not None and not _positive(every_seconds):
             raise ValueError(f"every_seconds must be positive, got {every_seconds!r}")
-        if not (_positive(agree_every) and int(agree_every) == agree_every):
-            raise ValueError(f"agree_every must be a positive number of steps, got {agree_every!r}")
+        if not _whole_steps(agree_every):
+            raise ValueError(
+                f"agree_every must be a whole number of steps above 0, got {agree_every!r}"
+            )
         if in_protected_worker():
             # Made as a spawn or forkserver DataLoader worker imports the script (a guard at
             # its module level, the loop under `if __name__ == "__main__":`): the main
@@ -122,7 +133,7 @@ class CheckpointGuard(
             notices = notices if isinstance(notices, Notices) else False
             flag_file = None
             handle_signals = False
-        self.every_steps = every_steps
+        self.every_steps = None if every_steps is None else int(every_steps)
         self.every_seconds = every_seconds
         self.store = store
         # every="auto": a time interval kept near the optimum for the measured flush cost and
@@ -162,7 +173,7 @@ class CheckpointGuard(
             )
         # Read by `due` on every step: keep these two plain attributes.
         self._wake = False
-        self._next_step: float = every_steps if every_steps else math.inf
+        self._next_step: float = self.every_steps if self.every_steps else math.inf
 
         self._lock = threading.Lock()
         self._pending: dict[str, str | None] = {}  # reason -> notice id

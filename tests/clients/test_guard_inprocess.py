@@ -78,6 +78,11 @@ def test_auto_interval_follows_the_measured_flush() -> None:
         ({"every_seconds": float("nan")}, "every_seconds"),
         ({"agree_every": 0}, "agree_every"),
         ({"agree_every": "8"}, "agree_every"),
+        # A step count is whole: 1.5 was taken, and the guard saved every 2 steps.
+        ({"every_steps": 1.5}, "every_steps must be a whole number of steps"),
+        ({"every_steps": True}, "every_steps must be a whole number of steps"),
+        ({"agree_every": 2.5}, "agree_every must be a whole number of steps"),
+        ({"agree_every": True}, "agree_every must be a whole number of steps"),
         # NaN never came within the margin of an inherited terminate's deadline: no save.
         ({"exit_margin": float("nan")}, "exit_margin"),
         ({"exit_margin": -5}, "exit_margin"),
