@@ -736,8 +736,10 @@ def cmd_ack(args: argparse.Namespace) -> int:
         print(f"forewarn: ack: {flag}: empty; the ack is sent without it", file=sys.stderr)
     if isinstance(args.flush_seconds, _Negative):
         print(
-            f"forewarn: ack: --flush-seconds: {float(args.flush_seconds):g}s is negative "
-            "(the clock was stepped back during the save); the ack is sent without it",
+            f"forewarn: ack: --flush-seconds: {float(args.flush_seconds):g}s is negative, "
+            "so not how long the save took (a save timed by two readings of the wall clock, "
+            "`date +%s`, gives one when that clock is stepped back meanwhile); the ack is "
+            "sent without it",
             file=sys.stderr,
         )
         args.flush_seconds = None

@@ -690,6 +690,9 @@ def test_a_save_timed_across_a_clock_stepped_back_is_still_acked(
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == f"acked {drain['id']}: saved (step 3)", done.stdout
         assert f"--flush-seconds: {said} is negative" in done.stderr, done.stderr
+        # Said plainly: a negative value given as such was explained as a clock step back.
+        assert "so not how long the save took" in done.stderr, done.stderr
+        assert "the ack is sent without it" in done.stderr, done.stderr
         eventually(lambda: not flag.exists(), what="the flag file released")
 
 
