@@ -12,6 +12,7 @@ import difflib
 import functools
 import hashlib
 import ipaddress
+import math
 import os
 import re
 import string
@@ -566,6 +567,25 @@ def _top_level_keys_only(value: object, top: dict[str, str]) -> bool:
     )
 
 
+# pydantic's errors of a number out of its bounds, or not finite where it must be: for NaN,
+# which is neither, they say the wrong thing.
+_BOUND_ERRORS = frozenset(
+    {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"}
+)
+
+
+def _not_a_number(value: object) -> bool:
+    """Whether `value` is NaN: TOML's `nan`, or its text from `--set` or a FOREWARN_*
+    variable. (An infinity needs no such word: "less than or equal to 86400 (got inf)" is
+    true as it stands.)"""
+    if isinstance(value, bool) or not isinstance(value, (float, str)):
+        return False
+    try:
+        return math.isnan(float(value))
+    except (ValueError, OverflowError):
+        return False
+
+
 def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
     """One line naming each key at fault, with the nearest known key for an unknown one.
     Values are shown only where they help and never for an unknown or secret key."""
@@ -614,6 +634,10 @@ def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
             problems.append(text)
             continue
         message = str(item["msg"]).removeprefix("Value error, ")
+        if item["type"] in _BOUND_ERRORS and _not_a_number(item.get("input")):
+            # pydantic compares NaN with the bound: "less than or equal to 1.5 (got nan)"
+            # read as if a smaller NaN would do.
+            message = "not a number"
         if item["type"] == "model_type":
             # pydantic says 'a valid dictionary or instance of Settings': a class name.
             leaf = str(loc[-1]) if loc else ""

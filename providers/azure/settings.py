@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -104,8 +105,8 @@ class Settings(EndpointSettings):
         except ValidationError as error:
             # The input of a bound's error is the value already read as seconds ("2m": 120).
             over = [item["input"] for item in error.errors() if item["type"] == "less_than_equal"]
-            if not over:
-                raise
+            if not over or math.isnan(float(over[0])):
+                raise  # NaN is no interval too long: said as "not a number" (describe_error)
             seconds = float(over[0])
             raise ValueError(
                 f"at most {MAX_INTERVAL:g} s: a Preempt (Spot eviction) is "

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from forewarn.agent.cli import build_parser, main
+from forewarn.agent.config import load_settings, settings_model
+from forewarn.protocol.errors import ConfigError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
 from support import agent_env, run_forewarn
 
 
@@ -366,6 +372,67 @@ def test_a_toml_number_too_large_for_a_float_is_named_as_written(
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert lines == [f"forewarn: {text}"], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("written", "text"),
+    [
+        ("heartbeat_interval = nan", "config key heartbeat_interval: not a number (got nan)"),
+        ("exit_margin = -nan", "config key exit_margin: not a number (got nan)"),
+        ("[digitalocean]\nlead = nan", "config key digitalocean.lead: not a number (got nan)"),
+        # Its own bound's reason ("a poll every nan s could see it with nan s left") too.
+        ("[azure]\ninterval = nan", "config key azure.interval: not a number (got nan)"),
+        # An infinity is out of the bound, as said.
+        (
+            "heartbeat_interval = inf",
+            "config key heartbeat_interval: Input should be less than or equal to 1.5 (got inf)",
+        ),
+    ],
+)
+def test_a_toml_nan_is_said_to_be_no_number(
+    written: str,
+    text: str,
+    tmp_path: Path,
+    run_forewarn_forked: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    # pydantic compares NaN with the bound: "less than or equal to 1.5 (got nan)".
+    config = tmp_path / "forewarn.toml"
+    config.write_text(f'providers = ["local"]\n{written}\n')
+    result = run_forewarn_forked("agent", "--config", str(config), env=agent_env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"forewarn: {text}"], result.stderr
+
+
+def _float_keys() -> list[tuple[str, ...]]:
+    """Every setting that holds a float, as its path of keys."""
+
+    def walk(model: type[BaseModel], path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = []
+        for name, field in model.model_fields.items():
+            kind = field.annotation
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                found += walk(kind, (*path, name))
+            elif "float" in str(kind):
+                found.append((*path, name))
+        return found
+
+    return walk(settings_model(), ())
+
+
+@settings(max_examples=40, deadline=None)
+@given(key=st.sampled_from(_float_keys()), written=st.sampled_from(["nan", "-nan", "+nan"]))
+def test_every_float_key_says_a_nan_is_no_number(key: tuple[str, ...], written: str) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        config = Path(directory) / "forewarn.toml"
+        line = f"{key[-1]} = {written}"
+        config.write_text(
+            f'providers = ["local"]\n{line}\n'
+            if len(key) == 1
+            else f'providers = ["local"]\n[{key[0]}]\n{line}\n'
+        )
+        with pytest.raises(ConfigError) as refused:
+            load_settings(config)
+    assert f"config key {'.'.join(key)}: not a number" in str(refused.value)
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
