@@ -253,6 +253,12 @@ CASES = [
     # A mistyped path is not an empty store that verifies.
     (["checkpoint", "verify", "{file}.typo"], {}, "checkpoint: {file}.typo: no such directory"),
     (["checkpoint", "ls", "{file}"], {}, "checkpoint: {file}: not a directory"),
+    # "S3 options endpoint_url apply to s3:// stores only": a name no flag has.
+    (
+        ["checkpoint", "ls", "{file}", "--endpoint-url", "x", "--addressing-style", "path"],
+        {},
+        "checkpoint: --addressing-style, --endpoint-url: for s3:// stores only, not '{file}'",
+    ),
 ]
 
 

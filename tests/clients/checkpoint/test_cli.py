@@ -129,7 +129,10 @@ def test_ls_show_get_and_prune(make_store: Any, store_url: str, tmp_path: Path) 
         (["prune", "{url}", "--keep", "0"], "at least 1"),
         (["prune", "{url}", "--keep", "-1"], "--keep: must keep at least 1 generation (got -1)"),
         (["prune", "{url}", "--keep", "two"], "--keep: 'two' is not a whole number"),
-        (["ls", "{url}", "--endpoint-url", "http://127.0.0.1:9"], "apply to s3:// stores only"),
+        (
+            ["ls", "{url}", "--endpoint-url", "http://127.0.0.1:9"],
+            "--endpoint-url: for s3:// stores only",
+        ),
         (["ls", "s3://bucket/x", "--endpoint-url", "htp:/127.0.0.1:9"], "htp:/127.0.0.1:9"),
         # botocore takes these and fails at the first request: 'cannot read', exit 3.
         (["ls", "s3://bucket/x", "--endpoint-url", "ftp://127.0.0.1:9"], "ftp://127.0.0.1:9"),
