@@ -1,7 +1,7 @@
 """Start-up shared by every `forewarn simulate <provider>`: the common flags (`--host`,
-`--port`, `--ready-file`, `--fault`, `--notice`), scripted notices (`--<name>-after S` is
-`--notice KIND,after=S`), readiness (the URL on stdout once listening, and in the ready file)
-and a clean stop on SIGTERM or SIGINT.
+`--port`, `--ready-file`, `--fault`, and `--notice` where the simulator raises notices),
+scripted notices (`--<name>-after S` is `--notice KIND,after=S`), readiness (the URL on
+stdout once listening, and in the ready file) and a clean stop on SIGTERM or SIGINT.
 
 A provider's simulate module declares one `SimulatorCommand` and exports its
 `add_arguments` and `run`. Every bad value exits 2 with one `forewarn:` line.
@@ -69,6 +69,9 @@ class SimulatorCommand:
     hints: Callable[[Simulator, str, argparse.Namespace], list[str]] = field(
         default=lambda sim, url, args: []
     )
+    # False for a simulator with no notice kinds (DigitalOcean's droplet metadata): it is
+    # offered no `--notice`, which its help listed and which could only exit 2.
+    raises_notices: bool = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -100,15 +103,16 @@ class SimulatorCommand:
             "--date-ahead=-2h): this machine then stands for one whose clock is that far off "
             "the provider's",
         )
-        parser.add_argument(
-            "--notice",
-            action="append",
-            default=[],
-            type=_notice,
-            metavar="KIND[,KEY=VALUE...]",
-            help="raise a notice (repeatable), `after=S` to raise it S after start; "
-            "KIND as in POST /_sim/notices",
-        )
+        if self.raises_notices:
+            parser.add_argument(
+                "--notice",
+                action="append",
+                default=[],
+                type=_notice,
+                metavar="KIND[,KEY=VALUE...]",
+                help="raise a notice (repeatable), `after=S` to raise it S after start; "
+                "KIND as in POST /_sim/notices",
+            )
         self.options(parser)
         for script in self.scripted:
             parser.add_argument(
@@ -140,7 +144,7 @@ class SimulatorCommand:
                 sim.add_fault(**fields)
             except SimError as error:
                 raise UsageError(f"--fault: {error}") from None
-        notices = [dict(fields) for fields in args.notice]
+        notices = [dict(fields) for fields in getattr(args, "notice", [])]
         for script in self.scripted:
             after = getattr(args, f"{script.flag.replace('-', '_')}_after", None)
             given = [dest for dest in script.options.values() if getattr(args, dest) is not None]

@@ -237,6 +237,23 @@ def test_bad_provider_values_exit_2_with_one_line(
     assert named in lines[0], (args, lines[0])
 
 
+@pytest.mark.parametrize("provider", sorted(ENDPOINTS))
+def test_help_offers_notice_only_where_the_simulator_raises_notices(
+    provider: str, tmp_path: Path
+) -> None:
+    # `forewarn simulate digitalocean --help` offered --notice, which could only exit 2 there:
+    # droplet metadata has no notice (DigitalOcean's reclaim notice is an email).
+    helped = run_forewarn("simulate", provider, "--help", env=agent_env(tmp_path))
+    assert helped.returncode == 0, helped.stderr
+    raises = ENDPOINTS[provider][2] is not None
+    assert ("--notice" in helped.stdout) == raises, helped.stdout
+    if not raises:
+        given = run_forewarn("simulate", provider, "--notice", "spot", env=agent_env(tmp_path))
+        assert given.returncode == 2 and given.stdout == ""
+        (line,) = given.stderr.strip().splitlines()
+        assert line.startswith("forewarn: ") and "--notice" in line, line
+
+
 def test_a_bad_value_from_a_real_process(tmp_path: Path) -> None:
     done = run_forewarn("simulate", "gcp", "--fault", "status,status=99", env=agent_env(tmp_path))
     assert done.returncode == 2 and done.stdout == ""
