@@ -656,10 +656,7 @@ def cmd_notify(args: argparse.Namespace) -> int:
     if isinstance(unsaved, str):
         why = "".join(char if char.isprintable() else "?" for char in unsaved[:500])
         if args.action == "clear":
-            said = (
-                f"the clear is sent but not saved: {why}; an agent restart before its state "
-                "can be written sends the notice again"
-            )
+            said = f"the clear is sent but not saved: {why}; " + _after_a_restart(reply)
         else:
             said = (
                 f"the notice is active but not saved: {why}; an agent restart before its "
@@ -667,6 +664,34 @@ def cmd_notify(args: argparse.Namespace) -> int:
             )
         print(f"forewarn: warning: {said}", file=sys.stderr)
     return 0
+
+
+def _after_a_restart(reply: dict[str, Any]) -> str:
+    """What an agent restarted before its state can be written does with the notices a clear
+    that could not be saved withdrew: it sends again those its last saved state holds. "Sends
+    the notice again" was said of notices never saved either, which a restart leaves gone."""
+    cleared = [str(notice_id) for notice_id in reply.get("cleared") or []]
+    saved_before = reply.get("saved_before")
+    if not isinstance(saved_before, list):
+        # An older agent, or a state file it could not read: which ones, it cannot say.
+        return (
+            "an agent restart before its state can be written sends again any of these the "
+            "state last saved held"
+        )
+    again = [notice_id for notice_id in cleared if notice_id in saved_before]
+    gone = [notice_id for notice_id in cleared if notice_id not in saved_before]
+    said = []
+    if again:
+        said.append(
+            f"an agent restart before its state can be written sends {', '.join(again)} again"
+        )
+    if gone:
+        they = "it was" if len(gone) == 1 else "they were"
+        said.append(
+            f"{', '.join(gone)}: {they} never saved either, so a restart does not bring "
+            f"{'it' if len(gone) == 1 else 'them'} back"
+        )
+    return "; ".join(said)
 
 
 def _nothing_cleared(control: str, args: argparse.Namespace) -> int:

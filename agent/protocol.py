@@ -436,8 +436,12 @@ class ClearReply(_Message):
     ok: Literal[True] = True
     cleared: list[str]
     # Why the clear could not be saved, when it could not: the clear is published, but an
-    # agent restarted before a later save succeeds restores the notices and sends them again.
+    # agent restarted before a later save succeeds restores the notices the last saved state
+    # holds, and sends them again.
     unsaved: str | None = None
+    # With `unsaved`: the cleared notices that last saved state holds, which such a restart
+    # sends again (the others were never saved, and stay gone); null where it cannot be read.
+    saved_before: list[str] | None = None
 
 
 class AckReply(_Message):

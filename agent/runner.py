@@ -81,6 +81,7 @@ from .state import (
     load_seq_mark,
     load_state,
     save_seq_mark,
+    saved_manual_ids,
     saved_this_boot,
 )
 from .statewriter import StateWriter
@@ -1122,8 +1123,13 @@ class Agent:
             if isinstance(reply, ClearReply) and reply.cleared and unsaved is not None:
                 # Said, as for a notify: a restart before the state can be written (a full
                 # disk with the reserve spent) restored the cleared notice, and sent it again
-                # (a terminate an operator withdrew stopped the jobs started since).
-                reply = reply.model_copy(update={"unsaved": unsaved})
+                # (a terminate an operator withdrew stopped the jobs started since). Only
+                # those the file on disk holds: one never saved either stays gone.
+                on_disk = saved_manual_ids(self.state_path)
+                saved_before = (
+                    None if on_disk is None else [i for i in reply.cleared if i in on_disk]
+                )
+                reply = reply.model_copy(update={"unsaved": unsaved, "saved_before": saved_before})
         elif isinstance(req, AckRequest):
             reply = self._ack(req)
             await self.state_writer.settled()

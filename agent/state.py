@@ -335,6 +335,24 @@ def saved_notice(item: object) -> Notice:
     return Notice.model_validate(item)
 
 
+def saved_manual_ids(path: Path) -> set[str] | None:
+    """The ids of the manual notices the state file at `path` holds now, or None when it
+    cannot be read as one. Reads only (unlike `load_state`, which sets a broken file aside):
+    what a restart would restore, told to a clear that could not be saved."""
+    try:
+        raw = json.loads(read_small(path))
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError, RecursionError):
+        return None
+    items = raw.get("manual") if isinstance(raw, dict) else None
+    if not isinstance(items, list):
+        return None
+    return {
+        item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)
+    }
+
+
 def read_small(path: Path, limit: int = MAX_STATE_BYTES) -> bytes:
     """The content of the regular file `path` (not through a link), at most `limit` bytes:
     OSError for a larger file or anything else."""

@@ -150,3 +150,33 @@ def test_a_clear_that_cannot_be_saved_says_so(tmp_path: Path, small_disk: Path) 
         assert [notice["id"] for notice in again.control({"op": "status"})["active"]] == [
             "local/first"
         ]
+
+
+def test_a_clear_that_cannot_be_saved_says_which_notices_a_restart_brings_back(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """`forewarn notify clear` on a full disk warned that a restart "sends the notice again"
+    of every notice it cleared, those never saved either among them: a restart brings back
+    only what the last saved state holds. The warning names which."""
+    state_dir = small_disk / "state"
+    env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(state_dir))
+    with AgentProcess(tmp_path, env=env) as agent:
+        reply = agent.control({"op": "notify", "action": "drain", "id": "local/saved"})
+        assert reply["ok"] and reply.get("unsaved") is None, reply
+    fill_disk(small_disk)
+    with AgentProcess(tmp_path, env=env) as agent:
+        fill_disk(small_disk)  # the checkpoint takes the room the reserve left
+        reply = agent.control({"op": "notify", "action": "drain", "id": "local/never"})
+        assert reply["ok"] and reply.get("unsaved"), reply
+        cleared = run_forewarn("notify", "clear", env=env)
+        assert cleared.returncode == 0, cleared.stderr
+        assert "cleared: local/saved, local/never" in cleared.stdout, cleared.stdout
+        (warning,) = cleared.stderr.strip().splitlines()
+        assert "warning: the clear is sent but not saved: cannot write" in warning, warning
+        assert "an agent restart before its state can be written sends local/saved again" in warning
+        assert "local/never: it was never saved either" in warning, warning
+        assert "sends local/never" not in warning, warning
+    with AgentProcess(tmp_path, env=env) as again:
+        # What the warning said: the one saved comes back, the other does not.
+        active = again.control({"op": "status"})["active"]
+        assert [notice["id"] for notice in active] == ["local/saved"]
