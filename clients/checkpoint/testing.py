@@ -41,7 +41,32 @@ def loopback_s3_env(endpoint: str) -> dict[str, str]:
     }
 
 
-_SERVE_MOTO = "from forewarn.clients.checkpoint.testing import serve_moto; serve_moto()"
+# Run as `python -c _SERVE_MOTO PARENT_PID ARGV...`: the server ends with the process that
+# started it (`exit_with_parent`).
+_SERVE_MOTO = (
+    "import sys; from forewarn.clients.checkpoint.testing import exit_with_parent, serve_moto; "
+    "exit_with_parent(int(sys.argv.pop(1))); serve_moto()"
+)
+# How often the server looks whether the process that started it is still there.
+PARENT_CHECK_SECONDS = 0.5
+
+
+def exit_with_parent(parent: int, interval: float = PARENT_CHECK_SECONDS) -> None:
+    """End this process (at once, exit 0) once `parent` is no longer its parent: that
+    process died, by any means. A pytest run that ended in an INTERNALERROR never ran the
+    session fixture's finalizer, and its moto server ran on, holding its port and memory,
+    until found by hand. Watched by the parent pid, not PR_SET_PDEATHSIG, which fires when
+    the starting *thread* ends, nor a pipe, which a fork of the parent keeps open."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(0)
+
+    if os.getppid() != parent:  # gone already, before this process looked
+        os._exit(0)
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def serve_moto(argv: list[str] | None = None) -> None:
@@ -61,10 +86,12 @@ def serve_moto(argv: list[str] | None = None) -> None:
 
 @contextmanager
 def moto_server(timeout: float = 30.0) -> Iterator[str]:
-    """Run `moto_server` on 127.0.0.1 and a free port (`serve_moto`); yields its endpoint URL."""
+    """Run `moto_server` on 127.0.0.1 and a free port (`serve_moto`); yields its endpoint URL.
+    The server stops on leaving the block, and also when this process dies without leaving
+    it (`exit_with_parent`)."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-c", _SERVE_MOTO, "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-c", _SERVE_MOTO, str(os.getpid()), "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

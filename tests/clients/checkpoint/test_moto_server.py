@@ -4,10 +4,16 @@ without listing its own package folder at every request."""
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import testing
+from support import eventually
 
 moto_backends = pytest.importorskip("moto.backends")
 moto_server_module = pytest.importorskip("moto.server")
@@ -51,3 +57,47 @@ def test_the_started_server_answers_s3(s3_env: dict[str, str]) -> None:
     listed = client.list_objects_v2(Bucket="moto-server-check", Prefix="a/")
     assert [entry["Key"] for entry in listed["Contents"]] == ["a/b"]
     assert client.get_object(Bucket="moto-server-check", Key="a/b")["Body"].read() == b"data"
+
+
+_PARENT = """
+import time
+from forewarn.clients.checkpoint.testing import moto_server
+with moto_server() as endpoint:
+    print(endpoint, flush=True)
+    time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_server_ends_when_the_process_that_started_it_dies() -> None:
+    """A run that ended in an INTERNALERROR never ran the session fixture's finalizer, and
+    its moto server ran on after pytest had exited. Killed, the starting process leaves no
+    server behind."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True)
+    server: int | None = None
+    try:
+        assert parent.stdout is not None
+        endpoint = parent.stdout.readline().strip()
+        assert endpoint.startswith("http://127.0.0.1:"), endpoint
+        children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+        (server,) = map(int, children)
+        assert _running(server)
+        parent.kill()
+        parent.wait()
+        eventually(lambda: not _running(server), 10, "the moto server's exit")
+        port = int(endpoint.rsplit(":", 1)[1])
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    finally:
+        parent.kill()
+        parent.wait()
+        if server is not None and _running(server):
+            os.kill(server, signal.SIGKILL)
