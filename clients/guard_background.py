@@ -279,7 +279,7 @@ class BackgroundSaves(GuardState):
     ) -> None:
         """On the saver's thread: ack the notices the save answered, now that it is durable,
         or record the failure for the next `due()` and ask for another save."""
-        retry_in, failures = 0.0, 0
+        retry_in, failures, answered_exit = 0.0, 0, False
         with self._lock:
             if timing.step in self._unrecorded:
                 self._early[timing.step] = (timing, generation, error)  # see _recorded
@@ -303,6 +303,7 @@ class BackgroundSaves(GuardState):
                     # This save answered the exit (the loop left, close() waited for it): the
                     # state of the exit is not saved, which 143 would claim (see exit_code).
                     self._exit_code = 1
+                    answered_exit = True
             else:
                 self._failures_in_row = 0
                 self.durable_step = max(self.durable_step or 0, timing.step)
@@ -315,7 +316,7 @@ class BackgroundSaves(GuardState):
                 "forewarn: the background checkpoint of step %d failed: %s; %s",
                 timing.step,
                 error,
-                _next_try(retry_in, failures),
+                _no_retry(self.durable_step) if answered_exit else _next_try(retry_in, failures),
             )
         else:
             log.info(
@@ -405,6 +406,16 @@ class BackgroundSaves(GuardState):
             if self._exit and self._exit_code:
                 # It answered the exit: that state is not saved, which 143 would claim.
                 self._exit_code = 1
+
+
+def _no_retry(durable_step: int | None) -> str:
+    """What the job is told when the failed save was the exit's: the loop has left, and
+    "saving again in ..." promised a save that never came."""
+    last = f"step {durable_step}" if durable_step is not None else "none"
+    return (
+        "it answered the exit, so no later save will come: the process exits with 1 and the "
+        f"job resumes from the last durable checkpoint ({last})"
+    )
 
 
 def _next_try(retry_in: float, failures: int) -> str:

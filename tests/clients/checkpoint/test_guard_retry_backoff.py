@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -174,3 +175,47 @@ def test_a_notices_save_is_not_held_back_by_the_retrys_wait(
     assert guard.durable_step == loop.step
     assert "retry" not in guard._pending  # that save answered the retry too
     assert guard.should_exit is (action == "terminate")
+
+
+class Gate:
+    """A plain value of the state whose snapshot (a deep copy) waits until let go: the
+    terminate arrives while the background save is being taken, which then answers it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.let_go = threading.Event()
+
+    def __deepcopy__(self, memo: dict[int, object]) -> str:
+        self.entered.set()
+        assert self.let_go.wait(60)
+        return "gate"
+
+
+def test_a_failed_background_save_that_answered_the_exit_promises_no_later_save(
+    guard: CheckpointGuard, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ERROR line of a failed background save said "saving again at the next step" (or
+    "in N s") also for the save that answered a terminate, after which the loop leaves and
+    no save comes: the job was told of a retry that never happened."""
+    import torch
+
+    gate = Gate()
+    saved: list[object] = []
+    saving = threading.Thread(
+        target=lambda: saved.append(guard.save_state(1, {"w": torch.ones(4), "gate": gate}))
+    )
+    with caplog.at_level(logging.ERROR, logger="forewarn.clients"):
+        saving.start()
+        assert gate.entered.wait(60), "the snapshot was never taken"
+        guard._on_event(_notice("terminate", "aws/terminate/answered"))
+        gate.let_go.set()
+        saving.join(60)
+        assert [getattr(result, "exit", None) for result in saved] == [True]  # it answered it
+        assert guard.saver is not None
+        guard.close()  # waits for the upload, which the store refuses
+    said = [r.getMessage() for r in caplog.records if "background checkpoint" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "no later save will come" in said[0], said
+    assert "saving again" not in said[0], said
+    assert "resumes from the last durable checkpoint (none)" in said[0], said
+    assert guard.exit_code == 1
