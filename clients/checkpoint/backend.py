@@ -289,6 +289,12 @@ class Backend(ABC):
     def close(self) -> None:  # noqa: B027 - only some backends hold resources
         """Release threads and connections."""
 
+    def within(self, seconds: float) -> Backend:
+        """This storage for one save that must end within `seconds`: each request fails
+        once it cannot end in the time left, where the storage's requests are bounded by
+        timeouts (S3); the backend itself where they are not (a local disk)."""
+        return self
+
 
 def _nothing() -> None:
     return None

@@ -434,6 +434,9 @@ class GenerationWriter:
         on_end: OnEnd,
     ) -> None:
         self.backend = backend
+        # Where the committed generation is read from: the store's own backend, not a save's
+        # copy whose requests were bounded by the time the save had (see `Backend.within`).
+        self.reads_from = backend
         self.step = step
         self.name = generation_name(step)
         self.rank = ranks.rank
@@ -598,7 +601,7 @@ class GenerationWriter:
             manifest = self._protocol.commit(self._request(None))
             # Timed before retention runs: that is clean-up, not the save.
             self.seconds = time.monotonic() - self.started
-            committed = Generation(self.backend, manifest)
+            committed = Generation(self.reads_from, manifest)
             committed.unconfirmed = self._protocol.unconfirmed.pop(self.name, None)
             self.committed = committed
         except BaseException as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import hashlib
 import io
 import logging
@@ -30,6 +31,7 @@ from .backend import NO_CLAIM, RANK_CLAIM, Backend, ObjectWriter, OnDone, Progre
 from .errors import CheckpointError, StoreConfigError, StoreNotFoundError
 from .hashing import Buffer, digest_stream
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
+from .requestlimits import RequestLimits, request_limits
 from .s3claim import S3Claim, claim_name, remove_stale
 from .s3claim import service_time as _service_time
 
@@ -390,6 +392,56 @@ class S3Writer(ObjectWriter):
             )
 
 
+# A save's client is made for this share of the time left, and made again once the time left
+# falls under what it was made for: a request then never outlasts the time left when it
+# starts, and a save makes a few clients, not one a request.
+_WITHIN_SHARE = 0.8
+
+
+class _ClientWithin:
+    """The client of a save that must end by `deadline` (monotonic): its requests' limits
+    fit the time left when each starts."""
+
+    def __init__(
+        self, make: Callable[[RequestLimits], Any], deadline: float, *, single_attempt: bool
+    ) -> None:
+        self._make = make
+        self._deadline = deadline
+        self._single_attempt = single_attempt
+        self._lock = threading.Lock()
+        self._made: tuple[RequestLimits, Any] | None = None
+
+    def limits(self) -> RequestLimits:
+        """The limits a request starting now gets."""
+        left = (self._deadline - time.monotonic()) * _WITHIN_SHARE
+        limits = request_limits(left)
+        if self._single_attempt:
+            whole = max(left, limits.worst_seconds)
+            return RequestLimits(min(limits.connect_timeout, whole), whole, 1)
+        return limits
+
+    def get(self) -> Any:
+        with self._lock:
+            left = self._deadline - time.monotonic()
+            made = self._made
+            if made is None or made[0].worst_seconds > left:
+                wanted = self.limits()
+                if made is None or wanted != made[0]:
+                    made = self._made = (wanted, self._make(wanted))
+            return made[1]
+
+
+class _CurrentClient:
+    """A bounded save's client as it is when each request starts (for the save's claim,
+    which keeps a client for as long as it is held)."""
+
+    def __init__(self, clients: _ClientWithin) -> None:
+        self._clients = clients
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._clients.get(), name)
+
+
 def parse_s3_url(url: str) -> tuple[str, str]:
     """`s3://bucket/some/prefix` → ("bucket", "some/prefix")."""
     rest = url[len("s3://") :]
@@ -450,14 +502,38 @@ class S3Backend(Backend):
         self._conditional_writes = True  # claims (`s3claim`), until the service refuses one
         self._claims_swept: float | None = None  # when `remove_stale_claims` last listed
         self._lock = threading.Lock()
+        # A save's copy that must end in time (`within`): its clients, remade as time runs out.
+        self._timed: tuple[_ClientWithin, _ClientWithin] | None = None
 
     @property
     def identity(self) -> str:
         # `s3://bucket/prefix/` and `s3://bucket//prefix` are the same objects.
         return f"s3://{self.bucket}/{self.prefix}"
 
+    def within(self, seconds: float) -> S3Backend:
+        """A copy of this backend for one save that must end within `seconds` (an exit's save
+        of several ranks): each request, retries included, fails once it cannot end in the
+        time left when it starts (`request_limits`), where the defaults let one request the
+        storage stopped answering run 365 s. The commit of a multipart upload gets one
+        attempt, of the whole time left (a retry of one in progress fails)."""
+        bounded = copy.copy(self)
+        bounded._lock = threading.Lock()
+        bounded._client = bounded._completer = None
+        deadline = time.monotonic() + seconds
+
+        def make(limits: RequestLimits) -> Any:
+            return make_client(concurrency=self.concurrency, limits=limits, **self._options)
+
+        bounded._timed = (
+            _ClientWithin(make, deadline, single_attempt=False),
+            _ClientWithin(make, deadline, single_attempt=True),
+        )
+        return bounded
+
     @property
     def client(self) -> Any:
+        if self._timed is not None:
+            return self._timed[0].get()
         if self._client is None:
             with self._lock:
                 if self._client is None:
@@ -467,6 +543,8 @@ class S3Backend(Backend):
     @property
     def completer(self) -> Any:
         """The client for CompleteMultipartUpload: the same, with a read timeout of minutes."""
+        if self._timed is not None:
+            return self._timed[1].get()
         if self._completer is None:
             with self._lock:
                 if self._completer is None:
@@ -589,7 +667,11 @@ class S3Backend(Backend):
             return NO_CLAIM
         label = prefix if rank == 0 else f"{prefix} (rank {rank})"
         key = self._key(claim_name(prefix, rank))
-        claim = S3Claim(self.client, self.bucket, key, self.url, label)
+        # A bounded save's claim is released as the save ends, failed or not: with a client
+        # made at its start, storage that stopped answering held a failed exit save's end
+        # (and its job's ack) 20 s past the requests' bound (37.6 s of a 25 s lead).
+        client = self.client if self._timed is None else _CurrentClient(self._timed[0])
+        claim = S3Claim(client, self.bucket, key, self.url, label)
         with self.bucket_named():
             taken = claim.take()
         if taken:
@@ -808,10 +890,12 @@ def make_client(
     concurrency: int,
     upload_checksums: bool,
     read_timeout: float | None = None,
+    limits: RequestLimits | None = None,
 ) -> Any:
     """A boto3 S3 client. Arguments win; otherwise boto3 reads AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION/AWS_DEFAULT_REGION and
-    AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL itself."""
+    AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL itself. `limits`: the timeouts and attempts of a
+    save that must end in time, in place of the defaults (and of `read_timeout`)."""
     try:
         import boto3
         from botocore.config import Config
@@ -847,12 +931,19 @@ def make_client(
             "request_checksum_calculation": "when_required",
             "response_checksum_validation": "when_required",
         }
+    retries: dict[str, Any] = {"max_attempts": RETRIES, "mode": "standard"}
+    timeouts = {
+        "connect_timeout": CONNECT_TIMEOUT,
+        "read_timeout": read_timeout if read_timeout is not None else READ_TIMEOUT,
+    }
+    if limits is not None:
+        retries = {"total_max_attempts": limits.attempts, "mode": "standard"}
+        timeouts = {"connect_timeout": limits.connect_timeout, "read_timeout": limits.read_timeout}
     config = Config(
         max_pool_connections=concurrency + 4,
-        connect_timeout=CONNECT_TIMEOUT,
-        read_timeout=read_timeout if read_timeout is not None else READ_TIMEOUT,
-        retries={"max_attempts": RETRIES, "mode": "standard"},
+        retries=retries,
         s3=s3_options or None,
+        **timeouts,
         **checksums,
     )
     # Signing needs some region; S3-compatible services accept us-east-1 when they ignore it.

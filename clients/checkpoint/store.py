@@ -332,8 +332,14 @@ class CheckpointStore:
         world_size: int | None = None,
         group: Any = None,
         attempt: str | None = None,
+        requests_within: float | None = None,
     ) -> GenerationWriter:
         """Start the generation for `step`; use it as a context manager (commits on exit).
+
+        `requests_within`: this save's storage requests (its start, files, commit, abort)
+        fail once they cannot end within that many seconds of this call, each with the time
+        left when it starts (S3; a local disk is not bounded so). An exit's save of several
+        ranks gets it from `flush(timeout=)`.
 
         Multi-rank: each rank calls this with the same step (rank and world size come from
         torch.distributed when initialised, else RANK/WORLD_SIZE, else the arguments), writes
@@ -352,6 +358,11 @@ class CheckpointStore:
         ranks = resolve(rank, world_size, group)
         if attempt is None:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        backend = self._backend
+        ends_by: float | None = None
+        if requests_within is not None:
+            ends_by = time.monotonic() + requests_within
+            backend = backend.within(requests_within)
         releases = [_WRITING.enter(self._backend.identity, name, ranks.rank)]
         claimed = False
         try:
@@ -360,9 +371,11 @@ class CheckpointStore:
             # its save before rank 0 does. Without a claim, another job's retention on the
             # same store saw nothing of the save and deleted its files mid-write (the commit
             # then failed with `a1.bin is missing from storage`).
-            releases.append(self._backend.claim(name, rank=ranks.rank))
+            releases.append(backend.claim(name, rank=ranks.rank))
             claimed = releases[-1] is not NO_CLAIM
-            writer = self._start(step, name, meta, ranks, attempt)
+            if claimed and ends_by is not None:
+                releases[-1] = _released_by(releases[-1], ends_by, name)
+            writer = self._start(step, name, meta, ranks, attempt, backend)
         except BaseException:
             _release_all(releases)
             raise
@@ -398,8 +411,9 @@ class CheckpointStore:
         meta: dict[str, Any],
         ranks: Ranks,
         attempt: str | None,
+        backend: Backend,
     ) -> GenerationWriter:
-        present = self._backend.list_sizes(name)
+        present = backend.list_sizes(name)
         if COMMIT in present:
             _found, problems = self._check(step, checksums=self.verify_policy == "checksums")
             if not problems or ranks.world_size != 1:
@@ -423,7 +437,7 @@ class CheckpointStore:
             # listing counts: the step's next save committed around it, and a whole file's
             # bytes stayed in the generation for as long as it was kept.
             leftover = bool(present) or self._holds_temps(name)
-            if leftover and self._backend.claimed(name):
+            if leftover and backend.claimed(name):
                 # A rank of another job's save of several (one that restarted with fewer
                 # ranks while the old one still flushes) reached its save before its rank 0:
                 # its files were deleted under it as a dead writer's.
@@ -434,14 +448,14 @@ class CheckpointStore:
             # Whatever is there is a dead writer's leftover.
             if leftover:
                 try:
-                    self._backend.delete_tree(name)
+                    backend.delete_tree(name)
                 except CommitError as exc:
                     raise CommitError(
                         f"cannot save {name} in {self.url}: the unfinished save of it that a "
                         f"writer left there cannot be removed: {exc}"
                     ) from exc
         elif part_name(ranks.rank) in present:
-            self._backend.delete(f"{name}/{part_name(ranks.rank)}")
+            backend.delete(f"{name}/{part_name(ranks.rank)}")
         if ranks.rank == 0 and (
             self._swept is None or time.monotonic() - self._swept >= UPLOAD_SWEEP_INTERVAL
         ):
@@ -462,7 +476,7 @@ class CheckpointStore:
             self._swept = time.monotonic()
             name_if_single = name if ranks.world_size == 1 else None
             try:
-                aborted = self._backend.abort_stale_uploads(
+                aborted = backend.abort_stale_uploads(
                     None if name_if_single else name,
                     older_than=STALE_UPLOAD_AGE,
                     dead_prefix=name_if_single,
@@ -478,9 +492,14 @@ class CheckpointStore:
                     exc,
                 )
         self._writing.add(step)
-        return GenerationWriter(
-            self._backend, self._protocol, step, meta, ranks, attempt, self._writer_ended
-        )
+        protocol = self._protocol
+        if backend is not self._backend:
+            protocol = CommitProtocol(
+                backend, timeout=self.commit_timeout, poll_interval=protocol.poll_interval
+            )
+        writer = GenerationWriter(backend, protocol, step, meta, ranks, attempt, self._writer_ended)
+        writer.reads_from = self._backend
+        return writer
 
     def _holds_temps(self, name: str) -> bool:
         """Whether the local directory of generation `name` holds anything (its files all
@@ -531,6 +550,9 @@ class CheckpointStore:
         without the commit, leaving the save behind on its own thread (see `_flush_within`);
         with `moving`, only once `moving()` also says the save has stopped moving (its bytes
         no longer going to the storage), with a WARNING at the timeout while it still moves.
+        With several ranks no rank can leave its save behind (the commit's collectives):
+        `timeout` bounds the save's storage requests instead (`save(requests_within=)`), so
+        storage that stopped answering fails the save within it, on every rank.
         """
         if timeout is not None:
             ranks = resolve(
@@ -538,6 +560,7 @@ class CheckpointStore:
             )
             if ranks.world_size == 1:
                 return self._flush_within(timeout, step, write, metadata, save_options, moving)
+            save_options = {**save_options, "requests_within": timeout}
         return self._flush(step, write, metadata, save_options)
 
     def _flush_within(
@@ -1141,6 +1164,20 @@ def _end_claimed_at_exit() -> None:
 
 
 atexit.register(_end_claimed_at_exit)
+
+
+def _released_by(release: Callable[[], None], ends_by: float, name: str) -> Callable[[], None]:
+    """A bounded save's claim release that holds the save's end (and its job's ack) no
+    later than `ends_by` (monotonic): on storage that stopped answering, its DELETE ran past
+    the save's bound (23.4 s of a 25 s lead, the requests bounded to 20). Not done by then it
+    goes on on its own; a claim the process's exit cuts off expires after its lease."""
+
+    def run() -> None:
+        thread = threading.Thread(target=release, name=f"forewarn-release-{name}", daemon=True)
+        thread.start()
+        thread.join(max(ends_by - time.monotonic(), 0.0))
+
+    return run
 
 
 def _release_all(releases: list[Callable[[], None]]) -> None:

@@ -7,6 +7,7 @@ starts. The package itself imports this module only for the demo's slow link
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import subprocess
@@ -189,6 +190,12 @@ class DelegatingBackend(Backend):
 
     def remove_stale_claims(self) -> int:
         return self.inner.remove_stale_claims()
+
+    def within(self, seconds: float) -> Backend:
+        # The same faults, over the wrapped storage's bounded requests.
+        bounded = copy.copy(self)
+        bounded.inner = self.inner.within(seconds)
+        return bounded
 
     def close(self) -> None:
         # The store closes the backend it was given: the wrapped one holds the threads and
