@@ -63,6 +63,18 @@ log = logging.getLogger("forewarn.clients")
 INHERITED_EXIT_MARGIN = 30.0
 
 
+def _several_ranks() -> bool:
+    """Whether a store's save here is one rank's of several (torch.distributed's group,
+    else RANK/WORLD_SIZE), as the store counts them."""
+    from .checkpoint.errors import StoreConfigError
+    from .checkpoint.ranks import resolve
+
+    try:
+        return resolve(None, None).world_size > 1
+    except StoreConfigError:
+        return False  # the save itself says what is wrong with them
+
+
 def _a_duration(seconds: object) -> bool:
     """A finite number, zero or more (numpy's included; not a bool, not a string)."""
     if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
@@ -551,7 +563,11 @@ class CheckpointGuard(
     def _final_timeout(self) -> float | None:
         """How long an exit's synchronous save may take: until a grace past the terminate's
         deadline, so storage that stopped answering fails it, saying so, instead of the
-        SIGKILL cutting it off silently; None when no exit or no deadline is known."""
+        SIGKILL cutting it off silently; None when no exit or no deadline is known.
+
+        A save of several ranks cannot be left behind on one (the commit's collectives): its
+        storage requests are bounded instead (`flush(timeout=)`), to end the margin before
+        the deadline, so every rank's job hears of a failure while it can still say so."""
         if not self._exit:
             return None
         left = self._seconds_left()
@@ -559,6 +575,8 @@ class CheckpointGuard(
             return None
         from .checkpoint import background
 
+        if _several_ranks():
+            return max(left - background.EXIT_SAVE_MARGIN_SECONDS, 0.0)
         return max(left, 0.0) + background.FINAL_SAVE_GRACE_SECONDS
 
     def resumed(

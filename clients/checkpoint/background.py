@@ -64,6 +64,10 @@ TAIL_QUIET_SECONDS = 3.0
 # and Azure often later; GCP's 30 s notice ends in a soft power-off), and a save still
 # writing then is the only copy of that work: giving it up at the deadline lost it.
 FINAL_SAVE_GRACE_SECONDS = 60.0
+# An exit's save of several ranks ends this long before the deadline when the storage stopped
+# answering (its requests bounded so): DCP gathers the failure, the ranks abort together, the
+# agent is acked and the job says so, before the platform's SIGKILL.
+EXIT_SAVE_MARGIN_SECONDS = 5.0
 # How long the save in flight may go without writing a byte or moving one towards the storage
 # (a hung mount, an upload to a service that stopped answering) before a wait for it stops:
 # at interpreter exit, in close(), and in the next save, which then raises it as that save's

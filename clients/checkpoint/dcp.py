@@ -170,10 +170,12 @@ def save_dcp(
     """Save `state_dict` with DCP as generation `step` on every rank; returns it committed.
 
     Every rank of the process group calls this with the same step (as `dcp.save`).
-    `timeout` (a single rank's save, as `CheckpointStore.flush`'s; an exit's save, a grace
-    past its deadline): raise `CommitTimeout` once that many seconds pass without the commit
-    and the save's bytes have stopped moving towards the storage; with several ranks it is
-    not applied (DCP's collectives and the commit's cannot be left behind on one rank)."""
+    `timeout` (as `CheckpointStore.flush`'s; an exit's save): with a single rank, raise
+    `CommitTimeout` once that many seconds pass without the commit and the save's bytes have
+    stopped moving towards the storage; with several ranks (DCP's collectives and the
+    commit's cannot be left behind on one rank) each rank's storage requests are bounded to
+    end within it, so storage that stopped answering for one rank fails the save on every
+    rank (DCP gathers the error) within `timeout`, and nothing is committed."""
     needs("torch", "save_dcp")
     import torch.distributed.checkpoint as dcp
 

@@ -6,6 +6,9 @@
                                                    rank 0 writes no shard until HOLD exists
     dcp_worker.py RANK WORLD load URL              resume onto WORLD ranks, compare bits
     dcp_worker.py RANK WORLD train URL             async saves while the loop all_reduces
+    dcp_worker.py RANK WORLD exit URL STEP LEAD    a terminate due in LEAD s, then its save as
+                                                   the framework callbacks make it (save_dcp,
+                                                   timeout=the guard's): how it ended, when
 
 Prints one JSON line per event.
 """
@@ -16,14 +19,17 @@ import json
 import os
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from forewarn.clients import CheckpointGuard
 from forewarn.clients.checkpoint import CheckpointStore, ObjectWriter
 from forewarn.clients.checkpoint.dcp import async_save_dcp, load_dcp, save_dcp
 from forewarn.clients.checkpoint.testing import DelegatingBackend
+from forewarn.clients.event import Event
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
@@ -83,6 +89,35 @@ def main() -> None:
         say(rank=rank, started=step)
         generation = handle.commit()
         say(rank=rank, saved=generation.step)
+    elif mode == "exit":
+        step, lead = int(sys.argv[5]), float(sys.argv[6])
+        guard = CheckpointGuard(
+            notices=False, handle_signals=False, flag_file=None, store=store, agree=False
+        )
+        now = datetime.now(timezone.utc)
+        guard._on_event(
+            Event(
+                id=f"aws/terminate/{rank}",
+                seq=1,
+                action="terminate",
+                reason="spot-interruption",
+                provider="aws",
+                deadline=now + timedelta(seconds=lead),
+                noticed_at=now,
+                sent_at=now,
+            )
+        )
+        state = {"model": sharded(expected(step), mesh), "step": step}
+        started = time.monotonic()
+        try:
+            # As ForewarnCallback(store=, dcp=True) saves for an exit.
+            generation = save_dcp(store, step, state, timeout=guard._final_timeout())
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
+            say(
+                rank=rank, failed=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - started
+            )
+        else:
+            say(rank=rank, saved=generation.step, seconds=time.monotonic() - started)
     elif mode == "train":
         # The training loop goes on while DCP writes, with its own collectives on the default
         # group, as between `async_save_dcp` and `commit()` in a real job.
