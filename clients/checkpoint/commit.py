@@ -9,6 +9,7 @@ others copy the token into their parts and poll for the marker).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass, replace
@@ -123,10 +124,21 @@ class CommitProtocol:
                 except Exception as cleanup:  # the commit's own failure is the one to raise
                     log.warning("forewarn: could not remove %s: %s", request.name, cleanup)
                 raise
-        self.backend.make_durable(request.name)
         if ranks.dist is not None:
-            self.backend.put_small(f"{request.name}/{part_name(ranks.rank)}", request.part.encode())
+            try:
+                self.backend.make_durable(request.name)
+                key = f"{request.name}/{part_name(ranks.rank)}"
+                self.backend.put_small(key, request.part.encode())
+            except Exception as exc:
+                # Handed in as a failed part all the same: the other ranks are already in
+                # the commit's collectives, and waited there for the process group's timeout
+                # (30 min) for a rank whose storage stopped answering.
+                failed = replace(request.part, error=f"{type(exc).__name__}: {exc}")
+                with contextlib.suppress(CommitError):
+                    self._commit_collective(replace(request, part=failed))
+                raise
             return self._commit_collective(request)
+        self.backend.make_durable(request.name)
         if ranks.rank == 0:
             return self._lead(request)
         self._follow(request)

@@ -5,6 +5,8 @@
                                                    async_save of a large state, then commit;
                                                    rank 0 writes no shard until HOLD exists
     dcp_worker.py RANK WORLD load URL              resume onto WORLD ranks, compare bits
+    dcp_worker.py RANK WORLD partfail URL STEP     save_dcp; rank 1's part of the commit cannot
+                                                   be written: how each rank's save ended
     dcp_worker.py RANK WORLD train URL             async saves while the loop all_reduces
     dcp_worker.py RANK WORLD exit URL STEP LEAD    a terminate due in LEAD s, then its save as
                                                    the framework callbacks make it (save_dcp,
@@ -65,6 +67,16 @@ class HeldShards(DelegatingBackend):
         return super().writer(key, on_done)
 
 
+class UnwritableParts(DelegatingBackend):
+    """Storage that takes the shards but refuses this rank's part of the commit (it stopped
+    answering between the two, its requests bounded by an exit's time)."""
+
+    def put_small(self, key: str, data: bytes) -> None:
+        if "/parts/" in key:
+            raise OSError(f"the storage refused {key}")
+        super().put_small(key, data)
+
+
 def say(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
@@ -118,6 +130,19 @@ def main() -> None:
             )
         else:
             say(rank=rank, saved=generation.step, seconds=time.monotonic() - started)
+    elif mode == "partfail":
+        step = int(sys.argv[5])
+        if rank == 1:
+            store = CheckpointStore(backend=UnwritableParts(store.backend))
+        state = {"model": sharded(expected(step), mesh), "step": step}
+        started = time.monotonic()
+        try:
+            save_dcp(store, step, state)
+        except BaseException as exc:
+            failed = f"{type(exc).__name__}: {exc}"
+            say(rank=rank, failed=failed, seconds=time.monotonic() - started)
+        else:
+            say(rank=rank, saved=step, seconds=time.monotonic() - started)
     elif mode == "train":
         # The training loop goes on while DCP writes, with its own collectives on the default
         # group, as between `async_save_dcp` and `commit()` in a real job.

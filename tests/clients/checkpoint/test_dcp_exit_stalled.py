@@ -90,3 +90,29 @@ def test_an_exit_dcp_save_of_two_ranks_fails_within_its_time_on_a_stalled_store(
     store = CheckpointStore(url)
     assert store.latest() is None
     assert 7 not in store.steps() or store.verify(7).problems == ("not committed",)
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_that_cannot_hand_in_its_part_fails_the_commit_on_every_rank_at_once(
+    bucket: str, moto_endpoint: str, rank_launcher: RankLauncher
+) -> None:
+    """Rank 1's part of the commit could not be written (its storage stopped answering after
+    the shards, now that an exit's requests fail in time): it raised before the commit's
+    collectives, and rank 0 waited in them for the process group's timeout (30 min)."""
+    url = f"s3://{bucket}/runs/job-1"
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONWARNINGS="ignore", AWS_ENDPOINT_URL=moto_endpoint)
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    processes = [
+        rank_launcher.start(WORKER, [str(rank), "2", "partfail", url, "9"], env) for rank in (0, 1)
+    ]
+    said: list[dict[str, Any]] = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)  # a rank left waiting fails here
+        assert process.returncode == 0, err[-3000:]
+        said += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    by_rank = {line["rank"]: line for line in said}
+    assert "the storage refused" in by_rank[1]["failed"], by_rank  # its own error, not hidden
+    assert "rank 1 failed" in by_rank[0]["failed"], by_rank  # told why, at once
+    assert CheckpointStore(url).latest() is None
