@@ -113,8 +113,10 @@ class ExitReporting(GuardState):
             return
         asked, told_at = self._exit_waiting
         away = self._pace.running(now)
-        if away is None:
-            return  # before the first `due`: a first step is answered when it ends (README)
+        if away is None or not self._pace.stepped():
+            # In the first step, the README's `due` after `resumed` before it or not: a step
+            # cannot be interrupted, and a first one is answered when it ends (README).
+            return
         late = max(UNANSWERED_MIN_SECONDS, 2 * self._pace.longest_done())
         if away < late or now - asked < UNANSWERED_MIN_SECONDS / 2:
             return

@@ -47,6 +47,11 @@ class StepPace:
         None before the first `due`."""
         return None if self._mark is None else now - self._since
 
+    def stepped(self) -> bool:
+        """Whether a step has ended since the first `due`: until then the loop is in its first
+        step (a compile, a data loader's warm-up), however it began."""
+        return bool(self._gaps)
+
     def longest_done(self) -> float:
         """The longest recent step that has ended (0 before one has)."""
         return max((gap for _, gap in self._gaps), default=0.0)

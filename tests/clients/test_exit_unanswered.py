@@ -94,3 +94,52 @@ def test_a_loop_of_long_steps_is_not_called_late(tmp_path: Path, env: dict[str, 
     assert proc.returncode == 143, err
     assert "on terminate local/manual/" in err and "exiting at step" in err
     assert "asked this job" not in err, err
+
+
+FIRST_STEP_JOB = """
+import logging, sys, time
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from forewarn.clients import CheckpointGuard
+
+guard = CheckpointGuard(every_steps=600)
+step = 1200  # the resume point
+guard.resumed(step)
+if guard.due(step) and guard.save(step, lambda step: 0.01).exit:
+    sys.exit(guard.exit_code)
+while step < 1500:
+    if step == 1200:
+        print("first step", flush=True)
+        time.sleep(5)  # the first step: a compile, the data loader's warm-up
+    else:
+        time.sleep(0.02)
+    step += 1
+    if guard.due(step) and guard.saved(step, 0.01).exit:
+        break
+sys.exit(guard.exit_code)
+"""
+
+
+def test_a_terminate_during_the_first_step_is_not_called_late(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The README's loop calls `due` once right after `resumed`, before its first step: a
+    terminate during that step (a compile of 5 s) is answered when the step ends, as the README
+    says. The guard said the loop had been away from `due` for 2 s, that its steps took up to
+    0.00 s and that the steps after the resume point were lost, pointing at `due_in_eval`."""
+    with AgentProcess(tmp_path, env=env) as agent:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", FIRST_STEP_JOB],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        eventually(lambda: proc.stdout.readline().strip() == "first step", 60, "the first step")
+        notice: dict[str, Any] = {"op": "notify", "action": "terminate", "reason": "reclaim"}
+        notice.update(seconds_fields(120))
+        assert agent.control(notice)["ok"]
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "exiting at step 1201 on terminate local/manual/" in err, err
+    assert "asked this job" not in err, err
