@@ -222,6 +222,7 @@ class CheckpointGuard(
         self._due_failed: float | None = None
         self._told_running: tuple[float, int] = (0.0, 0)
         self._exit_waiting: tuple[float, float] | None = None
+        self._resumed_step: int | None = None
         self._last_save = time.monotonic()
         self._started = self._last_save
         self._started_wall = process_started()
@@ -586,6 +587,7 @@ class CheckpointGuard(
         step counts as durable: a save asked for before any step has run writes nothing, and
         periodic saves by step count from it."""
         self.durable_step = step
+        self._resumed_step = step
         if self.every_steps:
             self._next_step = step + self.every_steps
         if self.notices is not None:

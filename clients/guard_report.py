@@ -37,6 +37,9 @@ class ExitReporting(GuardState):
     # An exit no `due` has answered yet: when the ticker first saw it, and when it was last
     # said that the loop is late (0: not yet).
     _exit_waiting: tuple[float, float] | None
+    # The step `resumed` was given (None before it is called): a durable step equal to it is
+    # the resume point, not a save of this run.
+    _resumed_step: int | None
 
     def _log_saved(
         self,
@@ -124,11 +127,15 @@ class ExitReporting(GuardState):
             return
         self._exit_waiting = (asked, now)
         durable = self.durable_step
-        lost = (
-            f"the steps after step {durable}, the last saved, are lost"
-            if durable is not None
-            else "every step of this run is lost (it has saved nothing)"
-        )
+        if durable is None:
+            lost = "every step of this run is lost (it has saved nothing)"
+        elif durable == self._resumed_step:
+            # The resume point, not a save of this run: a first start's step 0 was never
+            # written, and "the last saved" named a checkpoint that does not exist.
+            lost = f"the steps after step {durable}, where this run resumed (it has saved "
+            lost += "nothing since), are lost"
+        else:
+            lost = f"the steps after step {durable}, the last saved, are lost"
         log.warning(
             "forewarn: %s asked this job to save and exit %.0fs ago, but the loop has not "
             "called due() or due_in_eval() for %.0fs (last at step %s; its steps took up to "

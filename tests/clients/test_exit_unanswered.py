@@ -143,3 +143,68 @@ def test_a_terminate_during_the_first_step_is_not_called_late(
     assert proc.returncode == 143, err
     assert "exiting at step 1201 on terminate local/manual/" in err, err
     assert "asked this job" not in err, err
+
+
+FRESH_RUN_JOB = """
+import logging, sys, time
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from forewarn.clients import CheckpointGuard
+
+guard = CheckpointGuard(every_steps=600)
+start = step = int(sys.argv[1])  # the README's `step = resume()`: 0 on a first start
+guard.resumed(step)
+while step < start + 1000:
+    time.sleep(0.02)
+    step += 1
+    if guard.due(step) and guard.saved(step, 0.01).exit:
+        break
+    if step == start + 15:
+        print("evaluation", flush=True)
+        time.sleep(120)  # an evaluation pass that never calls guard.due_in_eval
+sys.exit(guard.exit_code)
+"""
+
+
+def _warning_at_sigterm(tmp_path: Path, env: dict[str, str], resumed_at: int) -> str:
+    """The job resumed at `resumed_at`, SIGTERMed (systemd's stop) in its evaluation pass:
+    the guard's line about the loop away from `due`. No agent runs."""
+    log = tmp_path / "job.err"
+    job = subprocess.Popen(
+        [sys.executable, "-c", FRESH_RUN_JOB, str(resumed_at)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+    try:
+        assert job.stdout is not None
+        eventually(lambda: job.stdout.readline().strip() == "evaluation", 60, "the pass")
+        job.send_signal(signal.SIGTERM)
+        warned = eventually(
+            lambda: [line for line in log.read_text().splitlines() if "asked this" in line],
+            20,
+            "the guard's warning",
+        )
+    finally:
+        job.send_signal(signal.SIGKILL)  # the platform's, at the end of its stop timeout
+        job.wait(30)
+    return str(warned[0])
+
+
+def test_a_first_start_that_saved_nothing_is_not_said_to_have_saved(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A first start (`guard.resumed(0)`) that has saved nothing: the guard said "the steps
+    after step 0, the last saved, are lost", naming a checkpoint that was never written."""
+    line = _warning_at_sigterm(tmp_path, env, 0)
+    assert "forewarn: SIGTERM asked this job to save and exit" in line, line
+    assert "the last saved" not in line, line
+    assert "the steps after step 0, where this run resumed (it has saved nothing since)" in line
+
+
+def test_a_resumed_run_that_saved_nothing_names_its_resume_point(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    line = _warning_at_sigterm(tmp_path, env, 1200)
+    assert "(last at step 1215;" in line, line
+    assert "the steps after step 1200, where this run resumed (it has saved nothing since)" in line
