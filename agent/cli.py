@@ -95,6 +95,7 @@ _VALUE_FLAGS = (
     "--agent-timeout",
     "--exit-margin",
     "--flush-seconds",
+    "--date-ahead",  # `simulate`: behind the machine's clock is a negative duration
 )
 
 

@@ -433,9 +433,13 @@ def test_any_date_ahead_is_seconds_within_the_bound_or_refused(text: str) -> Non
     assert abs(seconds) <= MOST_DATE_AHEAD
 
 
-def test_a_date_ahead_moves_every_answers_date(tmp_path: Path) -> None:
+# `--date-ahead -2h`, as people write a flag's value, was argparse's "expected one argument":
+# the one flag of `simulate` whose value may be negative.
+@pytest.mark.parametrize("spelled", [("--date-ahead=-2h",), ("--date-ahead", "-2h")])
+def test_a_date_ahead_moves_every_answers_date(tmp_path: Path, spelled: tuple[str, ...]) -> None:
     """The simulator's `Date` stands for a provider's clock that this machine's is off."""
-    with simulator(tmp_path, "gcp", "--date-ahead=-2h") as (proc, url):
+    with simulator(tmp_path, "gcp", *spelled) as (proc, url):
+        assert url.startswith("http://"), (url, proc.stderr and proc.stderr.read())
         with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
             answer = http.get("/computeMetadata/v1/instance/id", headers=GOOGLE)
         date = email.utils.parsedate_to_datetime(answer.headers["Date"])
