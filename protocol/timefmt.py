@@ -199,7 +199,12 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
         seconds = parse_duration(text)
     except TooLargeError:
         raise ValueError(f"{text!r} is past the last time a date can hold") from None
-    except ValueError:
+    except ValueError as error:
+        if _SIGN.match(text) or _EXPONENT.search(text):
+            # Said as every duration flag says it: "not an RFC 3339 time or a duration such
+            # as 90s" named neither the sign of `+15m` nor the exponent of `1e3`.
+            reason = str(error).removeprefix("not a duration: ")
+            raise ValueError(f"not an RFC 3339 time or a duration: {reason}") from None
         raise ValueError(
             f"not an RFC 3339 time or a duration such as 90s, 15m or 2h: {text!r}"
         ) from None

@@ -46,3 +46,30 @@ def test_a_deadline_too_far_in_digits_is_past_the_last_time_a_date_can_hold() ->
     text = "9" * 400 + "d"
     with pytest.raises(ValueError, match="is past the last time a date can hold"):
         parse_deadline(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("+15m", "'+15m' has a sign"),
+        ("1e3", "'1e3' has an exponent"),
+        ("2.5E2s", "'2.5E2s' has an exponent"),
+    ],
+)
+def test_a_refused_deadline_says_which_part_is_wrong_as_a_duration_does(
+    text: str, said: str
+) -> None:
+    # `notify --deadline +15m` and `1e3` said only "not an RFC 3339 time or a duration such as
+    # 90s, 15m or 2h", where every duration flag names the sign or the exponent (H119's walk).
+    with pytest.raises(ValueError) as error:
+        parse_deadline(text)
+    assert str(error.value).startswith("not an RFC 3339 time or a duration: "), error.value
+    assert said in str(error.value), error.value
+
+
+@given(st.text(alphabet="0123456789.smhd +-eETZ:", max_size=60))
+def test_a_refused_deadline_names_the_value_written(text: str) -> None:
+    try:
+        parse_deadline(text)
+    except ValueError as error:
+        assert repr(text) in str(error) or repr(text.strip()) in str(error), error
