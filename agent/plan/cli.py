@@ -111,6 +111,15 @@ def _duration(text: str) -> float:
     return seconds
 
 
+def _interval(text: str) -> float:
+    """An interval to evaluate: a duration above 0 (the model's "must be positive (got 0.0)"
+    named a value nobody wrote)."""
+    seconds = _duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 (got {text!r})")
+    return seconds
+
+
 def _number(text: str, *, positive: bool = False) -> float:
     try:
         value = float(text)
@@ -261,6 +270,16 @@ def _fraction(text: str) -> float:
             f"{text!r} is not a share: write {text.strip()}% or {value / 100:g} (a fraction)"
         )
     return value / 100 if percent else value
+
+
+def _tax(text: str) -> float:
+    """A share of compute a checkpoint may cost, above 0 and below all of it; said in the
+    flag's terms: the model's "a fraction between 0 and 1, e.g. 0.03 (got 1.5)" answered a
+    `--tax 150%`."""
+    value = _fraction(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be above 0% and below 100% (got {text!r})")
+    return value
 
 
 def _parsed(parse: Any) -> Any:
@@ -421,7 +440,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     at = job.add_mutually_exclusive_group()
     at.add_argument(
         "--interval",
-        type=_duration,
+        type=_interval,
         metavar="DUR",
         help="evaluate this interval (default: the one of least overhead)",
     )
@@ -433,7 +452,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     at.add_argument(
         "--tax",
-        type=_fraction,
+        type=_tax,
         metavar="PCT",
         help="evaluate the interval at which checkpoints cost this share of compute: 3%% or 0.03",
     )

@@ -516,8 +516,8 @@ def test_options_with_what_they_refine_change_the_plan(capsys: pytest.CaptureFix
         (["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-share", "50"], "write 50% or 0.5"),
         (["--checkpoint", "10s", "--tax", "3"], "--tax: '3' is not a share: write 3% or 0.03"),
         # A zero tax was taken for no --tax, and the rate was asked for instead.
-        (["--checkpoint", "10s", "--tax", "0"], "--tax: tax must be a fraction between 0 and 1"),
-        (["--checkpoint", "10s", "--tax", "0%"], "--tax: tax must be a fraction between 0 and 1"),
+        (["--checkpoint", "10s", "--tax", "0"], "--tax: must be above 0% and below 100%"),
+        (["--checkpoint", "10s", "--tax", "0%"], "--tax: must be above 0% and below 100%"),
         (
             ["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-per-day", "2"],
             "--no-notice-per-day",
@@ -533,6 +533,26 @@ def test_bad_input_exits_2_naming_the_field(
     capsys: pytest.CaptureFixture[str], argv: list[str], named: str
 ) -> None:
     assert named in fails(capsys, *argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # A share flag's range said in the flag's own terms (H119's walk): `--tax 150%` said
+        # "tax must be a fraction between 0 and 1, e.g. 0.03 (got 1.5)", of a flag written
+        # in percent, and `--interval 0` "(got 0.0)", a value nobody wrote.
+        (["--tax", "150%"], "--tax: must be above 0% and below 100% (got '150%')"),
+        (["--tax", "100%"], "--tax: must be above 0% and below 100% (got '100%')"),
+        (["--tax", "0"], "--tax: must be above 0% and below 100% (got '0')"),
+        (["--tax", "1"], "--tax: must be above 0% and below 100% (got '1')"),
+        (["--interval", "0"], "--interval: must be more than 0 (got '0')"),
+        (["--interval", "0s"], "--interval: must be more than 0 (got '0s')"),
+    ],
+)
+def test_a_range_is_said_in_the_flags_own_terms(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    assert said in fails(capsys, "--checkpoint", "10s", *argv)
 
 
 def test_a_corrupt_telemetry_line_is_named(
