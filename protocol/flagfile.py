@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .errors import ForewarnError
-from .timefmt import parse_deadline, parse_time
+from .timefmt import format_time, parse_deadline, parse_time
 
 # A deadline and a short note fit in far less; the rest of a larger file is never read.
 MAX_FLAG_BYTES = 4096
@@ -21,6 +21,12 @@ MAX_FLAG_BYTES = 4096
 # it is taken for a step of the wall clock (`written_anchor`): a filesystem's coarse times, a
 # look that took a while.
 FLAG_CLOCK_SLACK = 2.0
+# A time in a flag file this many seconds before the file was written was past already then
+# (a wrong year, a local time written with `Z`): it is no deadline. Read as one, the agent sent
+# a terminate due years ago and every job on the node exited at once, each job started later
+# too. The agent's notice grace (`DEFAULT_GRACE`): a time a little past (`date` read before a
+# slow write) still stands, due now.
+PAST_AT_WRITING_SECONDS = 300.0
 # Said by the agent's log and `status` and by a guard that takes the flag itself: what is
 # there is refused, and what to do instead.
 NOT_REGULAR = (
@@ -76,6 +82,19 @@ def flag_written(mtime_ns: int) -> datetime:
     return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
 
 
+def line_deadline(line: str, written: datetime) -> datetime:
+    """The deadline a flag file's first line holds (RFC 3339, or a duration counted from
+    `written`); ValueError naming why it is none: not a deadline (`parse_deadline`), or a time
+    past by more than PAST_AT_WRITING_SECONDS when the file was written."""
+    deadline = parse_deadline(line, now=written)
+    if (written - deadline).total_seconds() > PAST_AT_WRITING_SECONDS:
+        raise ValueError(
+            f"{line.strip()!r} was past already when the file was written "
+            f"({format_time(written)}): a wrong year, or a local time written as UTC?"
+        )
+    return deadline
+
+
 def flag_deadline(content: str, mtime_ns: int) -> datetime | None:
     """The deadline the first line of a flag file's content holds (RFC 3339, or a duration
     such as `15m` counted from when the file was written, not from when it is read), or None
@@ -84,7 +103,7 @@ def flag_deadline(content: str, mtime_ns: int) -> datetime | None:
     if not text:
         return None
     try:
-        return parse_deadline(text.splitlines()[0], now=flag_written(mtime_ns))
+        return line_deadline(text.splitlines()[0], flag_written(mtime_ns))
     except (ValueError, OverflowError):
         return None
 
@@ -128,10 +147,12 @@ def written_anchor(
 __all__ = [
     "FLAG_CLOCK_SLACK",
     "MAX_FLAG_BYTES",
+    "PAST_AT_WRITING_SECONDS",
     "FlagError",
     "flag_deadline",
     "flag_deadline_is_duration",
     "flag_written",
+    "line_deadline",
     "read_flag",
     "written_anchor",
 ]

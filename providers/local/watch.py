@@ -25,10 +25,11 @@ from forewarn.protocol.flagfile import (
     FlagError,
     flag_deadline_is_duration,
     flag_written,
+    line_deadline,
     read_flag,
     written_anchor,
 )
-from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.report import Report
 
 from ..base import Emit, WatcherContext
@@ -55,7 +56,7 @@ def unread_deadline(content: str, created: datetime) -> str | None:
     line = text.splitlines()[0]
     shown = line[:SHOWN_CHARS]
     try:
-        parse_deadline(shown, now=created)
+        line_deadline(shown, created)
     except (ValueError, OverflowError) as error:
         if len(line) > SHOWN_CHARS:
             return f"{shown!r}... ({len(line)} characters) is not a deadline"
@@ -100,7 +101,7 @@ def _deadline(text: str, written: datetime) -> datetime | None:
     if not text:
         return None
     try:
-        return parse_deadline(text.splitlines()[0], now=written)
+        return line_deadline(text.splitlines()[0], written)
     except (ValueError, OverflowError):
         return None
 
