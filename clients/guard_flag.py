@@ -25,6 +25,7 @@ from forewarn.protocol.flagfile import (
     flag_deadline_is_duration,
     flag_written,
     read_flag,
+    unread_deadline,
     written_anchor,
 )
 from forewarn.protocol.timefmt import format_time, utcnow
@@ -277,7 +278,7 @@ class FlagFileRequests(GuardState):
             return
         if found != self._flag_kept and found != self._flag_refused:
             try:
-                deadline, is_duration, mtime_ns = _read_flag(flag)
+                deadline, is_duration, mtime_ns, unread = _read_flag(flag)
             except FlagError as error:
                 # A link (or a directory) there: the agent refuses it, no drain raised. Taken
                 # here, the same `ln -s` saved the job with no agent and nothing with one.
@@ -285,6 +286,14 @@ class FlagFileRequests(GuardState):
                 log.warning("forewarn: the flag file %s %s", flag, error.strerror)
                 return
             log.info("forewarn: flag file %s found", flag)
+            if unread is not None:
+                # As the agent warns (the local watcher): someone who wrote `terminate 10m`,
+                # or a time past already, meant a deadline the save cannot keep.
+                log.warning(
+                    "forewarn: flag file %s: first line %s; the save has no deadline",
+                    flag,
+                    unread,
+                )
             if jobs is not None:
                 jobs.join()  # a directory made since the guard was
             if deadline is not None and is_duration:
@@ -388,20 +397,25 @@ def _read_flag_deadline(flag: Path) -> datetime | None:
     return _read_flag(flag)[0]
 
 
-def _read_flag(flag: Path) -> tuple[datetime | None, bool, int]:
+def _read_flag(flag: Path) -> tuple[datetime | None, bool, int, str | None]:
     """The flag file's deadline, as `_read_flag_deadline` (a duration counted from its
     mtime), whether it was written as a duration (`5m`: counted on the boot clock) rather
-    than a time, and the mtime read (0 when none)."""
+    than a time, the mtime read (0 when none), and why its first line is no deadline (None:
+    it is one, or there is none)."""
     try:
         found = read_flag(flag)
     except FlagError:
         raise
     except OSError:
-        return None, False, 0
-    if found is None or found[1] is None:
-        return None, False, 0 if found is None else found[0]
-    deadline = flag_deadline(found[1], found[0])
-    return deadline, deadline is not None and flag_deadline_is_duration(found[1]), found[0]
+        return None, False, 0, None
+    if found is None:
+        return None, False, 0, None
+    mtime_ns, content = found
+    if content is None:
+        return None, False, mtime_ns, None
+    deadline = flag_deadline(content, mtime_ns)
+    is_duration = deadline is not None and flag_deadline_is_duration(content)
+    return deadline, is_duration, mtime_ns, unread_deadline(content, flag_written(mtime_ns))
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:

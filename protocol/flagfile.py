@@ -95,6 +95,27 @@ def line_deadline(line: str, written: datetime) -> datetime:
     return deadline
 
 
+# How much of a first line that is no deadline a warning shows.
+SHOWN_CHARS = 200
+
+
+def unread_deadline(content: str, created: datetime) -> str | None:
+    """Why the first line of a flag file's content is no deadline, None when it is one or
+    the content is blank. The line is shown escaped and cut at SHOWN_CHARS."""
+    text = content.strip()
+    if not text:
+        return None
+    line = text.splitlines()[0]
+    shown = line[:SHOWN_CHARS]
+    try:
+        line_deadline(shown, created)
+    except (ValueError, OverflowError) as error:
+        if len(line) > SHOWN_CHARS:
+            return f"{shown!r}... ({len(line)} characters) is not a deadline"
+        return str(error)
+    return None
+
+
 def flag_deadline(content: str, mtime_ns: int) -> datetime | None:
     """The deadline the first line of a flag file's content holds (RFC 3339, or a duration
     such as `15m` counted from when the file was written, not from when it is read), or None
@@ -148,11 +169,13 @@ __all__ = [
     "FLAG_CLOCK_SLACK",
     "MAX_FLAG_BYTES",
     "PAST_AT_WRITING_SECONDS",
+    "SHOWN_CHARS",
     "FlagError",
     "flag_deadline",
     "flag_deadline_is_duration",
     "flag_written",
     "line_deadline",
     "read_flag",
+    "unread_deadline",
     "written_anchor",
 ]

@@ -22,11 +22,13 @@ from typing import ClassVar
 from forewarn.protocol.flagfile import (
     FLAG_CLOCK_SLACK,
     MAX_FLAG_BYTES,
+    SHOWN_CHARS,
     FlagError,
     flag_deadline_is_duration,
     flag_written,
     line_deadline,
     read_flag,
+    unread_deadline,
     written_anchor,
 )
 from forewarn.protocol.timefmt import format_time, utcnow
@@ -41,27 +43,8 @@ log = logging.getLogger("forewarn.providers.local")
 FLAG_NAME = "checkpoint-now"
 
 
-# How much of a first line that is no deadline the warning shows, and how many such lines
-# are remembered so that each is warned about once.
-SHOWN_CHARS = 200
+# How many first lines that are no deadline are remembered, so that each is warned about once.
 WARNED_KEPT = 64
-
-
-def unread_deadline(content: str, created: datetime) -> str | None:
-    """Why the first line of a flag file's content is no deadline, None when it is one or
-    the content is blank. The line is shown escaped and cut at SHOWN_CHARS."""
-    text = content.strip()
-    if not text:
-        return None
-    line = text.splitlines()[0]
-    shown = line[:SHOWN_CHARS]
-    try:
-        line_deadline(shown, created)
-    except (ValueError, OverflowError) as error:
-        if len(line) > SHOWN_CHARS:
-            return f"{shown!r}... ({len(line)} characters) is not a deadline"
-        return str(error)
-    return None
 
 
 def flag_report(path: Path, content: str, mtime_ns: int, written: datetime | None = None) -> Report:

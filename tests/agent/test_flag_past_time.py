@@ -6,11 +6,13 @@ why. A time a few minutes past (the agent's notice grace) still stands, due now.
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from forewarn.clients import CheckpointGuard
 from forewarn.clients.guard_flag import _read_flag
 from forewarn.protocol.flagfile import PAST_AT_WRITING_SECONDS, flag_deadline
 from forewarn.protocol.timefmt import format_time, utcnow
@@ -83,3 +85,26 @@ def test_the_agent_raises_a_drain_without_it_and_warns(tmp_path: Path) -> None:
         )
         status = agent.control({"op": "status"})
         assert [entry["action"] for entry in status["active"]] == ["drain"]
+
+
+def test_a_job_with_no_agent_saves_for_it_goes_on_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # With no agent the guard took the same file for a terminate due years ago and exited at
+    # once; and no line it could not read as a deadline was said at all (the agent warns).
+    flag = tmp_path / "checkpoint-now"
+    guard = CheckpointGuard(
+        notices=False, handle_signals=False, flag_file=flag, agree=False, exit_margin=5.0
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="forewarn.clients"):
+            flag.write_text("2020-01-01T00:00:00Z\n")
+            eventually(lambda: guard.due(1), timeout=5, what="the flag's save")
+            result = guard.saved(1, 0.01)
+            assert result.reasons == ("flag",) and not result.exit
+            assert not any(guard.due(step) for step in range(2, 6))
+        warned = [r.getMessage() for r in caplog.records if "checkpoint-now" in r.getMessage()]
+        assert any("was past already when the file was written" in m for m in warned), warned
+        assert guard.exit_code == 0
+    finally:
+        guard.close()
