@@ -56,3 +56,28 @@ def test_ast_parse_takes_turns_across_threads() -> None:
         thread.join()
     assert not errors, errors
     assert not wrong
+
+
+# A count from which the suite's own run draws a share (`examples()`, tests/support.py).
+NAMED_FROM = 60
+
+
+def test_a_property_count_of_sixty_or_more_is_named_with_examples() -> None:
+    """Each run of the suite's profile re-checks one fixed draw: a count of 60 or more is
+    `max_examples=examples(N)`, all N drawn under the thorough and explore profiles. A
+    stateful model keeps its count whole (the board's must reach a deep path), written on
+    the line of its `stateful_step_count`."""
+    import re
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    plain: list[str] = []
+    for path in sorted(tests.rglob("*.py")):
+        text = path.read_text()
+        if "max_examples=" not in text:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            for count in re.findall(r"max_examples=(\d+)", line):
+                if int(count) >= NAMED_FROM and "stateful_step_count" not in line:
+                    plain.append(f"{path.relative_to(tests)}:{number}")
+    assert not plain, plain

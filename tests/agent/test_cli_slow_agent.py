@@ -17,6 +17,7 @@ from forewarn.agent.cli import CONTROL_TIMEOUT, build_parser, main
 from forewarn.protocol.wire import EndpointError, check_endpoint, request, unreachable
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 
 class LateAgent:
@@ -149,7 +150,7 @@ def test_the_help_gives_the_exit_code_of_no_agent_that_status_exits_with(
     assert "3 no agent heard (wait, watch)" in epilog
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     endpoint=st.one_of(
         st.builds(lambda name: f"ipc:///tmp/forewarn-probe-{name}", st.text(max_size=60)),

@@ -18,6 +18,7 @@ from forewarn.agent.cli import build_parser, main
 from forewarn.protocol.timefmt import parse_duration
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 # Each client command as a user starts it, before the option under test.
 COMMANDS = (
@@ -152,7 +153,9 @@ def test_a_note_keeps_its_own_spaces(
 
 
 @settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(80),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     step=st.text(max_size=8) | st.integers(min_value=-(2**64), max_value=2**64).map(str),

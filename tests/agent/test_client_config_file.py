@@ -13,7 +13,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.protocol.wire import ConfigFileError, read_client_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, agent_env, forewarn_cmd, free_port, run_forewarn
+from support import AgentProcess, agent_env, examples, forewarn_cmd, free_port, run_forewarn
 
 
 def _file_agent(tmp_path: Path, config: Path, runtime: Path, **endpoints: str) -> AgentProcess:
@@ -127,7 +127,7 @@ def _toml(value: object) -> str:
     return json.dumps(value)  # a TOML basic string or integer
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     document=st.dictionaries(
         st.sampled_from(["runtime_dir", "events", "control", "Runtime_Dir", "EVENTS"]),

@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from other_user import call_as, other_user
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from support import examples
 
 
 def test_precedence_flags_over_env_over_toml(
@@ -107,7 +108,7 @@ def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> N
         load_settings(latin)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     key=st.from_regex(r"\A[a-z_]{1,12}\Z"),
     value=st.from_regex(r"\A[0-9a-z.:]{0,6}[a-z:][0-9a-z.:]{0,6}\Z"),
@@ -191,7 +192,7 @@ def test_loopback_endpoints_pass(endpoint: str) -> None:
     assert check_endpoint(endpoint) == endpoint
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(upper=st.lists(st.booleans(), min_size=9, max_size=9))
 def test_localhost_in_any_case_is_loopback(upper: list[bool]) -> None:
     """A host name is read in any case (RFC 4343): `tcp://LOCALHOST:5555` was refused as "not
@@ -224,7 +225,7 @@ _IPV4_PART = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.one_of(
         st.builds(lambda *parts: ".".join(parts), st.just("127"), _IPV4_PART),
@@ -280,7 +281,7 @@ def test_an_endpoint_with_a_nul_is_refused_naming_it(endpoint: str) -> None:
 _ENDPOINT_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=130)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     endpoint=st.one_of(
         st.builds("ipc://{}".format, _ENDPOINT_TEXT),
@@ -335,7 +336,7 @@ def test_rfc3339_with_z_parses_on_every_python() -> None:
         parse_time("21 Jan 2019 09:00:43 GMT")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     text=st.text(max_size=30)
     | st.from_regex(r"\A\d{1,16}(\.\d{0,3})?(ms|s|m|h|d)?\Z")
@@ -614,7 +615,7 @@ _SET_KEYS = st.sampled_from(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     items=st.lists(
         st.builds(
@@ -638,7 +639,7 @@ def test_any_set_flags_load_or_name_what_is_wrong(items: list[str], flag: float 
         assert str(error)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     items=st.lists(
         st.tuples(
@@ -695,7 +696,7 @@ def test_the_number_keys_are_found() -> None:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(key=st.sampled_from(NUMBER_KEYS), value=st.booleans())
 def test_a_toml_boolean_is_not_a_number(key: str, value: bool) -> None:
     """`exit_margin = false` loaded as 0 (and `aws.spot_interval = false` turned the spot
@@ -709,7 +710,7 @@ def test_a_toml_boolean_is_not_a_number(key: str, value: bool) -> None:
             load_settings(config)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     text=st.text(alphabet="0123456789.+-e _smhdinfa", max_size=8)
     | st.from_regex(r"\A\s?\d{0,3}\.?\d{0,3}\s?(ms|s|m|h|d)?\s?\Z")
@@ -766,7 +767,7 @@ def _compound_durations(draw: st.DrawFn) -> tuple[str, list[str], float]:
     return joiner.join(parts), parts, seconds
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_compound_durations())
 def test_a_compound_duration_is_the_sum_of_its_parts(drawn: tuple[str, list[str], float]) -> None:
     """`1h30m`, `2h 30m`, `10min`, `10sec` and `90 s` were refused by every flag and key."""
@@ -775,7 +776,7 @@ def test_a_compound_duration_is_the_sum_of_its_parts(drawn: tuple[str, list[str]
     assert parse_duration(text) == pytest.approx(sum(map(parse_duration, parts)), rel=1e-12)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(0, 10**7))
 def test_whole_seconds_written_as_days_hours_minutes_read_back(total: int) -> None:
     days, rest = divmod(total, 86400)
@@ -824,7 +825,7 @@ def test_the_path_keys_are_found() -> None:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(key=st.sampled_from(sorted(PATH_KEYS)), source=SOURCES, blank=st.sampled_from(["", " "]))
 def test_an_empty_path_is_the_keys_default_from_every_source(
     key: str, source: str, blank: str
@@ -843,7 +844,7 @@ TOP_LEVEL = [
 ]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(data=st.data(), key=st.sampled_from(TOP_LEVEL))
 def test_a_top_level_variable_one_typo_away_is_named_not_ignored(
     data: st.DataObject, key: str
@@ -868,7 +869,7 @@ SECTION_VARIABLES = [
 ]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(data=st.data(), name=st.sampled_from(SECTION_VARIABLES))
 def test_a_variable_with_a_typo_in_its_section_is_named_not_ignored(
     data: st.DataObject, name: str
@@ -933,7 +934,7 @@ def test_a_config_file_variable_misnamed_is_named_not_ignored(
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     value=st.sampled_from(["", " ", "~", "~/run", "~root/run", "~nobody-such/x", "run", "/r"])
     | st.text(st.characters(codec="utf-8", exclude_characters="\x00="), max_size=12)
@@ -1002,7 +1003,7 @@ def test_a_path_key_starting_with_a_tilde_is_in_the_home_directory(tmp_path: Pat
     assert settings.local.flag_file == Path.home() / "flag"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     key=st.sampled_from(["runtime_dir", "state_dir"]),
     # A path loses the space around it (a ConfigMap's newline): the tail has none.
@@ -1136,7 +1137,7 @@ def _other_case(draw: st.DrawFn, key: str) -> str:
 SECTIONS = [name for name in settings_model().model_fields if name not in TOP_LEVEL]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), section=st.sampled_from(SECTIONS))
 def test_a_section_key_in_another_case_names_the_key(data: st.DataObject, section: str) -> None:
     """`[webhook] URL = ...` was 'unknown key' with no suggestion: difflib finds nothing
@@ -1156,7 +1157,7 @@ def _field_names(section: str) -> list[str]:
     return list(annotation.model_fields)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     data=st.data(),
     key=st.sampled_from([*TOP_LEVEL, *SECTIONS]),
@@ -1213,7 +1214,7 @@ def test_a_log_level_is_read_as_people_write_it(
     assert args.log_level == level
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     seconds=st.floats(min_value=0, max_value=10, allow_nan=False).map(lambda s: f"{s:.3f}"),
     unit=st.sampled_from(["", "s", "ms"]),
@@ -1237,7 +1238,7 @@ def test_an_agent_timeout_is_forever_or_longer_than_a_heartbeat(
     assert args.agent_timeout == wanted and (wanted == 0 or wanted > 1.5)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     key=st.sampled_from(["exit_margin", "aws.url", "local.flag_interval"]),
     pads=st.lists(st.text(st.sampled_from(" \t"), max_size=2), min_size=4, max_size=4),

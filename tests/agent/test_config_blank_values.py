@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from support import AgentProcess, self_signed_ca
+from support import AgentProcess, examples, self_signed_ca
 
 MODEL = settings_model(REGISTRY)
 KINDS = ("str", "optional str", "int", "float", "duration", "bool", "choice", "list", "path", "url")
@@ -240,7 +240,7 @@ def _load_with_flag(tmp_path: Path, **flags: Any) -> Any:
 BLANK = st.text(st.sampled_from(string.whitespace), max_size=4)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(row=st.sampled_from(ROWS), blank=BLANK, by_set=st.booleans())
 def test_any_whitespace_alone_sets_nothing(
     tmp_path_factory: pytest.TempPathFactory, row: tuple[str, str, Any], blank: str, by_set: bool

@@ -21,6 +21,7 @@ from forewarn.providers.settings import name_arg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from support import examples
 
 MODEL = settings_model(REGISTRY)
 # Every spelling of a boolean pydantic reads, in any case.
@@ -90,7 +91,7 @@ def _from_set(key: str, text: str) -> Any:
         return _value(key, load_settings(**overrides))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     chosen=st.sampled_from(WORD_KEYS).flatmap(
         lambda item: st.tuples(st.just(item[0]), st.sampled_from(item[1]))
@@ -206,7 +207,7 @@ def _from_file_list(key: str, items: list[str]) -> Any:
             return _value(key, load_settings(config))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     key=st.sampled_from(sorted(TEXT_SAMPLES)),
     before=SPACE,
@@ -224,7 +225,7 @@ def test_a_text_with_space_around_it_reads_as_the_text_alone(
     assert source(key, before + text + after) == source(key, text)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     key=st.sampled_from(LIST_KEYS),
     spaces=st.lists(st.tuples(SPACE, SPACE), min_size=3, max_size=3),
@@ -243,7 +244,7 @@ def test_each_text_of_a_list_loses_the_space_around_it(
         assert source(key, ",".join(padded)) == source(key, ",".join(items))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     key=st.sampled_from(sorted(set(TEXT_SAMPLES) - set(LIST_KEYS))),
     blank=SPACE,
@@ -280,7 +281,7 @@ def _default(key: str) -> Any:
         return _value(key, load_settings())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(key=st.sampled_from(LIST_KEYS), blank=SPACE, source=st.sampled_from(SOURCES))
 def test_a_blank_list_is_unset(key: str, blank: str, source: Any) -> None:
     """`FOREWARN_KUBERNETES_TAINTS=` (an empty value in a Helm or Kustomize env list) was an
@@ -327,7 +328,7 @@ def test_a_json_list_nested_past_json_recursion_is_refused_naming_its_key(source
         source("kubernetes.taints", "[" * 50_000 + "]" * 50_000)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     chosen=st.sampled_from(
         [(key, words) for key, words in WORD_KEYS if not set(words) & set(BOOLEANS)]

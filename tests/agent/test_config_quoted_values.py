@@ -15,6 +15,7 @@ from forewarn.agent.cli import apply_sets
 from forewarn.agent.config import load_settings
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 # (key, a value it takes, as the environment writes it)
 SAMPLES = [
@@ -53,7 +54,7 @@ def _from_set(key: str, text: str) -> Any:
         return _value(key, load_settings(**overrides))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     sample=st.sampled_from(SAMPLES),
     quote=st.sampled_from(['"', "'"]),

@@ -13,7 +13,7 @@ import zmq
 from forewarn.agent.cli import main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import free_port
+from support import examples, free_port
 
 
 class FakeAgent:
@@ -132,7 +132,9 @@ _REPLIES = st.one_of(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(reply=_REPLIES, argv=st.sampled_from([["status"], ["notify", "drain"], ["notify", "clear"]]))
 def test_whatever_the_reply_the_command_ends_with_an_exit_code_not_a_crash(

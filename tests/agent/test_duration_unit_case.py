@@ -9,6 +9,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.protocol.timefmt import parse_deadline, parse_duration
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 # Each unit of a duration with every way it is written, and its seconds (as in
 # test_config_and_time), less the lone `m`: `M` is a month to systemd and ISO 8601.
@@ -40,7 +41,7 @@ def _durations_in_any_case(draw: st.DrawFn) -> tuple[str, float]:
     return draw(st.sampled_from(["", " "])).join(parts), seconds
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_durations_in_any_case())
 @example(("2 Hours", 7200.0))
 @example(("10 Min", 600.0))

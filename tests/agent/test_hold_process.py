@@ -19,7 +19,7 @@ from forewarn.agent.state import AgentState, _held_pids, encode_state, load_stat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from support import AgentProcess, agent_env, eventually, run_forewarn_here
+from support import AgentProcess, agent_env, eventually, examples, run_forewarn_here
 
 
 def _reaped_pid() -> int:
@@ -171,7 +171,7 @@ def test_a_restarted_agent_still_lets_go_of_a_gone_process_hold(tmp_path: Path) 
 _VALUE = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     raw=st.dictionaries(
         st.text(max_size=6),

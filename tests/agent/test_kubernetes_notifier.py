@@ -35,11 +35,13 @@ from support import (
     agent_env,
     eventually,
     eventually_async,
+    examples,
     local_notice,
     run_forewarn,
     self_signed_ca,
 )
 from test_metrics import metrics_url, scrape_url, value
+
 
 NODE = "gpu-node-7"
 WATCH = frozenset({"get:nodes", "list:nodes", "watch:nodes"})
@@ -576,7 +578,7 @@ def test_a_long_note_fits_the_api_servers_byte_limit(user_note: str):
 
 
 @given(st.text(max_size=1500))
-@hypothesis_settings(max_examples=150, deadline=None)
+@hypothesis_settings(max_examples=examples(150), deadline=None)
 def test_any_note_fits_the_byte_limit_and_keeps_the_id(user_note: str):
     notice = local_notice(7, "drain").model_copy(update={"detail": {"note": user_note}})
     body = event_body(notice, {"kind": "Node", "name": NODE}, "default", "forewarn-test")

@@ -12,6 +12,7 @@ import pytest
 from forewarn.agent.config import ConfigError, load_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 LISTS = {
     "azure.approve_types": ["Preempt", "Terminate", "Reboot"],
@@ -32,7 +33,7 @@ def _load(key: str, text: str) -> Any:
     return loaded
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     key=st.sampled_from(sorted(LISTS)),
     data=st.data(),

@@ -30,7 +30,7 @@ from forewarn.agent.notifications.pending import (
 from forewarn.agent.protocol import Notice
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import local_notice
+from support import examples, local_notice
 
 
 def counting_encodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -96,7 +96,7 @@ _snapshot = st.tuples(
 )
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(st.lists(_snapshot, min_size=1, max_size=6))
 def test_each_encoding_holds_what_encoding_it_afresh_holds(
     snapshots: list[tuple[list[Notice], list[DoneKey], list[Notice]]],

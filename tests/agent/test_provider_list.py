@@ -11,6 +11,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.protocol.errors import UsageError
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 NAMES = ["local", "aws", "gcp", "azure", "digitalocean", "kubernetes"]
 SEPARATORS = st.sampled_from([",", " ", ", ", " ,", "  ", "\t", ",\n"])
@@ -26,7 +27,7 @@ def _written_lists(draw: st.DrawFn) -> tuple[str, list[str]]:
     return text, list(dict.fromkeys(names))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(_written_lists())
 @example(("local aws", ["local", "aws"]))
 @example(("local,aws", ["local", "aws"]))

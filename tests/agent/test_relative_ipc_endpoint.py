@@ -16,12 +16,12 @@ import pytest
 from forewarn.agent.config import ConfigError, load_settings
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from support import agent_env, forewarn_cmd
+from support import agent_env, examples, forewarn_cmd
 
 _NAMES = st.text(alphabet=string.ascii_letters + string.digits + "-_./", min_size=1, max_size=20)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(path=_NAMES.filter(lambda text: not text.startswith(("/", "@", "~"))))
 @example(path="run/forewarn/events")
 @example(path="./events")

@@ -25,7 +25,7 @@ from forewarn.agent.state import load_state
 from forewarn.providers import Emit, PollHealth
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import eventually_async, free_port
+from support import eventually_async, examples, free_port
 
 
 class Crashing:
@@ -280,7 +280,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.dictionaries(
         st.sampled_from(

@@ -9,11 +9,12 @@ import pytest
 from forewarn.agent.config import ConfigError, load_settings
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     count=st.integers(1, 10**4),
     unit=st.sampled_from(sorted(_UNITS)),

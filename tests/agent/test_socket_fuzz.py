@@ -13,7 +13,7 @@ import pytest
 import zmq
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, Subscriber
+from support import AgentProcess, Subscriber, examples
 
 OPS = ("status", "notify", "clear", "ack", "hold")
 FIELDS = (
@@ -118,7 +118,7 @@ def _keys(frame: bytes) -> set[str]:
     return set(request) if isinstance(request, dict) else set()
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(frames=_MESSAGES)
 @example(frames=[])
 @example(frames=[b'{"op": "status", "v": 2}'])
@@ -175,7 +175,7 @@ def test_any_subscription_frames_leave_the_agent_publishing(agent: AgentProcess)
     xsub.setsockopt(zmq.LINGER, 0)
     xsub.connect(agent.events)
 
-    @settings(max_examples=100)
+    @settings(max_examples=examples(100))
     @given(frames=_SUBSCRIPTION_FRAMES)
     @example(frames=[b"\x01notice"])
     @example(frames=[b"\x00client/job"])

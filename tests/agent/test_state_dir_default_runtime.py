@@ -19,7 +19,7 @@ from forewarn.protocol import wire
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from other_user import ForkedAgent, other_user, shared_tmp
-from support import agent_env, control, eventually
+from support import agent_env, control, eventually, examples
 
 
 def _answers(endpoint: str) -> bool:
@@ -167,7 +167,7 @@ def test_the_state_run_on_last_is_found_after_the_clock_was_stepped_back(
     assert load_settings().resolved_state_dir() == state
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.one_of(
         st.binary(max_size=200),

@@ -11,7 +11,7 @@ import pytest
 from forewarn.protocol.wire import default_endpoints, runtime_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, agent_env, run_forewarn
+from support import AgentProcess, agent_env, examples, run_forewarn
 
 
 def _lowered(env: dict[str, str], *names: str) -> dict[str, str]:
@@ -61,7 +61,7 @@ def test_one_variable_in_two_spellings_is_refused(variable: str, tmp_path: Path)
 NAMES = st.sampled_from(["FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS", "FOREWARN_CONTROL"])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(name=NAMES, spelling=st.lists(st.booleans(), min_size=20, max_size=20))
 def test_any_spelling_of_a_client_variable_is_read(name: str, spelling: list[bool]) -> None:
     written = "".join(

@@ -12,6 +12,7 @@ from forewarn.agent.config import ConfigError, load_settings, settings_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from support import examples
 
 
 def _literal_keys(
@@ -48,7 +49,7 @@ def _written(draw: st.DrawFn) -> tuple[str, str, str]:
     return key, typed + draw(st.sampled_from(["", " ", "\n"])), word
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_written())
 def test_a_word_key_reads_in_any_case(drawn: tuple[str, str, str]) -> None:
     """`FOREWARN_AZURE_APPROVE=After-Ack`, `FOREWARN_DIGITALOCEAN_IMAP_TLS=TLS` and

@@ -20,7 +20,7 @@ import pytest
 from forewarn.clients.notices import Notices
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import eventually
+from support import eventually, examples
 from test_notices import FakeAgent
 
 # The fields of an ack an agent of 2026-12-01 took (9326c6f's AckRequest).
@@ -113,7 +113,7 @@ def test_an_ack_refused_for_another_reason_is_not_sent_again(tmp_path: Path) -> 
         agent.close()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.sampled_from(["stall_seconds", "durable_seconds", "choice", "op", "client"]))
     | st.text(max_size=80).map(lambda text: [text]),

@@ -20,7 +20,7 @@ from forewarn.clients.event import Event
 from forewarn.protocol.timefmt import time_or_none
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, eventually, forewarn_cmd
+from support import AgentProcess, eventually, examples, forewarn_cmd
 
 SOURCE = Path(__file__).resolve().parents[2] / "clients" / "c"
 
@@ -163,7 +163,10 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
             st.binary(max_size=8).map(lambda b: b"notice" + b),
         )
 
-        @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @settings(
+            max_examples=examples(60),
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        )
         @given(st.tuples(topic, st.lists(frame, max_size=3)))
         def survives(message: tuple[bytes, list[bytes]]) -> None:
             head, rest = message
@@ -541,7 +544,10 @@ def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
     keys = st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]), max_size=3)
     with _MarkedSubscriber(tmp_path, binary) as marked:
 
-        @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @settings(
+            max_examples=examples(80),
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        )
         @given(
             detail=st.dictionaries(keys, JSON_VALUES, max_size=3),
             where=st.sampled_from(["none", "top", "detail"]),
@@ -598,7 +604,10 @@ def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
         # JSON's whitespace: printed as spaces, one line.
         spacing = st.sampled_from(["", " ", "   ", "\n", "\t", "\r\n "])
 
-        @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @settings(
+            max_examples=examples(80),
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        )
         @given(st.none() | JSON_VALUES, spacing, spacing)
         @example(1, "", "")
         def prints_only_v1(version: Any, before: str, after: str) -> None:
@@ -1363,7 +1372,7 @@ def _python_reads(text: str) -> float | None:
     return None if moment is None else moment.timestamp()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     moment=st.datetimes(
         min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.just(None)
@@ -1388,7 +1397,7 @@ def test_c_subscriber_reads_a_sent_at_as_the_python_client_does(
         assert abs(got - expected) < 1e-5, text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=st.text(alphabet="0123456789-T:.Z+ ", max_size=32))
 def test_c_subscriber_reads_no_time_where_the_python_client_reads_none(
     time_reader: Callable[[str], float | None], text: str

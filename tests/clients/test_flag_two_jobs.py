@@ -14,7 +14,7 @@ from forewarn.clients import CheckpointGuard
 from forewarn.clients.flagjobs import FlagJobs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import eventually
+from support import eventually, examples
 
 
 def job(flag: Path) -> CheckpointGuard:
@@ -102,7 +102,9 @@ def test_one_job_alone_removes_the_flag_at_its_save(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(written=st.binary(max_size=80))
 def test_a_running_jobs_file_counts_as_saved_only_for_exactly_that_flag(

@@ -20,7 +20,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.deploy.cloud_init import RenderError, render
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import run_forewarn_here
+from support import examples, run_forewarn_here
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMD = ROOT / "packaging" / "systemd"
@@ -415,7 +415,7 @@ def test_with_a_config_file_only_the_machine_can_tell_the_values() -> None:
     assert result.returncode == 0, result.stderr
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     key=st.sampled_from(
         ["EXIT_MARGIN", "PROVIDERS", "TELEMETRY", "AWS_TOKEN_TTL", "LOG_LEVEL", "ALLOW_REMOTE"]

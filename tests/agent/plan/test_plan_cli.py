@@ -16,7 +16,7 @@ import pytest
 from forewarn.agent.plan import cli as plan_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import forewarn_cmd, run_forewarn
+from support import examples, forewarn_cmd, run_forewarn
 
 FIGURES = [
     "--checkpoint",
@@ -1143,7 +1143,7 @@ def test_the_input_parsers_answer_a_finite_value_or_refuse(text: str) -> None:
             assert math.isfinite(value) and value >= 0, (parse, text, value)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(text=st.from_regex(r"\A\s?\d{0,4}(\.\d{0,3})?%?\s?\Z") | st.text(max_size=8))
 def test_a_share_is_refused_or_between_0_and_1(text: str) -> None:
     """Every share flag (PCT) reads `3%` or `0.03`: what it takes is a fraction from 0 to 1,

@@ -18,6 +18,7 @@ from forewarn.agent.plan import cli as plan_cli
 from forewarn.clients.overhead import Scenario, best_interval, breakdown
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 DAY = 86400.0
 
@@ -63,7 +64,7 @@ def scenario(c: float, m: float, r: float, lead: float, q: float) -> Scenario:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(checkpoints, mtbis, restarts, leads, shares.filter(lambda q: q >= 0.05))
 def test_lost_work_falls_as_checkpoints_come_more_often_until_their_cost_dominates(
     c: float, m: float, r: float, lead: float, q: float
@@ -92,7 +93,7 @@ def test_lost_work_falls_as_checkpoints_come_more_often_until_their_cost_dominat
     assert tiny.checkpoint_tax > tiny.lost_work
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(checkpoints, mtbis, restarts, leads, shares, st.floats(1e-3, 1e3))
 def test_the_overhead_does_not_depend_on_the_unit_of_time(
     c: float, m: float, r: float, lead: float, q: float, k: float
@@ -197,7 +198,7 @@ def test_a_size_and_bandwidth_give_the_same_plan_in_any_units(
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     checkpoints,
     mtbis,
@@ -236,7 +237,7 @@ def test_spot_costs_more_as_its_price_or_its_reclaim_rate_rises(
     assert per_hour(faster, spot) >= base * (1 - 1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.floats(0.1, 600.0), st.floats(3600.0, 365 * DAY))
 def test_without_notice_or_restart_the_recommended_interval_is_young_and_daly_s(
     c: float, m: float
@@ -304,7 +305,9 @@ BAD = ["nan", "NaN", "inf", "-inf", "Infinity", "-1", "-0.5", "1e400", "", " ", 
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.sampled_from(sorted(NUMERIC_FLAGS)), st.sampled_from(BAD))
 def test_a_nonsense_number_is_refused_naming_its_flag(

@@ -17,6 +17,7 @@ import pytest
 from forewarn.agent.plan import Timing, choose_interval, notice, overhead, warnings
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 NODES, WEIGHTS = np.polynomial.legendre.leggauss(64)
 
@@ -133,7 +134,7 @@ def test_young_and_daly_are_the_published_forms(c: float, m: float) -> None:
     assert t.daly == pytest.approx(published, rel=1e-12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     c=st.floats(min_value=0.5, max_value=3600.0),
     m=st.floats(min_value=600.0, max_value=30 * 86400.0),
@@ -156,7 +157,7 @@ def test_without_a_notice_the_plan_minimizes_dalys_complete_model(
         assert choose_interval(timing).daly == pytest.approx(chosen, rel=2e-3)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     c=st.floats(min_value=0.5, max_value=1800.0),
     m=st.floats(min_value=600.0, max_value=30 * 86400.0),
@@ -198,7 +199,7 @@ def test_overhead_and_lost_work_with_and_without_a_lead_match_one_cycle_integrat
         )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     c=st.floats(min_value=0.5, max_value=600.0),
     m=st.floats(min_value=4 * 3600.0, max_value=30 * 86400.0),

@@ -16,6 +16,7 @@ from forewarn.clients.checkpoint import CheckpointStore
 from forewarn.testing.waiting import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 
 def forewarn(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -179,7 +180,7 @@ def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
     assert b"100% 3.0 MiB of 3.0 MiB" in drawn
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     url=st.text(max_size=30)
     | st.builds(
@@ -626,7 +627,7 @@ def test_a_waiting_get_copies_itself_when_the_first_fails_and_gives_up_at_its_bo
     assert (out / "model.bin").read_bytes() == CheckpointStore(url).get(30).read_bytes("model.bin")
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(text=st.text(max_size=12) | st.from_regex(r"\A-?[0-9]{1,4}(\.[0-9])?(s|m|h|ms)?\Z"))
 def test_get_wait_takes_a_duration_of_zero_or_more_or_names_the_text(text: str) -> None:
     """`get --wait`: a duration of 0 or more is the seconds to wait; anything else is an

@@ -14,6 +14,7 @@ from forewarn.clients.checkpoint import CheckpointStore, S3Options, s3claim
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from s3_proxy import Reply, Request, S3Proxy
+from support import examples
 
 CLAIM = ".step-000000000100.claim"
 
@@ -99,7 +100,7 @@ claim_bodies = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(raw=claim_bodies)
 # Nested a few thousand deep, json.loads raises RecursionError, not ValueError: it escaped the
 # claim's readers, and a save meeting such an object in a shared bucket failed with it.

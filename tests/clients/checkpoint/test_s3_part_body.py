@@ -10,6 +10,7 @@ import pytest
 from forewarn.clients.checkpoint import s3 as s3_backend
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 BLOCK = 128 << 10
 
@@ -65,7 +66,7 @@ def test_a_retry_still_carried_after_the_fill_is_progress(clock: Clock) -> None:
     assert len(told) == 11
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     attempts=st.lists(
         st.lists(st.integers(min_value=1, max_value=3 * BLOCK), min_size=1, max_size=8),

@@ -28,7 +28,7 @@ from forewarn.clients.checkpoint import (
 from forewarn.clients.checkpoint.hashing import digest_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import requires
+from support import examples, requires
 
 
 def payload(step: int, size: int = 1000) -> bytes:
@@ -591,7 +591,7 @@ def test_url_schemes_are_case_insensitive(bucket: str, tmp_path: Path) -> None:
     assert CheckpointStore(tmp_path / "a").get(2, verify="checksums").step == 2
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     scheme=st.sampled_from(["s3", "file", "gs"]).flatmap(
         lambda name: st.tuples(*(st.sampled_from([c.lower(), c.upper()]) for c in name))

@@ -16,6 +16,7 @@ import pytest
 from forewarn.clients.checkpoint import CheckpointStore, StoreConfigError
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 BLANKS = st.text(alphabet=" \t\n\r", max_size=3)
 
@@ -43,7 +44,7 @@ def test_a_blank_variable_sets_nothing(keep: str, verify: str) -> None:
     assert store.keep == default.keep and store.verify_policy == default.verify_policy
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.text(alphabet=string.digits + " \t\n+-_.e٣²x", max_size=6)
     | st.integers(-5, 10**6).map(str).map(lambda text: f" {text}\n")
@@ -79,7 +80,7 @@ def _quoted(text: str, quote: str) -> str:
     return json.dumps(text) if quote == '"' else f"'{text}'"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     quote=st.sampled_from(['"', "'"]),
     keep=st.integers(1, 10**4).map(str),

@@ -18,7 +18,7 @@ from forewarn.clients.checkpoint import CheckpointStore, CorruptGenerationError,
 from forewarn.clients.checkpoint.testing import DelegatingBackend
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import requires
+from support import examples, requires
 
 
 class FullDiskAtLatest(DelegatingBackend):
@@ -626,7 +626,7 @@ def test_a_save_waits_out_a_sweep_that_holds_a_killed_writers_lock_file(
     assert [generation.step for generation in CheckpointStore(str(store_dir)).generations()] == [7]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(text=st.text(max_size=200), pid=st.integers(min_value=1, max_value=2**22))
 def test_a_lock_file_names_its_writer_or_nobody(text: str, pid: int) -> None:
     """A lock file is read back from a shared directory: whatever it holds names one pid
