@@ -41,6 +41,12 @@ from support import (
     wait_until,
 )
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); the one run under prlimit starts fresh, and a second agent that must
+# refuse to start is the `forewarn agent` command itself (`run_forewarn`).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
+
 FUZZ_INPUTS = 10_000
 
 # A hostile peer of the events socket, as its own process: `flood` sends subscriptions as fast

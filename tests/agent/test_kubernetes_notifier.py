@@ -42,6 +42,10 @@ from support import (
 )
 from test_metrics import metrics_url, scrape_url, value
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 NODE = "gpu-node-7"
 WATCH = frozenset({"get:nodes", "list:nodes", "watch:nodes"})

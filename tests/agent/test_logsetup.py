@@ -7,8 +7,13 @@ import logging
 import sys
 from pathlib import Path
 
+import pytest
 from forewarn.agent.logsetup import JsonFormatter
 from support import AgentProcess, agent_env
+
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
 
 
 def record(**extra: object) -> logging.LogRecord:

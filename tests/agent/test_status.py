@@ -9,10 +9,16 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from forewarn.agent.runner import provider_health
 from forewarn.providers.health import WATCHER_FAILED, PollHealth
 from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_forewarn
 from webhook_receiver import receiver
+
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 # `forewarn status` runs as its own fresh interpreter, as a user runs it, for its text reply
 # (exit 0 and exit 1) and its JSON reply, and in the weeks-long timeout test. Its other

@@ -22,6 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import AgentProcess, eventually, examples, forewarn_cmd
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); the C subscriber is what these tests check.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
+
 SOURCE = Path(__file__).resolve().parents[2] / "clients" / "c"
 
 

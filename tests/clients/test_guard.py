@@ -20,6 +20,11 @@ from forewarn.providers.simulator import SimServer
 from forewarn.testing import RunningAgent
 from support import AgentProcess, agent_env, eventually, requires
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); the guard and the training jobs are what these tests check.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
+
 # The demo's exit after a terminate's or SIGTERM's save: CheckpointGuard.exit_code.
 EXIT_RECLAIMED = 128 + signal.SIGTERM
 

@@ -19,6 +19,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from support import AgentProcess, agent_env, eventually
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); the client is what these tests check.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 def test_late_join_reconnect_and_dead_agent(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     agent = AgentProcess(tmp_path).start()

@@ -27,6 +27,11 @@ from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer, Simulator
 from support import AgentProcess, Subscriber, agent_env, eventually
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
+
 GRACE = ("--set", "notice_grace=1", "--exit-margin", "1s")
 VM = "reraise-vm"
 

@@ -8,11 +8,16 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.aws.imds import TOKEN_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, agent_env, eventually
+
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
 
 
 def aws_agent(tmp_path: Path, server: SimServer, **extra: str) -> AgentProcess:

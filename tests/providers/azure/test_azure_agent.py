@@ -14,6 +14,10 @@ from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd, requires
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 @pytest.fixture
 def imds() -> Iterator[tuple[AzureSimulator, SimServer]]:

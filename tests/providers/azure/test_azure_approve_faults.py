@@ -14,6 +14,11 @@ from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, Subscriber, agent_env, eventually
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
+
 EVENTS = "/metadata/scheduledevents"
 
 

@@ -16,10 +16,16 @@ from email.utils import format_datetime, make_msgid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.agent.protocol import parse_time, utcnow
 from forewarn.providers.digitalocean.imap import FETCH_LIMIT
 from forewarn.testing.dovecot import Dovecot, MailUser
 from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_forewarn
+
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); the DigitalOcean watcher loads in each, as in a fresh agent.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 DROPLET_ID = "515151515"
 

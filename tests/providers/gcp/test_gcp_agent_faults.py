@@ -13,10 +13,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, Subscriber, agent_env, eventually
+
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 KEYS = "/computeMetadata/v1/instance/"
 FAST = {
