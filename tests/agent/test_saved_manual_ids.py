@@ -11,7 +11,7 @@ from typing import Any
 from forewarn.agent.state import AgentState, encode_state, saved_manual_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import local_notice
+from support import examples, local_notice
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -30,7 +30,7 @@ def test_the_ids_of_the_manual_notices_an_agent_saved() -> None:
         assert path.exists()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     content=st.one_of(
         st.binary(max_size=200),

@@ -18,7 +18,7 @@ from forewarn.protocol.flagfile import FLAG_CLOCK_SLACK, written_anchor
 from forewarn.protocol.timefmt import utcnow
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import eventually
+from support import eventually, examples
 
 
 def job(flag: Path, margin: float = 30.0) -> CheckpointGuard:
@@ -90,7 +90,9 @@ def test_a_flag_duration_written_before_this_boot_counts_from_the_read(tmp_path:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     written_off=st.floats(-1e6, 1e6, allow_nan=False),

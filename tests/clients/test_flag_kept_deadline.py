@@ -17,7 +17,7 @@ from forewarn.clients.flagkept import KeptDeadline, KeptDeadlines, parse_record,
 from forewarn.protocol.timefmt import format_time, utcnow
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import eventually
+from support import eventually, examples
 
 
 def job(flag: Path, margin: float = 1.0) -> CheckpointGuard:
@@ -213,7 +213,7 @@ _FIELDS = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.one_of(st.text(max_size=200), _FIELDS.map(json.dumps), _VALUES.map(json.dumps)))
 def test_a_record_reads_as_one_or_as_none_never_an_error(text: str) -> None:
     """A record is read from a directory every user may write: any text there reads as a
