@@ -127,6 +127,9 @@ def test_failed_background_saves_back_off_and_the_first_after_recovery_commits(
     guard.request("manual")
     with caplog.at_level(logging.ERROR, logger="forewarn.clients"):
         loop.until(lambda: len(loop.failed_at) >= 6, "six failed saves", timeout=60)
+        # The saver's thread says a failure after the loop can see it (check 37a, load 12):
+        # waited for, not assumed.
+        loop.until(lambda: "failed in a row: saving again in 1 s" in caplog.text, "the 1 s said")
     # Retried at every other step, they came 0.05 s apart (37 in 3.5 s of 5 ms steps);
     # backed off: at once, 0.4 s later, then every 0.8 s (later on a loaded machine).
     gaps = [later - earlier for earlier, later in itertools.pairwise(loop.failed_at)]
@@ -146,9 +149,14 @@ def test_failed_background_saves_back_off_and_the_first_after_recovery_commits(
     failed = len(loop.failed_at)
     caplog.clear()
     guard.request("manual")
+
+    def said_now() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "background checkpoint" in r.getMessage()]
+
     with caplog.at_level(logging.ERROR, logger="forewarn.clients"):
         loop.until(lambda: len(loop.failed_at) >= failed + 2, "a failure and its prompt retry's")
-    said = [r.getMessage() for r in caplog.records if "background checkpoint" in r.getMessage()]
+        loop.until(lambda: len(said_now()) >= 2, "both failures said")
+    said = said_now()
     assert said[0].endswith("saving again at the next step"), said
     assert "2 failed in a row" in said[1], said
     proxy.refusing = False
