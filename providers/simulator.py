@@ -219,19 +219,22 @@ class Simulator:
             pending_id = f"scheduled-{self._scheduled_count}"
 
         def fire() -> None:
+            # Off the pending list, raised and its raised id recorded in one hold of the lock:
+            # a DELETE by the scheduled id between the first and the last (check 37a, load 12)
+            # found it neither pending nor raised, a 404.
             with self.lock:
                 if self._scheduled.pop(pending_id, None) is None:
                     return  # called off as its timer fired
-            try:
-                notice_id = self.raise_notice(kind, dict(fields))
-                with self.lock:
-                    self._raised_from[pending_id] = notice_id
-                    while len(self._raised_from) > RAISED_KEPT:
-                        del self._raised_from[next(iter(self._raised_from))]
-                self.notify_change()
-                log.info("%s: scripted %s raised as %s", self.name, kind, notice_id)
-            except SimError as error:
-                log.error("%s: scripted %s failed: %s", self.name, kind, error)
+                try:
+                    notice_id = self.raise_notice(kind, dict(fields))
+                except SimError as error:
+                    log.error("%s: scripted %s failed: %s", self.name, kind, error)
+                    return
+                self._raised_from[pending_id] = notice_id
+                while len(self._raised_from) > RAISED_KEPT:
+                    del self._raised_from[next(iter(self._raised_from))]
+            self.notify_change()
+            log.info("%s: scripted %s raised as %s", self.name, kind, notice_id)
 
         with self.lock:
             starts_at = format_time(utcnow() + timedelta(seconds=after))

@@ -611,6 +611,30 @@ def test_a_notice_given_after_and_raised_is_withdrawn_by_its_scheduled_id(
     assert served.http.delete(f"/_sim/notices/{pending_id}").status_code == 404
 
 
+@pytest.mark.parametrize("served", NOTICING, indirect=True)
+def test_a_notice_being_raised_is_withdrawn_by_its_scheduled_id(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Check 37a (load 12): the notice left the pending list before it was raised and its
+    # raised id recorded, and a DELETE by its scheduled id in between answered 404 "no notice
+    # 'scheduled-1'". Here the raise takes 0.5 s, as a loaded machine's may.
+    raise_notice = served.sim.raise_notice
+    raising = threading.Event()
+
+    def slowly(kind: str, fields: dict[str, Any]) -> str:
+        raising.set()
+        time.sleep(0.5)
+        return raise_notice(kind, fields)
+
+    monkeypatch.setattr(served.sim, "raise_notice", slowly)
+    kind = served.sim.notice_kinds[0]
+    pending_id = served.http.post("/_sim/notices", json={"kind": kind, "after": 0}).json()["id"]
+    assert raising.wait(5)
+    gone = served.http.delete(f"/_sim/notices/{pending_id}")
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["scheduled"] == pending_id and gone.json()["withdrawn"] != pending_id
+
+
 def test_a_faults_seconds_take_a_duration_as_text_as_its_after_does(served: Served) -> None:
     # `{"kind": "status", "after": "2m", "duration": "1m"}`: the "after" beside it was read as
     # two minutes, the "duration" was a 400 ("a number ..., got '1m'"), and so was a hang's
