@@ -7,42 +7,24 @@ read."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from flag_guard import looked, save_for_flag
 from forewarn.clients import CheckpointGuard, guard_flag, proctime
 from forewarn.protocol.flagfile import FLAG_CLOCK_SLACK, written_anchor
 from forewarn.protocol.timefmt import utcnow
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import eventually, examples
+from support import examples
 
 
 def job(flag: Path, margin: float = 30.0) -> CheckpointGuard:
     return CheckpointGuard(
         notices=False, handle_signals=False, flag_file=flag, agree=False, exit_margin=margin
     )
-
-
-def looked(guard: CheckpointGuard) -> None:
-    """Wait for the guard's ticker to make a whole look at the flag (its next one)."""
-    done = threading.Event()
-    look = guard._check_flag
-
-    def counted() -> None:
-        look()
-        done.set()
-
-    setattr(guard, "_check_flag", counted)  # noqa: B010 - the ticker looks it up on the guard
-    assert done.wait(timeout=5), "the guard's ticker made no look at the flag"
-
-
-def save_for_flag(guard: CheckpointGuard, step: int = 1) -> None:
-    eventually(lambda: guard.due(step), timeout=5, what="the flag's save")
-    assert not guard.saved(step, 0.01).exit
 
 
 @pytest.mark.parametrize("step", [-2, 2], ids=["written-then-forward", "written-then-back"])

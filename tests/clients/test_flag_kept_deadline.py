@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from flag_guard import looked, save_for_flag
 from forewarn.clients import CheckpointGuard, flagkept
 from forewarn.clients.flagkept import KeptDeadline, KeptDeadlines, parse_record, record_name
 from forewarn.protocol.timefmt import format_time, utcnow
@@ -24,24 +24,6 @@ def job(flag: Path, margin: float = 1.0) -> CheckpointGuard:
     return CheckpointGuard(
         notices=False, handle_signals=False, flag_file=flag, agree=False, exit_margin=margin
     )
-
-
-def looked(guard: CheckpointGuard) -> None:
-    """Wait for the guard's ticker to make a whole look at the flag (its next one)."""
-    done = threading.Event()
-    look = guard._check_flag
-
-    def counted() -> None:
-        look()
-        done.set()
-
-    setattr(guard, "_check_flag", counted)  # noqa: B010 - the ticker looks it up on the guard
-    assert done.wait(timeout=5), "the guard's ticker made no look at the flag"
-
-
-def save_for_flag(guard: CheckpointGuard, step: int = 1) -> None:
-    eventually(lambda: guard.due(step), timeout=5, what="the flag's save")
-    assert not guard.saved(step, 0.01).exit
 
 
 def records(flag: Path) -> list[str]:
