@@ -184,6 +184,7 @@ class NoticeBoard:
         grace: float = DEFAULT_GRACE,
         manual_lifetime: float = DEFAULT_MANUAL_LIFETIME,
         clock: Callable[[], float] | None = None,
+        clock_vouched: Callable[[str], bool] | None = None,
     ) -> None:
         self.sequencer = sequencer
         self.exit_margin_floor = exit_margin_floor
@@ -191,6 +192,13 @@ class NoticeBoard:
         # Seconds on a clock that NTP, a resume or a live migration never steps, and that
         # counts a suspend as the wall clock does: how long ago each notice was raised (`ages`).
         self.clock = clock or steady_seconds
+        # Whether a provider's watcher has read its service's clock, and so re-times its
+        # deadlines after a forward step of the wall clock (`_settle_after_a_step`); every
+        # provider's when not given. One that has not (DigitalOcean mail without droplet
+        # metadata) is judged on the wall clock at once: held the settle's 70 s for a
+        # re-timing that never comes, a terminate due 20 s after NTP's first sync went out
+        # 50 s after its deadline.
+        self.clock_vouched = clock_vouched or (lambda provider: True)
         self.grace = timedelta(seconds=grace)
         self.manual_lifetime = timedelta(seconds=manual_lifetime)
         self.entries: dict[str, Entry] = {}
@@ -738,7 +746,8 @@ class NoticeBoard:
         flushes again for the re-raise) and the watcher raised them again up to 5 s later,
         moved by the skew it then read; a step landing the deadline inside the exit margin
         sent a terminate, and the job exited before its time. The watcher, not the board,
-        says where the deadline is: the board only does nothing on the step meanwhile."""
+        says where the deadline is: the board only does nothing on the step meanwhile. Only
+        for a watcher that reads its provider's clock (`clock_vouched`): no other re-times."""
         lead = now.timestamp() - clock
         step = lead - self.wall_lead
         if abs(step) < DEADLINE_TOLERANCE.total_seconds():
@@ -749,7 +758,9 @@ class NoticeBoard:
         for entry in self.entries.values():
             # A local notice (a flag file's time) has no provider clock to be re-timed on.
             local = entry.manual or entry.report.provider == "local"
-            if not local and entry.reported_clock is not None and not entry.restored:
+            if local or entry.reported_clock is None or entry.restored:
+                continue
+            if self.clock_vouched(entry.report.provider):
                 entry.step_settle = clock + STEP_SETTLE
 
     def _on_the_clock(self, reading: float) -> datetime:

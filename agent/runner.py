@@ -309,6 +309,11 @@ class Agent:
         log.info("auto-detected providers: %s", ", ".join(chosen))
         return chosen
 
+    def _clock_vouched(self, provider: str) -> bool:
+        """Whether `provider`'s watcher has read its service's clock (`PollHealth.dated`)."""
+        health = self.health.get(provider)
+        return health is not None and health.dated
+
     def _build(self, name: str, health: PollHealth) -> Watcher:
         spec = self.settings.registry[name]
         context = WatcherContext(
@@ -390,6 +395,7 @@ class Agent:
             self.settings.exit_margin,
             grace=self.settings.notice_grace,
             manual_lifetime=self.settings.manual_lifetime,
+            clock_vouched=self._clock_vouched,
         )
         self.board.flushes.extend(state.flushes)
         provider = state.provider

@@ -53,6 +53,11 @@ class PollHealth:
     conditions: dict[str, str] = field(default_factory=dict)
     # Why `detect()` last answered false, for `--provider auto` to say.
     not_detected: str | None = None
+    # The watcher has read its service's clock (a `Date` that reads): after a forward step of
+    # the wall clock it sees the new skew and re-times its deadlines, so the board holds them
+    # that long (`NoticeBoard.clock_vouched`). A DigitalOcean watcher without droplet metadata
+    # never does: its deadlines are the wall clock's to judge at once.
+    dated: bool = False
     # Approvals by outcome (APPROVAL_OUTCOMES), and who hears of each: the agent's metrics.
     approvals: dict[str, int] = field(default_factory=dict)
     approval_listeners: list[Callable[[str, str], None]] = field(default_factory=list, repr=False)

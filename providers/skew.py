@@ -156,8 +156,10 @@ def take_skew(
     whole seconds), said in the log and held as `health`'s `clock` condition while the clocks
     are apart; None where `known` stands (no `Date` that reads, or little moved). The
     watcher's notices then go out again on the clock as it is. One for the watchers that read
-    a `Date` (AWS, Azure, GCP, Kubernetes)."""
+    a `Date` (AWS, Azure, GCP, Kubernetes). A `Date` that reads marks `health.dated`."""
     ahead = clock_ahead(date, now)
+    if ahead is not None:
+        health.dated = True
     if ahead is None or abs(ahead - known) < CLOCK_MOVED:
         return None
     log = logging.getLogger(f"forewarn.providers.{provider}")

@@ -366,6 +366,8 @@ class DigitalOceanWatcher:
                         sent.add(report.id)
                         emit(report)
                 await asyncio.sleep(backoff.next())
+        # Only the metadata service's `Date` re-times a reclaim after a step of the clock.
+        self.health.dated = self.droplet.clock is not None
         self._emit_on_clock(self._saved_reclaims(sent), emit)
         rules = self._rules(self.droplet)
         log.info(

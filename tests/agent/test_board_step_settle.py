@@ -10,8 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 from forewarn.agent.board import STEP_SEEN, STEP_SETTLE, NoticeBoard, Sequencer
 from forewarn.agent.protocol import Report
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
 ID = "kubernetes/node-1/taint/karpenter.sh/disrupted"
@@ -35,9 +36,15 @@ class Clocks:
         self.lead += seconds
 
 
-def _board(margin: float = 30.0) -> tuple[NoticeBoard, Clocks]:
+def _board(margin: float = 30.0, *, vouched: bool = True) -> tuple[NoticeBoard, Clocks]:
     clocks = Clocks()
-    board = NoticeBoard(Sequencer(0), margin, now=clocks.now, clock=lambda: clocks.boot)
+    board = NoticeBoard(
+        Sequencer(0),
+        margin,
+        now=clocks.now,
+        clock=lambda: clocks.boot,
+        clock_vouched=lambda provider: vouched,
+    )
     return board, clocks
 
 
@@ -158,3 +165,51 @@ def test_a_flag_files_time_has_no_provider_clock_and_follows_the_wall_clock() ->
     clocks.run(1)
     escalated, _ = board.due()
     assert [n.action for n in escalated] == ["terminate"]
+
+
+def _reclaim(deadline: datetime) -> Report:
+    return Report(
+        id="digitalocean/reclaim/1",
+        action="drain",
+        reason="reclaim",
+        provider="digitalocean",
+        deadline=deadline,
+    )
+
+
+def test_a_deadline_no_provider_date_vouched_for_follows_the_wall_clock_at_once() -> None:
+    """A reclaim mail's deadline read on a clock 3 h behind, with no droplet metadata (no
+    `Date`): no watcher will re-time it after NTP's step. Held for the settle, its terminate
+    due 20 s after the step came 50 s after the reclaim's deadline."""
+    board, clocks = _board(vouched=False)
+    board.report(_reclaim(T0 + timedelta(hours=3, seconds=50)))
+    clocks.step(timedelta(hours=3).total_seconds())
+    clocks.run(19)
+    assert board.due() == ([], [])
+    assert board.next_due() == T0 + timedelta(hours=3, seconds=20)
+    clocks.run(1)
+    escalated, _ = board.due()
+    assert [(n.action, n.id) for n in escalated] == [("terminate", "digitalocean/reclaim/1")]
+
+
+@settings(max_examples=examples(60))
+@given(
+    step=st.floats(min_value=-86400 * 30, max_value=86400 * 30, allow_nan=False),
+    left=st.floats(min_value=32, max_value=86400, allow_nan=False),  # a drain when reported
+)
+def test_after_any_step_an_unvouched_deadline_is_acted_on_when_the_wall_clock_says(
+    step: float, left: float
+) -> None:
+    """Whatever the step, a deadline no provider clock vouched for is escalated exactly when
+    the wall clock puts it within the margin (retired past the grace): never held for a
+    re-timing that will not come."""
+    margin, grace = 30.0, 300.0
+    board, clocks = _board(margin, vouched=False)
+    board.report(_reclaim(T0 + timedelta(seconds=left)))
+    clocks.run(1)
+    clocks.step(step)
+    escalated, expired = board.due()
+    wall_left = left - 1 - step
+    assume(abs(wall_left - margin) > 0.01 and abs(wall_left + grace) > 0.01)  # microseconds
+    assert bool(escalated or expired) == (wall_left <= margin), (step, left, escalated)
+    assert bool(expired) == (wall_left + grace <= 0), (step, left, expired)

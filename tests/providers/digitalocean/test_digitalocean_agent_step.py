@@ -99,3 +99,33 @@ def test_a_step_that_makes_a_right_clock_wrong_sends_the_reclaim_once_and_no_cle
         moved = parse_time(active["deadline"]) - timedelta(hours=3)
         assert abs(moved - deadline) < timedelta(seconds=3), active
     assert "expired" not in agent.output(), agent.output()
+
+
+def test_a_terminate_due_just_after_ntps_first_sync_is_on_time_without_droplet_metadata(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    """The droplet's clock 3 h behind (before NTP's first sync), no droplet metadata (its id
+    configured, the service unreachable): the reclaim's deadline, 75 s out, is read from the
+    mail, and no provider `Date` vouches for the clock it was read on. NTP then steps the
+    clock 3 h forward: the deadline less the exit margin (30 s) is 45 s after the mail. The
+    board held it on the boot clock for the settle (70 s) as for a watcher that re-times it,
+    which this one never does: the terminate came some 25 s after the reclaim's deadline.
+    Judged on the wall clock at once, it comes at the deadline less the margin."""
+    shifted, offset = shifted_wall_clock(tmp_path, timedelta(hours=-3).total_seconds())
+    env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+    env.update(shifted)
+    agent = AgentProcess(tmp_path, ("digitalocean",), env=env)
+    with agent, agent.subscriber() as sub:
+        deadline = (utcnow() + timedelta(seconds=75)).replace(microsecond=0)
+        dovecot.append(mail_user, reclaim_mail(f"at {deadline:%Y-%m-%dT%H:%M:%SZ}"))
+        first = sub.notice(timeout=15)
+        assert first["action"] == "drain", first
+        offset.write_text("0")  # NTP's first sync: the agent's wall clock is 3 h on
+        due = deadline - timedelta(seconds=30)
+        left = (due - utcnow()).total_seconds()
+        assert left > 10, "the drain came too late for the step to be before the terminate"
+        terminate = sub.notice(timeout=left + 5)
+        came = utcnow()
+    assert (terminate["action"], terminate["id"]) == ("terminate", first["id"]), terminate
+    assert parse_time(terminate["deadline"]) == deadline, terminate
+    assert due - timedelta(seconds=2) <= came <= due + timedelta(seconds=3), (came, due)
