@@ -412,7 +412,36 @@ def saved_seq(directory: Path) -> int | None:
 
 
 def save_seq_mark(path: Path, mark: int) -> None:
-    write_atomic(path, f"{mark}\n".encode())
+    """Replace the mark at `path`; where that fails (a full disk, the reserve spent), write it
+    over the mark already there, in the blocks it holds. With both copies' replacements
+    failing (a full state disk and a full /run), each start after a step of the clock back
+    numbered from the last mark that landed: the previous run's numbers again. OSError when
+    neither lands."""
+    data = f"{mark}\n".encode()
+    try:
+        write_atomic(path, data)
+    except OSError as error:
+        try:
+            _overwrite_in_place(path, data)
+        except OSError:
+            raise error from None
+
+
+def _overwrite_in_place(path: Path, data: bytes) -> None:
+    """Write `data` over the regular file `path` from its start and cut it there: no new file,
+    so no new block while it fits the blocks the file holds (a mark of a few bytes does). One
+    write: a reader sees the old or the new mark, and a mark torn by a power cut reads as none,
+    the other copy and the clock then giving the floor."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(f"{path}: short write")
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def save_state(path: Path, state: AgentState) -> None:

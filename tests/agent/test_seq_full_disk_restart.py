@@ -115,3 +115,34 @@ def test_seq_grows_across_restarts_after_a_clock_step_back_on_a_full_disk(
     with AgentProcess(tmp_path, env=env) as agent:
         first = _seqs_until_stopped(agent, signal.SIGTERM)[0]
     assert first > last, f"after a reboot numbered from {first}, at or below {last} before"
+
+
+def test_seq_grows_across_restarts_after_a_clock_step_back_with_both_marks_unwritable(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """The clock stepped back an hour, the state disk full with its reserve spent, and the
+    runtime directory's file system full too: neither copy of the mark can be replaced. Each
+    start numbered from the last mark written, the previous run's numbers again."""
+    (tmp_path / "run").mkdir()
+    with tmpfs_disk(tmp_path / "run", "1m") as run_disk:
+        clock, offset = shifted_wall_clock(tmp_path)
+        env = agent_env(
+            tmp_path,
+            FOREWARN_STATE_DIR=str(small_disk / "state"),
+            FOREWARN_RUNTIME_DIR=str(run_disk / "forewarn"),
+            FOREWARN_HEARTBEAT_INTERVAL="0.1",
+        )
+        env.update(clock)
+        with AgentProcess(tmp_path, env=env) as agent:
+            last = _seqs_until_stopped(agent, signal.SIGTERM)[-1]
+        offset.write_text("-3600")
+        fill_disk(run_disk)
+        with checkpoint_writer(small_disk):
+            for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
+                agent = AgentProcess(tmp_path, env=env).start()
+                try:
+                    seqs = _seqs_until_stopped(agent, sig)
+                finally:
+                    agent.stop()
+                assert seqs[0] > last, f"restart numbered from {seqs[0]}, at or below {last}"
+                last = seqs[-1]
