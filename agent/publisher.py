@@ -75,6 +75,9 @@ SUBSCRIPTION_BATCH = 64
 MAX_CONTROL_FRAMES = 64
 CONTROL_FRAME_BATCH = 4096
 # Rebinding control: tries, and the pause before each (times the try number) and after.
+# Milliseconds the events socket's close waits for what it still queues (a terminate
+# published just before a stop): closed without waiting, libzmq drops it unsent.
+CLOSE_LINGER_MS = 500
 REBIND_ATTEMPTS = 5
 REBIND_PAUSE = 0.1
 # Requests refused for a missing or wrong token, and acking clients past MAX_CLIENTS, are
@@ -429,8 +432,8 @@ class Publisher:
         }
 
     def close(self) -> None:
-        for sock in (self.xpub, self.router):
-            sock.close(linger=0)
+        self.xpub.close(linger=CLOSE_LINGER_MS)
+        self.router.close(linger=0)
         self.context.term()
         for path, identity in self._bound.items():
             # Only the socket file this agent made: never another agent's at the same path.

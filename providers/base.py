@@ -49,7 +49,11 @@ class Watcher(Protocol):
     It may also have a boolean `answered`: true once every source of notices it reads has
     answered since it started. The agent restores the provider notices it had before a restart
     and keeps them active until the watcher has answered (then withdraws those it did not
-    report again); without `answered`, the watcher's first successful poll counts."""
+    report again); without `answered`, the watcher's first successful poll counts.
+
+    And a number `stop_listen`: seconds the agent keeps running (watchers, publishing) after
+    SIGTERM before it stops, for a notice that comes with the stop itself (a GCP preemption's
+    ACPI soft-off); the largest of the watchers' is waited."""
 
     name: ClassVar[str]
 

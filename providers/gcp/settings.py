@@ -72,6 +72,14 @@ class Settings(EndpointSettings):
         le=86400,
         description="Seconds between reads of `instance/upcoming-maintenance`; 0 turns them off.",
     )
+    stop_listen: float = Field(
+        default=2.0,
+        ge=0,
+        le=10,
+        description="Seconds the agent keeps watching, and publishing, after SIGTERM before it "
+        "stops: a preemption's ACPI soft-off starts the shutdown as `preempted` turns TRUE, "
+        "and an agent that stopped at once lost the terminate. 0 stops at once.",
+    )
 
 
 __all__ = ["Settings"]

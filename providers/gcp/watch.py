@@ -566,6 +566,8 @@ class GcpWatcher:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
+        # How long a stop of the agent waits for a preemption in flight (`Settings.stop_listen`).
+        self.stop_listen = settings.stop_listen
         self.root = metadata_root(settings.url, environ)
         self.health = context.health if context is not None else PollHealth(PROVIDER)
         self.active = ActiveNotices(
