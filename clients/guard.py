@@ -429,7 +429,7 @@ class CheckpointGuard(
 
             try:
                 flushed = self.store.flush(
-                    step, watched, timeout=self._final_timeout(), moving=motion.moving
+                    step, watched, timeout=self.exit_save_timeout(), moving=motion.moving
                 )
             except BaseException as error:
                 self.save_failed(step, error)
@@ -549,7 +549,7 @@ class CheckpointGuard(
                     step,
                     write,
                     metadata=metadata,
-                    timeout=self._final_timeout(),
+                    timeout=self.exit_save_timeout(),
                     moving=motion.moving,
                 )
             except BaseException as error:
@@ -561,14 +561,20 @@ class CheckpointGuard(
             return replace(result, generation=flushed.generation)
         return self._save_in_background(saver, step, state, metadata, in_flight)
 
-    def _final_timeout(self) -> float | None:
-        """How long an exit's synchronous save may take: until a grace past the terminate's
+    def exit_save_timeout(self) -> float | None:
+        """How long an exit's synchronous save may take, for a loop that saves by itself
+        (`save_dcp(store, step, state, timeout=guard.exit_save_timeout())`, as `save`,
+        `save_state` and the framework callbacks pass it): until a grace past the terminate's
         deadline, so storage that stopped answering fails it, saying so, instead of the
-        SIGKILL cutting it off silently; None when no exit or no deadline is known.
+        SIGKILL cutting it off silently; None when no exit or no deadline is known (a
+        periodic save, a drain's, a signal's: no bound).
 
         A save of several ranks cannot be left behind on one (the commit's collectives): its
         storage requests are bounded instead (`flush(timeout=)`), to end the margin before
-        the deadline, so every rank's job hears of a failure while it can still say so."""
+        the deadline, so every rank's job hears of a failure while it can still say so.
+        Without it, a loop of its own calling `save_dcp` (the DCP example) had no way to
+        bound its exit's save: two torchrun ranks on a stalled S3 endpoint were still in it
+        at the SIGKILL 30 s after a GCP preemption, where the bound failed them in 22 s."""
         if not self._exit:
             return None
         left = self._seconds_left()

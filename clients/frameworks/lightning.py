@@ -268,7 +268,7 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             state = self.dcp_state(trainer.lightning_module, trainer.optimizers)
             state["global_step"] = step
             # An exit's save is bounded as the guard's own are: a grace past the deadline.
-            generation = save_dcp(self.store, step, state, timeout=self.guard._final_timeout())
+            generation = save_dcp(self.store, step, state, timeout=self.guard.exit_save_timeout())
             self.saved_generations.append(generation)
             where = f"{self.store.url}/{generation.name}"
         else:

@@ -242,7 +242,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
             saved["optimizer"] = hooks["optimizer"].state_dict()
         try:
             # An exit's save is bounded as the guard's own are: a grace past the deadline.
-            generation = save_dcp(self.store, step, saved, timeout=self.guard._final_timeout())
+            generation = save_dcp(self.store, step, saved, timeout=self.guard.exit_save_timeout())
         except BaseException as error:
             self._save_failed(step, error)
             raise

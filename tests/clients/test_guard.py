@@ -524,6 +524,33 @@ def test_the_exit_code_says_a_terminate_stopped_the_job_and_a_drain_did_not(
         guard.close()
 
 
+def test_a_loop_of_its_own_is_given_its_exit_saves_time_by_the_terminates_deadline(
+    forewarn_agent: RunningAgent,
+) -> None:
+    """`exit_save_timeout()` is what a loop that saves by itself passes to `save_dcp(...,
+    timeout=)`: none for a drain's save, the time to a terminate's deadline plus the grace
+    for an exit's. It was private: the DCP example's loop, two torchrun ranks on an S3
+    endpoint that stopped answering at a GCP preemption, was still in its save at the
+    SIGKILL 30 s later, where the bound failed the save 8 s before the deadline."""
+    from forewarn.clients.checkpoint.background import FINAL_SAVE_GRACE_SECONDS
+
+    guard = CheckpointGuard(handle_signals=False, flag_file=None)
+    try:
+        assert guard.exit_save_timeout() is None, "nothing pending: a periodic save is unbounded"
+        forewarn_agent.notify("drain")
+        eventually(lambda: guard.due(1), 10, "the drain")
+        assert guard.exit_save_timeout() is None, "a drain's save answers no exit"
+        guard.saved(1)
+        forewarn_agent.notify("terminate", deadline="40s")
+        eventually(lambda: guard.due(2) and guard.should_exit, 10, "the terminate")
+        timeout = guard.exit_save_timeout()
+        assert timeout is not None
+        assert 30 < timeout - FINAL_SAVE_GRACE_SECONDS <= 40, timeout
+        guard.saved(2)
+    finally:
+        guard.close()
+
+
 @pytest.mark.parametrize("auto", [False, True], ids=["every_steps", "every_auto"])
 @pytest.mark.parametrize("seconds", [-0.25, float("nan")], ids=["clock_stepped_back", "nan"])
 def test_a_save_timed_as_negative_or_nan_still_exits_and_is_acked(

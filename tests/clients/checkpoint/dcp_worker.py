@@ -122,8 +122,9 @@ def main() -> None:
         state = {"model": sharded(expected(step), mesh), "step": step}
         started = time.monotonic()
         try:
-            # As ForewarnCallback(store=, dcp=True) saves for an exit.
-            generation = save_dcp(store, step, state, timeout=guard._final_timeout())
+            # As ForewarnCallback(store=, dcp=True) and a loop of its own (the DCP example)
+            # save for an exit.
+            generation = save_dcp(store, step, state, timeout=guard.exit_save_timeout())
         except BaseException as exc:  # DCP's CheckpointException is a BaseException
             say(
                 rank=rank, failed=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - started

@@ -1,7 +1,8 @@
 """An exit's DCP save of two gloo ranks, one of which writes to storage that stopped answering:
 every rank fails before the terminate's deadline (less a margin), says so, and commits
-nothing. The save is made as the framework callbacks make it for an exit (`save_dcp` with the
-guard's `_final_timeout()`).
+nothing. The save is made as the framework callbacks and a loop of its own (the DCP example in
+docs/checkpoint.md) make it for an exit: `save_dcp` with the guard's `exit_save_timeout()`,
+public since a loop of its own had no way to bound its exit's save (it hung to the SIGKILL).
 
 Measured before: both ranks raised DCP's `CheckpointException` only after 365 s (botocore's
 six 60 s attempts of rank 1's one stalled PUT), far past any reclaim's 30-120 s."""
