@@ -150,6 +150,10 @@ class Entry:
     # The deadline it was last judged past at (`NoticeBoard.overdue`): told once per deadline,
     # not at every heartbeat; a deadline moved later is told again when it passes.
     overdue_at: datetime | None = None
+    # Clients that received it as a terminate (or held it) and left before their ack: the
+    # jobs whose steps were lost (killed mid-save, crashed), named with the others at the
+    # deadline (`NoticeBoard.overdue`). Only by this agent: a restart forgets them.
+    gone: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -159,6 +163,7 @@ class Overdue:
     notice: Notice
     deadline: datetime
     clients: list[str]  # sorted: those that received it (or hold it) and did not ack
+    gone: list[str] = field(default_factory=list)  # sorted: of those, the ones that left
 
 
 @dataclass
@@ -611,10 +616,19 @@ class NoticeBoard:
             if entry.overdue_at is not None and entry.overdue_at >= deadline:
                 continue
             entry.overdue_at = deadline
-            missing = entry.expected - entry.acked
-            if entry.notice.action == "terminate" and missing and not entry.flushed:
-                found.append(Overdue(entry.notice, deadline, sorted(missing)))
+            missing = self._unacked(entry)
+            if entry.notice.action == "terminate" and missing:
+                gone = sorted(entry.gone & missing)
+                found.append(Overdue(entry.notice, deadline, sorted(missing), gone))
         return found
+
+    @staticmethod
+    def _unacked(entry: Entry) -> set[str]:
+        """The clients that received `entry` (or hold it) and have not acked it: those still
+        waited for, and those that left first, whose leaving let it count as flushed by the
+        clients left (the job killed mid-save is the one whose steps were lost)."""
+        waiting = set() if entry.flushed else entry.expected - entry.acked
+        return waiting | (entry.gone - entry.acked)
 
     def unacked_past_deadline(self) -> dict[str, list[str]]:
         """The clients that received each active terminate now past its deadline and have
@@ -625,8 +639,8 @@ class NoticeBoard:
             deadline = self._judged_deadline(entry)
             if entry.notice.action != "terminate" or deadline is None or now < deadline:
                 continue
-            missing = entry.expected - entry.acked
-            if missing and not entry.flushed:
+            missing = self._unacked(entry)
+            if missing:
                 found[notice_id] = sorted(missing)
         return found
 
@@ -651,6 +665,7 @@ class NoticeBoard:
         """An acking client subscribed: it receives every active notice by replay."""
         self.clients.add(client)
         for entry in self.entries.values():
+            entry.gone.discard(client)  # back: it receives the replay, and may ack yet
             if not entry.flushed:
                 entry.expected.add(client)
 
@@ -677,6 +692,7 @@ class NoticeBoard:
             return False
         entry.held.discard(client)
         if client not in self.clients:  # a subscriber by that id still counts
+            self._went(entry, client)
             entry.expected.discard(client)
         return self._newly_flushed(entry)
 
@@ -700,10 +716,23 @@ class NoticeBoard:
         self.clients.discard(client)
         done = []
         for notice_id, entry in self.entries.items():
+            self._went(entry, client)
             entry.expected.discard(client)
             if self._newly_flushed(entry):
                 done.append(notice_id)
         return done
+
+    @staticmethod
+    def _went(entry: Entry, client: str) -> None:
+        """`client`, which `entry` waited for, is gone: kept to be named at a terminate's
+        deadline if it left without its ack (bounded as the acks kept are)."""
+        if (
+            entry.notice.action == "terminate"
+            and client in entry.expected
+            and client not in entry.acked
+            and len(entry.gone) < MAX_ACKED_KEPT
+        ):
+            entry.gone.add(client)
 
     def _follow_steps(self) -> None:
         """Move each deadline held on `clock` to where that clock puts it on the wall clock

@@ -420,7 +420,8 @@ class StatusReply(_Message):
         default_factory=dict
     )
     # The clients that received each active terminate now past its deadline and have not
-    # acked it (sorted, the first 16): the jobs to look at after a lost step.
+    # acked it, those gone before their ack included (sorted, the first 16): the jobs to look
+    # at after a lost step.
     unacked_past_deadline: dict[str, list[str]] = Field(default_factory=dict)
 
 

@@ -1059,13 +1059,18 @@ class Agent:
         for overdue in self.board.overdue():
             listed = overdue.clients[:ACKED_BY_LISTED]
             more = len(overdue.clients) - len(listed)
+            gone = set(overdue.gone)
             log.warning(
                 "notice %s: its deadline %s passed without an ack from %s%s",
                 overdue.notice.id,
                 format_time(overdue.deadline),
-                ", ".join(listed),
+                ", ".join(f"{c} (gone before its ack)" if c in gone else c for c in listed),
                 f" and {more} more" if more else "",
-                extra={**notice_fields(overdue.notice, "unacked"), "unacked": overdue.clients},
+                extra={
+                    **notice_fields(overdue.notice, "unacked"),
+                    "unacked": overdue.clients,
+                    "gone": overdue.gone,
+                },
             )
             self.observers.on_unacked(overdue.notice, overdue.clients)
 

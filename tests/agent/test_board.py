@@ -1252,6 +1252,28 @@ def test_a_terminate_past_its_deadline_names_its_unacked_clients_once_per_deadli
     assert b.unacked_past_deadline() == {}
 
 
+def test_a_client_gone_before_its_terminate_ack_is_named_at_the_deadline() -> None:
+    """One that left after its ack, or came back, is not; one that left while the notice
+    was a drain never received the terminate and is not either."""
+    b, clock = board(margin=30)
+    for client in ("killed", "saver", "returns", "early"):
+        b.client_joined(client)
+    b.report(report(action="drain", deadline=T0 + timedelta(minutes=10)))
+    b.client_left("early")  # left under the drain
+    b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    b.record_ack("aws/spot-itn/1", "saver", 1.0)
+    b.client_left("saver")
+    b.client_left("killed")
+    b.client_left("returns")
+    b.client_joined("returns")
+    clock.now = T0 + timedelta(minutes=2)
+    (late,) = b.overdue()
+    # `returns` came back after the notice counted as flushed by the clients left: as any
+    # client that joins then, it is not waited for.
+    assert late.clients == ["killed"] and late.gone == ["killed"]
+    assert b.unacked_past_deadline() == {"aws/spot-itn/1": ["killed"]}
+
+
 def test_a_terminate_every_client_acked_is_not_overdue() -> None:
     b, clock = board(margin=30)
     b.client_joined("trainer")

@@ -89,3 +89,45 @@ def test_a_terminate_every_client_acked_passes_its_deadline_in_silence(tmp_path:
         found = scrape_url(metrics_url(agent))
         labels = {"provider": "local", "reason": "manual"}
         assert math.isnan(value(found, "forewarn_unacked_terminates_total", **labels))
+
+
+def test_a_client_gone_before_its_ack_is_named_when_the_deadline_passes(tmp_path: Path) -> None:
+    """A job that received the terminate and ended without acking it (killed mid-save by a
+    systemd stop or an eviction's grace, crashed, finished its run without a save) is the
+    job whose steps were lost: it left the clients, and the agent said nothing at the
+    deadline (a terminate received by `trainer` and `saver`, `trainer` gone, `saver` acked:
+    no warning, `status` silent), as if every job had answered."""
+    env = agent_env(tmp_path)
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    with (
+        AgentProcess(tmp_path, args=args, env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/saver")).ready() as saver,
+    ):
+        trainer = Subscriber(agent.events, ("notice", "client/trainer")).ready()
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=3)
+        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+        notice_id = agent.control(request)["notice"]["id"]
+        assert trainer.notice()["id"] == notice_id and saver.notice()["id"] == notice_id
+        trainer.close()  # gone before its ack
+        eventually(
+            lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 1,
+            10,
+            "the agent to see the trainer leave",
+        )
+        ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+
+        warned = eventually(
+            lambda: re.search(
+                rf"^.*notice {re.escape(notice_id)}: .*{WARNING}.*$", agent.output(), re.M
+            ),
+            10,
+            "the warning at the deadline",
+        )
+        line = warned.group(0)
+        assert "trainer (gone before its ack)" in line and "saver" not in line, line
+        reply = agent.control({"op": "status"})
+        assert reply["unacked_past_deadline"] == {notice_id: ["trainer"]}
+        status = run_forewarn("status", env=env)
+        (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
+        assert "not acked by trainer (its deadline passed)" in shown, shown
