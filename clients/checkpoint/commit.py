@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -92,10 +93,20 @@ def read_latest_hint(backend: Backend) -> int | None:
 class CommitProtocol:
     """Commits one generation across its ranks; every rank calls `commit` or `abort`."""
 
-    def __init__(self, backend: Backend, *, timeout: float, poll_interval: float) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        timeout: float,
+        poll_interval: float,
+        ends_by: float | None = None,
+    ) -> None:
         self.backend = backend
         self.timeout = timeout
         self.poll_interval = poll_interval
+        # A save with a deadline (time.monotonic()): the ranks' wait for each other through
+        # the store ends there too, not `timeout` (commit_timeout, 600 s) later.
+        self.ends_by = ends_by
         # Generations committed whose marker's write reported an error though the marker is
         # in place, by name, with that error: taken by the save that committed each one.
         self.unconfirmed: dict[str, str] = {}
@@ -138,11 +149,34 @@ class CommitProtocol:
                     self._commit_collective(replace(request, part=failed))
                 raise
             return self._commit_collective(request)
-        self.backend.make_durable(request.name)
+        try:
+            self.backend.make_durable(request.name)
+        except Exception as exc:
+            # Handed in as a failed part all the same, as through the collectives: raised
+            # before it, the other ranks polled for this rank's part until commit_timeout.
+            failed = replace(request.part, error=f"{type(exc).__name__}: {exc}")
+            try:
+                self.abort(replace(request, part=failed))
+            except Exception as cannot:  # the storage's own failure is the one to raise
+                log.warning(
+                    "forewarn: %s: rank %d could not tell the other ranks it failed: %s",
+                    request.name,
+                    ranks.rank,
+                    cannot,
+                )
+            raise
         if ranks.rank == 0:
             return self._lead(request)
         self._follow(request)
         return self._load(request.step)
+
+    def _time_left(self) -> float:
+        """How long the ranks may wait for each other now: `timeout`, or less in a save
+        with a deadline (never below one poll)."""
+        if self.ends_by is None:
+            return self.timeout
+        left = self.ends_by - time.monotonic()
+        return max(min(self.timeout, left), self.poll_interval)
 
     def abort(self, request: CommitRequest) -> None:
         """Give up this rank's part; the other ranks learn why (and raise)."""
@@ -214,7 +248,7 @@ class CommitProtocol:
             try:
                 others = poll(
                     lambda: self._collect_parts(request, own.token),
-                    timeout=self.timeout,
+                    timeout=self._time_left(),
                     interval=self.poll_interval,
                     what=f"every rank's part of {request.name}",
                 )
@@ -248,7 +282,7 @@ class CommitProtocol:
 
         poll(
             check,
-            timeout=self.timeout,
+            timeout=self._time_left(),
             interval=self.poll_interval,
             what=f"rank 0 to commit {request.name}",
         )

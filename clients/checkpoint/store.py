@@ -338,8 +338,9 @@ class CheckpointStore:
 
         `requests_within`: this save's storage requests (its start, files, commit, abort)
         fail once they cannot end within that many seconds of this call, each with the time
-        left when it starts (S3; a local disk is not bounded so). An exit's save of several
-        ranks gets it from `flush(timeout=)`.
+        left when it starts (S3; a local disk is not bounded so); the ranks' wait for each
+        other through the store ends then too. An exit's save of several ranks gets it from
+        `flush(timeout=)`.
 
         Multi-rank: each rank calls this with the same step (rank and world size come from
         torch.distributed when initialised, else RANK/WORLD_SIZE, else the arguments), writes
@@ -375,7 +376,7 @@ class CheckpointStore:
             claimed = releases[-1] is not NO_CLAIM
             if claimed and ends_by is not None:
                 releases[-1] = _released_by(releases[-1], ends_by, name)
-            writer = self._start(step, name, meta, ranks, attempt, backend)
+            writer = self._start(step, name, meta, ranks, attempt, backend, ends_by)
         except BaseException:
             _release_all(releases)
             raise
@@ -397,6 +398,18 @@ class CheckpointStore:
             self._check_open(name)
         return writer
 
+    def _protocol_for(self, backend: Backend, ends_by: float | None) -> CommitProtocol:
+        """The commit protocol of one save: the store's own, or one on the save's bounded
+        backend, whose wait for the other ranks ends by `ends_by` too."""
+        if backend is self._backend and ends_by is None:
+            return self._protocol
+        return CommitProtocol(
+            backend,
+            timeout=self.commit_timeout,
+            poll_interval=self._protocol.poll_interval,
+            ends_by=ends_by,
+        )
+
     def _check_open(self, name: str) -> None:
         if self._closed:
             raise CheckpointError(
@@ -412,6 +425,7 @@ class CheckpointStore:
         ranks: Ranks,
         attempt: str | None,
         backend: Backend,
+        ends_by: float | None = None,
     ) -> GenerationWriter:
         present = backend.list_sizes(name)
         if COMMIT in present:
@@ -492,11 +506,7 @@ class CheckpointStore:
                     exc,
                 )
         self._writing.add(step)
-        protocol = self._protocol
-        if backend is not self._backend:
-            protocol = CommitProtocol(
-                backend, timeout=self.commit_timeout, poll_interval=protocol.poll_interval
-            )
+        protocol = self._protocol_for(backend, ends_by)
         writer = GenerationWriter(backend, protocol, step, meta, ranks, attempt, self._writer_ended)
         writer.reads_from = self._backend
         return writer

@@ -455,3 +455,67 @@ def test_ranks_restore_together_past_a_generation_one_rank_finds_corrupt(
             process.kill()
     for rank, lines in enumerate(said):
         assert lines == [{"rank": rank, "step": 10, "state_step": 10, "weights_match": True}]
+
+
+class FailsToMakeDurable(DelegatingBackend):
+    """The storage of one rank failing to make its files durable (an fsync's EIO)."""
+
+    def make_durable(self, prefix: str) -> None:
+        raise OSError(5, "Input/output error")
+
+
+def test_a_rank_whose_files_cannot_be_made_durable_stops_the_commit_at_once(
+    tmp_path: Path,
+) -> None:
+    """Ranks meeting through the store: a rank whose files could not be made durable raised
+    without handing in its part, and rank 0 polled for it until commit_timeout (600 s by
+    default), past any notice's deadline (the collectives' path hands it in since ea3ed11b).
+    It is handed in now, failed: every rank stops at once."""
+    url = str(tmp_path / "store")
+    results: dict[int, Any] = {}
+
+    def run(rank: int) -> None:
+        store = CheckpointStore(url, commit_timeout=60, poll_interval=0.02)
+        if rank == 1:
+            store = CheckpointStore(
+                backend=FailsToMakeDurable(store.backend), commit_timeout=60, poll_interval=0.02
+            )
+        try:
+            with store.save(5, rank=rank, world_size=2) as gen:
+                gen.write_bytes(f"rank-{rank}.bin", bytes([rank]) * 10)
+            results[rank] = gen.committed
+        except Exception as exc:
+            results[rank] = exc
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    took = time.monotonic() - started
+    assert not any(thread.is_alive() for thread in threads), f"still waiting after {took:.0f} s"
+    assert took < 20
+    assert isinstance(results[1], OSError), results[1]
+    assert isinstance(results[0], CommitError), results[0]
+    assert not isinstance(results[0], CommitTimeout), results[0]
+    assert "rank 1" in str(results[0]) and "Input/output error" in str(results[0])
+    assert CheckpointStore(url).latest() is None
+
+
+def test_an_exit_save_of_several_ranks_waits_for_a_missing_rank_only_its_time(
+    tmp_path: Path,
+) -> None:
+    """A save with a deadline (`requests_within`, what an exit's save of several ranks gets
+    from `flush(timeout=)`) whose other rank never comes (dead, or failed before its save
+    began, which it cannot hand in): rank 0 polled for its part for commit_timeout
+    (600 s by default), where its requests were bounded by the time left."""
+    store = CheckpointStore(str(tmp_path / "store"), commit_timeout=60, poll_interval=0.02)
+    started = time.monotonic()
+    with (
+        pytest.raises(CommitTimeout, match="no part from rank 1 of 2"),
+        store.save(5, rank=0, world_size=2, requests_within=1.0) as gen,
+    ):
+        gen.write_bytes("rank-0.bin", b"0" * 10)
+    took = time.monotonic() - started
+    assert took < 10, f"rank 0 waited {took:.1f} s for a save of 1 s"
