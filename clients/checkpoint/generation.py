@@ -464,6 +464,9 @@ class GenerationWriter:
         # Told of each file as it is opened (CheckpointGuard's exit save watches their bytes
         # move, to tell a slow link from storage that stopped answering).
         self.on_open: Callable[[ObjectWriter], None] | None = None
+        # Whether rank 0 applies the store's `keep` once this save commits: not for a save
+        # with a deadline (an exit's, see `CheckpointStore._writer_ended`).
+        self.retention = True
 
     def __repr__(self) -> str:
         return f"<GenerationWriter {self.name} rank {self.rank}/{self.world_size}>"

@@ -339,8 +339,8 @@ class CheckpointStore:
         `requests_within`: this save's storage requests (its start, files, commit, abort)
         fail once they cannot end within that many seconds of this call, each with the time
         left when it starts (S3; a local disk is not bounded so); the ranks' wait for each
-        other through the store ends then too. An exit's save of several ranks gets it from
-        `flush(timeout=)`.
+        other through the store ends then too, and retention is left to the next commit. An
+        exit's save of several ranks gets it from `flush(timeout=)`.
 
         Multi-rank: each rank calls this with the same step (rank and world size come from
         torch.distributed when initialised, else RANK/WORLD_SIZE, else the arguments), writes
@@ -377,6 +377,7 @@ class CheckpointStore:
             if claimed and ends_by is not None:
                 releases[-1] = _released_by(releases[-1], ends_by, name)
             writer = self._start(step, name, meta, ranks, attempt, backend, ends_by)
+            writer.retention = requests_within is None
         except BaseException:
             _release_all(releases)
             raise
@@ -531,7 +532,9 @@ class CheckpointStore:
                 released = _RUNNING.get(writer)
                 if released is not None:
                     released.set()
-            if committed and writer.rank == 0:
+            if committed and writer.rank == 0 and not writer.retention:
+                self._skip_retention(writer)
+            elif committed and writer.rank == 0:
                 try:
                     self._prune(fresh=writer.step)
                 except Exception as exc:  # a failed clean-up must not undo a good commit
@@ -540,6 +543,22 @@ class CheckpointStore:
             ended = self._ends.pop(writer, None)
             if ended is not None:
                 ended.set()
+
+    def _skip_retention(self, writer: GenerationWriter) -> None:
+        """A save with a deadline (an exit's: `flush(timeout=)`, `save(requests_within=)`)
+        committed: retention is left to the next commit, which applies `keep` to every older
+        generation alike. Run here, its listing, checks and deletes went through the store's
+        own client, not bounded by the save's time: storage that stopped answering after the
+        commit held the exit's save (and its ack) on them past the deadline, and a single
+        rank's save that had committed was reported given up (`CommitTimeout`)."""
+        if self.keep is not None:
+            log.info(
+                "forewarn: %s committed in %s with a deadline: retention (keep=%d) is left to "
+                "the next commit",
+                writer.name,
+                self.url,
+                self.keep,
+            )
 
     def flush(
         self,
@@ -555,7 +574,8 @@ class CheckpointStore:
 
         The hook `CheckpointGuard(store=...)` uses: `seconds` runs from the call to the
         commit being complete (`LATEST` written on rank 0, the commit seen on the others);
-        retention afterwards is not counted. `save_options` go to `save` (rank, ...).
+        retention afterwards is not counted (with `timeout`, an exit's save, none runs: the
+        next commit applies `keep`). `save_options` go to `save` (rank, ...).
         `timeout` (single-rank saves): raise `CommitTimeout` once that many seconds pass
         without the commit, leaving the save behind on its own thread (see `_flush_within`);
         with `moving`, only once `moving()` also says the save has stopped moving (its bytes
@@ -592,6 +612,7 @@ class CheckpointStore:
         outcome: list[FlushResult | BaseException] = []
 
         def guarded(gen: GenerationWriter) -> object:
+            gen.retention = False  # its time is the caller's (see `_skip_retention`)
             written = write(gen)
             if gave_up.is_set():
                 raise CommitTimeout(f"{gen.name} was given up after {timeout:.1f} s")
