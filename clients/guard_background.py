@@ -51,6 +51,7 @@ class BackgroundSaves(GuardState):
     _flag_step: int | None
     _failures_in_row: int
     _retry_at: float
+    _skipped_for: int | None  # the save in flight a scheduled save was last skipped for
 
     if TYPE_CHECKING:
         # CheckpointGuard's own, and FlagFileRequests' and ExitReporting's.
@@ -83,6 +84,7 @@ class BackgroundSaves(GuardState):
         # for is due: until then `due()` asks for no save for the retry alone.
         self._failures_in_row = 0
         self._retry_at = 0.0
+        self._skipped_for = None
         self._awaiting = {}
         # Background saves started whose notices save_state has not recorded yet, and the
         # completions that came first (a save of a few bytes can commit that fast): acked
@@ -91,6 +93,39 @@ class BackgroundSaves(GuardState):
         self._early = {}
         if background is not False:
             self._start_background(background)
+
+    def _skips_scheduled(self, step: int) -> bool:
+        """due(): whether the save due at `step` is skipped, because the schedule alone asks
+        for it (a periodic step, or the retry of a failed save) while the background save
+        before it is still uploading. Said once per save in flight; the first step after that
+        save ends saves. A save asked for by anything else (a notice, the flag file, a signal,
+        a request) still waits for it in save_state, as does an exit, which cancels it when
+        the time left says so. Waited for, a stalled upload held the loop at its next periodic
+        step until it was given up (EXIT_STALL_SECONDS, 120 s): training stopped for minutes
+        of an S3 outage for a save that could not be made anyway."""
+        saver = self.saver
+        if saver is None or self._exit:
+            return False
+        in_flight = saver.in_flight
+        if in_flight is None or in_flight == step:
+            return False
+        if saver.give_up_if_stalled():
+            return False  # its failure (on_done recorded it) is raised by this due()
+        with self._lock:
+            if self._notice_ids or not set(self._pending) <= {"periodic", "retry"}:
+                return False
+            told = self._skipped_for == in_flight
+            self._skipped_for = in_flight
+            self._due_since = None  # no save is running for this step: none is timed
+        if not told:
+            log.info(
+                "forewarn: the save due at step %d is skipped: the background save of step %d "
+                "is still uploading (%s); the first step after it ends saves",
+                step,
+                in_flight,
+                _uploading_words(saver.stalled_seconds()),
+            )
+        return True
 
     def _save_in_background(
         self,
@@ -406,6 +441,13 @@ class BackgroundSaves(GuardState):
             if self._exit and self._exit_code:
                 # It answered the exit: that state is not saved, which 143 would claim.
                 self._exit_code = 1
+
+
+def _uploading_words(stalled: float) -> str:
+    """How the save in flight is doing, for the line of a skipped save."""
+    if stalled < 1.0:
+        return "moving"
+    return f"nothing moved for {stalled:.0f} s"
 
 
 def _no_retry(durable_step: int | None) -> str:

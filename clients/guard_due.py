@@ -26,6 +26,8 @@ class DueChecks(GuardState):
 
         def _raise_failure(self) -> None: ...  # BackgroundSaves'
 
+        def _skips_scheduled(self, step: int) -> bool: ...  # BackgroundSaves'
+
     def _init_agreement(self, agree: bool | RankAgreement | None, agree_every: int) -> None:
         """With torch.distributed initialised (agree=None means: whenever it is), decisions go
         through an all-reduce every `agree_every` steps so all ranks save at the same step."""
@@ -55,6 +57,8 @@ class DueChecks(GuardState):
         Call it after every training step on every rank, with the same step numbers."""
         self._seen_step = step  # the ticker times the steps from it (see StepPace)
         if self._wake or step >= self._next_step:
+            if self._skips_scheduled(step):
+                return False
             if self._failure is not None and not self._exit:
                 # With an exit pending the final save comes first (it supersedes the failed
                 # one): raising here could end the job without it.

@@ -497,7 +497,8 @@ class Slow(DelegatingBackend):  # every write 50 ms, as over a poor link
         return inner
 
 store = CheckpointStore(backend=Slow(CheckpointStore(sys.argv[1]).backend))
-guard = CheckpointGuard(every_steps=10, store=store, background=True, notices=False,
+# One save, at the last step: with every 10, step 30's was skipped while step 20 uploaded.
+guard = CheckpointGuard(every_steps=30, store=store, background=True, notices=False,
                         flag_file=None, handle_signals=False)
 weights = torch.zeros(int(sys.argv[2]))
 step = 0
@@ -695,7 +696,7 @@ def test_an_exit_asked_for_while_a_save_waits_for_a_stalled_upload_saves_at_once
         assert guard.due(10)
         guard.save_state(10, state(10))
         assert backend.stuck.acquire(timeout=60)  # step 10's upload stalls
-        assert guard.due(20)
+        assert not guard.due(20)  # skipped while step 10 uploads; saved all the same
         saving, answers = _in_thread(lambda: guard.save_state(20, state(20)))
         eventually(lambda: _waits_for_the_save_in_flight(saving), what="save_state to wait")
         guard.request("signal", exit=True)
@@ -734,7 +735,7 @@ def test_an_exit_asked_for_while_a_save_waits_whose_final_save_fails_exits_with_
         assert guard.due(10)
         guard.save_state(10, state(10))
         assert backend.stuck.acquire(timeout=60)
-        assert guard.due(20)
+        assert not guard.due(20)  # skipped while step 10 uploads; saved all the same
         saving = threading.Thread(target=save_20, daemon=True)
         saving.start()
         eventually(lambda: _waits_for_the_save_in_flight(saving), what="save_state to wait")
@@ -798,7 +799,7 @@ def test_the_guards_stall_counts_the_wait_for_the_save_in_flight(tmp_path: Path)
         assert backend.stuck.acquire(timeout=60)
         timer = threading.Timer(0.3, release.set)
         timer.start()
-        assert guard.due(20)
+        assert not guard.due(20)  # skipped while step 10 uploads; saved all the same
         started = time.monotonic()
         result = guard.save_state(20, state(20))
         waited = time.monotonic() - started
@@ -1463,7 +1464,7 @@ with CheckpointGuard(
         held.set()
     threading.Thread(target=terminate, daemon=True).start()
     for step in (10, 20):
-        assert guard.due(step)
+        guard.due(step)  # step 20's is skipped while step 10 uploads; saved all the same
         if guard.save_state(step, {"w": torch.full((1000,), float(step))}).exit:
             print("exit asked at", step, "code", guard.exit_code, flush=True)
             sys.exit(guard.exit_code)
@@ -1743,7 +1744,9 @@ def test_the_next_periodic_save_stops_waiting_for_an_upload_that_writes_nothing(
         assert guard.due(20)
         guard.save_state(20, state(20))
         assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
-        assert guard.due(30)
+        # Due by the schedule alone while step 20 uploads: skipped (test_s3_stalled_periodic);
+        # a save the loop makes all the same waits for step 20, bounded.
+        assert not guard.due(30)
         saving, answers = _in_thread(lambda: _error_of(lambda: guard.save_state(30, state(30))))
         saving.join(15)
         assert not saving.is_alive(), "save_state still waits for an upload that writes nothing"
@@ -1833,3 +1836,42 @@ def test_an_exit_at_the_step_still_uploading_stops_waiting_once_it_writes_nothin
     guard.close()
     assert store.latest_hint() == 10
     eventually(lambda: 20 not in store.steps(), what="the stuck save to be cleaned up")
+
+
+def test_a_periodic_save_due_while_one_uploads_is_skipped_once_said_and_a_request_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/checkpoint.md: a save due by the schedule alone while the one before uploads is
+    skipped (said once per save in flight), the first due() after that save ends saves, and
+    `guard.request()` (the end of a run) is never skipped: it waits for the upload."""
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(10)
+    caplog.set_level(logging.INFO, logger="forewarn.clients")
+    try:
+        assert guard.due(10)
+        guard.save_state(10, state(10))
+        assert backend.stuck.acquire(timeout=60)
+        assert not any(guard.due(step) for step in range(20, 25))
+        skipped = [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
+        assert len(skipped) == 1, skipped
+        assert skipped[0].startswith(
+            "forewarn: the save due at step 20 is skipped: the background save of step 10 is "
+            "still uploading ("
+        ), skipped
+        assert skipped[0].endswith("); the first step after it ends saves"), skipped
+        guard.request("end")
+        assert guard.due(25)
+        saving, answers = _in_thread(lambda: guard.save_state(25, state(25)))
+        eventually(lambda: _waits_for_the_save_in_flight(saving), what="save_state to wait")
+    finally:
+        release.set()
+    saving.join(30)
+    assert answers and answers[0].reasons == ("end", "periodic"), answers
+    assert guard.saver.wait() is not None
+    assert guard.durable_step == 25 and store.latest_hint() == 25
+    guard.close()
+    # Skipped behind step 10, step 20's save came at the first due() after it ended: here,
+    # the request's at step 25, which the schedule's counts from.
+    assert not guard.due(26) and guard.due(35)

@@ -1,0 +1,116 @@
+"""A training loop with background saves (`CheckpointGuard(background=True)`) through an S3
+outage: the upload of one periodic save stalls (its connection stops forwarding), and the loop
+goes on. The next periodic save waited for the stalled one until it was given up
+(EXIT_STALL_SECONDS, 120 s in use): one step of the loop took about 106 s. A periodic save due
+while the one before is still uploading is now skipped, said once; the stalled one's failure
+is raised by due() once it is given up."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+from forewarn.clients import CheckpointGuard
+from forewarn.clients.checkpoint import BackgroundSaveError, CheckpointStore, S3Options, background
+from support import LazyModule, requires
+from test_s3_stalled import STALL_AFTER, StallingProxy
+
+pytestmark = requires("torch")
+torch = LazyModule("torch")
+
+# The stall bound (EXIT_STALL_SECONDS, 120 s in use), scaled down.
+STALL_BOUND = 4.0
+# A step of the loop: a training step that takes a moment.
+STEP_SECONDS = 0.01
+
+
+@pytest.fixture
+def proxy(moto_endpoint: str) -> Iterator[StallingProxy]:
+    server = StallingProxy(moto_endpoint)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def guard(proxy: StallingProxy, bucket: str) -> Iterator[CheckpointGuard]:
+    store = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+    made = CheckpointGuard(
+        notices=False,
+        handle_signals=False,
+        flag_file=None,
+        store=store,
+        background=True,
+        every_steps=2,
+    )
+    yield made
+    proxy.release()  # the stalled upload's connection is reset: its thread ends
+    made.close()
+    store.close()
+
+
+def _state(step: int) -> dict[str, object]:
+    # More than a stalling connection carries: its upload stalls.
+    return {"w": torch.full((STALL_AFTER // 2,), float(step)), "step": step}
+
+
+class Loop:
+    """The README's background-save loop, timing each step (its `due()` and save)."""
+
+    def __init__(self, guard: CheckpointGuard) -> None:
+        self.guard = guard
+        self.step = 0
+        self.longest = 0.0
+        self.failures: list[BackgroundSaveError] = []
+
+    def one_step(self) -> None:
+        self.step += 1
+        time.sleep(STEP_SECONDS)
+        started = time.monotonic()
+        try:
+            if self.guard.due(self.step):
+                self.guard.save_state(self.step, _state(self.step))
+        except BackgroundSaveError as error:
+            self.failures.append(error)
+        self.longest = max(self.longest, time.monotonic() - started)
+
+    def until(self, done: object, what: str, timeout: float = 30.0) -> None:
+        end = time.monotonic() + timeout
+        while not done():  # type: ignore[operator]
+            assert time.monotonic() < end, f"timed out waiting for {what}"
+            self.one_step()
+
+
+def test_periodic_saves_are_skipped_while_a_stalled_upload_runs_and_training_goes_on(
+    guard: CheckpointGuard,
+    proxy: StallingProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", STALL_BOUND)
+    saver = guard.saver
+    assert saver is not None
+    loop = Loop(guard)
+    loop.until(lambda: guard.durable_step == 2, "step 2 to commit before the outage")
+    proxy.stall = True
+    caplog.set_level(logging.INFO, logger="forewarn.clients")
+    caplog.clear()
+    loop.until(lambda: saver.in_flight is not None, "a save to be uploading in the outage")
+    stalled_step = saver.in_flight
+    loop.longest = 0.0
+    loop.until(lambda: loop.failures, "the stalled save's failure", timeout=STALL_BOUND * 6)
+    # Waited for, the next periodic save held this step for the whole stall bound (106 s
+    # of the 120 s in use). Skipped, the steps go on; giving the stalled one up costs a step
+    # the cancel's grace (1 s) once.
+    assert loop.longest < STALL_BOUND / 2, f"a step of the loop took {loop.longest:.1f} s"
+    assert loop.step > stalled_step + 4, "training did not go on"
+    (failure,) = loop.failures
+    assert failure.step == stalled_step and "given up" in str(failure)
+    skipped = [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
+    assert len(skipped) == 1, skipped
+    assert f"the background save of step {stalled_step} is still uploading" in skipped[0]
+    assert guard.durable_step == 2
+    proxy.stall = False  # the outage ends: the retry commits
+    loop.until(lambda: (guard.durable_step or 0) > stalled_step, "the retry to commit")
+
