@@ -517,8 +517,16 @@ class BackgroundSaver:
                 # save (and a stuck write's cancel grace) must start would hold it until the
                 # deadline's SIGKILL, losing both. One on its estimate is never cut short.
                 latest_start = seconds_left - final_estimate - CANCEL_GRACE_SECONDS
-                self.wait(max(latest_start, remaining))
-                if self.in_flight is not None:
+                stopped = self._wait_while_moving(max(latest_start, remaining))
+                if stopped is not None:
+                    choice = "cancelled"
+                    reason = (
+                        f"step {in_flight} was expected to need about {remaining:.1f} s more "
+                        f"but had moved nothing for {stopped:.0f} s (a storage service that "
+                        "stopped answering?): cancelled it, leaving the final save the time"
+                    )
+                    self._cancel_in_flight()
+                elif self.in_flight is not None:
                     choice = "cancelled"
                     reason = (
                         f"step {in_flight} was expected to need about {remaining:.1f} s more "
@@ -601,6 +609,26 @@ class BackgroundSaver:
         seconds = time.monotonic() - started
         self.last = SaveTiming(step, seconds, seconds)
         return FinalSave(choice, reason, generation, seconds, seconds)
+
+    def _wait_while_moving(self, seconds: float) -> float | None:
+        """Wait up to `seconds` for the save in flight while it moves; how long it had
+        moved nothing when the wait stopped for that (`TAIL_QUIET_SECONDS`, on the wall clock
+        and as a watcher counts it), else None. Waited for whole, an upload stalled by storage
+        that stopped answering held the final save until the last moment its estimate
+        allowed (a minute and more of a two-minute notice), and the final save, as slow as
+        its estimate or slower, then missed the deadline."""
+        start = time.monotonic()
+        quiet = QuietTime(self._moved, _WAIT_TICK_SECONDS, start)
+        while self.in_flight is not None:
+            left = seconds - (time.monotonic() - start)
+            if left <= 0:
+                return None
+            self.wait(min(_WAIT_TICK_SECONDS, left))
+            stalled = self.stalled_seconds()
+            looked = quiet.look(self._moved, time.monotonic())
+            if min(stalled, looked) >= TAIL_QUIET_SECONDS and self.in_flight is not None:
+                return stalled
+        return None
 
     def _moving_tail(self, quiet: QuietTime) -> bool:
         """Whether the save in flight has made its last write and its bytes still move (its

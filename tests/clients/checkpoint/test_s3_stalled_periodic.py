@@ -3,18 +3,20 @@ outage: the upload of one periodic save stalls (its connection stops forwarding)
 goes on. The next periodic save waited for the stalled one until it was given up
 (EXIT_STALL_SECONDS, 120 s in use): one step of the loop took about 106 s. A periodic save due
 while the one before is still uploading is now skipped, said once; the stalled one's failure
-is raised by due() once it is given up."""
+is raised by due() once it is given up, and an exit's save cancels it at once."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from forewarn.clients import CheckpointGuard
 from forewarn.clients.checkpoint import BackgroundSaveError, CheckpointStore, S3Options, background
-from support import LazyModule, requires
+from forewarn.clients.event import Event
+from support import LazyModule, eventually, requires
 from test_s3_stalled import STALL_AFTER, StallingProxy
 
 pytestmark = requires("torch")
@@ -24,6 +26,8 @@ torch = LazyModule("torch")
 STALL_BOUND = 4.0
 # A step of the loop: a training step that takes a moment.
 STEP_SECONDS = 0.01
+# The terminate's notice: how long before its deadline it comes.
+NOTICE_SECONDS = 12.0
 
 
 @pytest.fixture
@@ -55,6 +59,20 @@ def _state(step: int) -> dict[str, object]:
     return {"w": torch.full((STALL_AFTER // 2,), float(step)), "step": step}
 
 
+def _terminate(seconds: float) -> Event:
+    now = datetime.now(timezone.utc)
+    return Event(
+        id="aws/terminate/stalled",
+        seq=1,
+        action="terminate",
+        reason="spot-interruption",
+        provider="aws",
+        deadline=now + timedelta(seconds=seconds),
+        noticed_at=now,
+        sent_at=now,
+    )
+
+
 class Loop:
     """The README's background-save loop, timing each step (its `due()` and save)."""
 
@@ -63,6 +81,7 @@ class Loop:
         self.step = 0
         self.longest = 0.0
         self.failures: list[BackgroundSaveError] = []
+        self.result: object = None
 
     def one_step(self) -> None:
         self.step += 1
@@ -70,7 +89,7 @@ class Loop:
         started = time.monotonic()
         try:
             if self.guard.due(self.step):
-                self.guard.save_state(self.step, _state(self.step))
+                self.result = self.guard.save_state(self.step, _state(self.step))
         except BackgroundSaveError as error:
             self.failures.append(error)
         self.longest = max(self.longest, time.monotonic() - started)
@@ -114,3 +133,32 @@ def test_periodic_saves_are_skipped_while_a_stalled_upload_runs_and_training_goe
     proxy.stall = False  # the outage ends: the retry commits
     loop.until(lambda: (guard.durable_step or 0) > stalled_step, "the retry to commit")
 
+
+def test_an_exit_cancels_a_stalled_upload_at_once_and_saves_within_the_time_left(
+    guard: CheckpointGuard, proxy: StallingProxy
+) -> None:
+    """final() waited for an upload it expected to end soon until the last moment its
+    estimate of the final save allowed (the notice's time less that estimate and a second),
+    even when the upload had moved nothing for minutes: a two-minute notice spent waiting on
+    a dead connection, and a final save slower than its estimate missed the deadline. An
+    upload that moves nothing for TAIL_QUIET_SECONDS is now cancelled then."""
+    saver = guard.saver
+    assert saver is not None
+    loop = Loop(guard)
+    loop.until(lambda: guard.durable_step == 2, "step 2 to commit before the outage")
+    proxy.stall = True
+    loop.until(lambda: saver.in_flight is not None, "a save to be uploading in the outage")
+    eventually(lambda: proxy.stalled, what="its upload to stall")
+    proxy.stall = False  # new connections work: the final save goes through
+    guard._on_event(_terminate(NOTICE_SECONDS))
+    started = time.monotonic()
+    exited = lambda: getattr(loop.result, "exit", False)  # noqa: E731
+    loop.until(exited, "the exit's save", timeout=NOTICE_SECONDS * 2)
+    took = time.monotonic() - started
+    # Waited for until its estimate's last moment, the exit's save ended at the deadline.
+    assert took < NOTICE_SECONDS / 2, f"the exit's save ended {took:.1f} s after the notice"
+    assert getattr(loop.result, "choice", None) == "cancelled", loop.result
+    assert "moved nothing" in str(getattr(loop.result, "choice_reason", "")), loop.result
+    assert guard.durable_step == loop.step
+    latest = guard.store.latest() if guard.store is not None else None
+    assert latest is not None and latest.step == loop.step
