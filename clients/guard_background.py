@@ -52,6 +52,9 @@ class BackgroundSaves(GuardState):
     _failures_in_row: int
     _retry_at: float
     _skipped_for: int | None  # the save in flight a scheduled save was last skipped for
+    every_steps: int | None  # CheckpointGuard's schedule, and when it last saved
+    every_seconds: float | None
+    _last_save: float
 
     if TYPE_CHECKING:
         # CheckpointGuard's own, and FlagFileRequests' and ExitReporting's.
@@ -73,6 +76,8 @@ class BackgroundSaves(GuardState):
             events: list[Event],
             where: str | None,
             past_exit: bool,
+            *,
+            uploading: bool = False,
         ) -> None: ...
 
     def _init_background(self, background: bool | BackgroundSaver) -> None:
@@ -176,13 +181,15 @@ class BackgroundSaves(GuardState):
         result, reasons, events, past_exit = self._record(step, timing.stall_seconds, durable=False)
         with self._lock:
             self._awaiting[step] = result.notices
-        self._recorded(step)
         # An exit asked for while this save waited for the one in flight is answered by it
         # (the loop leaves, close() waits for the commit): the exit line names it.
         from .checkpoint.manifest import generation_name
 
         where = f"{self.store.url}/{generation_name(step)}"
-        self._log_saved(result, reasons, events, where, past_exit)
+        self._log_saved(result, reasons, events, where, past_exit, uploading=True)
+        # After the line: a completion that came first (a failure within milliseconds) is
+        # said now, after the save it ends, not before it.
+        self._recorded(step)
         return result
 
     def _close_background(self) -> None:
@@ -351,7 +358,9 @@ class BackgroundSaves(GuardState):
                 "forewarn: the background checkpoint of step %d failed: %s; %s",
                 timing.step,
                 error,
-                _no_retry(self.durable_step) if answered_exit else _next_try(retry_in, failures),
+                _no_retry(self.durable_step)
+                if answered_exit
+                else _next_try(retry_in, failures, self._periodic_before(retry_in)),
             )
         else:
             log.info(
@@ -371,6 +380,19 @@ class BackgroundSaves(GuardState):
                 stall_seconds=timing.stall_seconds,
                 durable_seconds=timing.durable_seconds if error is None else None,
             )
+
+    def _periodic_before(self, retry_in: float) -> str | None:
+        """When the schedule's next save comes, if it may come before the retry's wait is
+        over (which holds back only a save the retry alone asks for): said as the next try."""
+        if self.every_steps == 1:
+            return "the next step (a periodic save at every step)"
+        if self.every_steps:
+            return f"the next periodic step (every {self.every_steps} steps)"
+        if self.every_seconds is not None:
+            periodic_in = max(self._last_save + self.every_seconds - time.monotonic(), 0.0)
+            if periodic_in < retry_in:
+                return f"the next periodic save, in {periodic_in:.0f} s"
+        return None
 
     def _raise_failure(self) -> None:
         with self._lock:
@@ -460,10 +482,17 @@ def _no_retry(durable_step: int | None) -> str:
     )
 
 
-def _next_try(retry_in: float, failures: int) -> str:
-    """What the job is told of the retry after `failures` failed saves in a row."""
+def _next_try(retry_in: float, failures: int, periodic: str | None = None) -> str:
+    """What the job is told of the retry after `failures` failed saves in a row; `periodic`:
+    the schedule's next save, which may come first. Said as "saving again in 300 s" alone,
+    it was logged seconds apart while a periodic save at every step saved again each time."""
     if retry_in <= 0:
         return "saving again at the next step"
+    if periodic is not None:
+        return (
+            f"{failures} failed in a row: saving again at {periodic}, or in {retry_in:.0f} s "
+            "if that comes first (a drain, the flag file or an exit saves at once)"
+        )
     return (
         f"{failures} failed in a row: saving again in {retry_in:.0f} s (a periodic step, a "
         "drain, the flag file or an exit saves at once)"

@@ -48,7 +48,12 @@ class ExitReporting(GuardState):
         events: list[Event],
         where: str | None,
         past_exit: bool,
+        *,
+        uploading: bool = False,
     ) -> None:
+        """`uploading`: a background save whose state is copied and whose upload has only
+        begun: it is not said to be saved (its upload may fail; "saved at step 8" then came
+        before "the background checkpoint of step 8 failed"); "step 8 durable" says when."""
         exit_saved = self._exit_saved
         if past_exit and exit_saved is not None:
             # A save past the exit's (a loop that went on): the exit stands, but this save is
@@ -63,6 +68,13 @@ class ExitReporting(GuardState):
             )
         elif result.exit:
             log.warning("forewarn: %s", exit_line(result.step, reasons, events, where))
+        elif uploading:
+            log.info(
+                "forewarn: step %d (%s) copied in %.3fs; uploading it in the background",
+                result.step,
+                ", ".join(result.reasons) or "requested",
+                result.flush_seconds or 0.0,
+            )
         else:
             log.info(
                 "forewarn: saved at step %d (%s)",

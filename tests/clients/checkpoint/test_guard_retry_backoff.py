@@ -100,7 +100,11 @@ class Loop:
             self.failed_at.append(time.monotonic())
             return False
         if due:
-            self.guard.save_state(self.step, _state(self.step))
+            try:
+                self.guard.save_state(self.step, _state(self.step))
+            except BackgroundSaveError:  # the one before failed meanwhile
+                self.failed_at.append(time.monotonic())
+                return False
         return due
 
     def run_for(self, seconds: float) -> None:
@@ -227,3 +231,50 @@ def test_a_failed_background_save_that_answered_the_exit_promises_no_later_save(
     assert "saving again" not in said[0], said
     assert "resumes from the last durable checkpoint (none)" in said[0], said
     assert guard.exit_code == 1
+
+
+def test_the_log_says_each_background_save_copied_then_failed_and_what_saves_next(
+    proxy: RefusingProxy,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With a periodic save at every step and a store that refuses writes, the log said
+    "saved at step 8 (retry, periodic)" before that upload failed, and within seconds "5
+    failed in a row: saving again in 40 s" while the next step saved again, and the one after.
+    Each save now says it is copied and uploading, its failure comes after it, and the next
+    try named is the periodic step that makes it."""
+    monkeypatch.setattr(guard_background, "RETRY_FIRST_SECONDS", 30.0)
+    store = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+    guard = CheckpointGuard(
+        notices=False,
+        handle_signals=False,
+        flag_file=None,
+        store=store,
+        background=True,
+        every_steps=1,
+    )
+    loop = Loop(guard)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "forewarn.clients"]
+
+    try:
+        with caplog.at_level(logging.INFO, logger="forewarn.clients"):
+            loop.until(lambda: len(loop.failed_at) >= 3, "three failed saves", timeout=60)
+            loop.until(lambda: any("3 failed in a row" in line for line in said()), "the third")
+    finally:
+        guard.close()
+        store.close()
+    lines = said()
+    assert not [line for line in lines if "saved at step" in line], lines
+    failed = [n for n, line in enumerate(lines) if "the background checkpoint of step" in line]
+    assert len(failed) >= 3, lines
+    for index in failed:
+        step = lines[index].split("the background checkpoint of step ")[1].split()[0]
+        copied = [n for n, line in enumerate(lines) if line.startswith(f"forewarn: step {step} (")]
+        assert copied and copied[0] < index, (step, lines)
+        first = lines[copied[0]]
+        assert "copied in" in first and "uploading it in the background" in first, first
+    third = next(line for line in lines if "3 failed in a row" in line)
+    assert "saving again at the next step (a periodic save at every step), or in 60 s" in third
