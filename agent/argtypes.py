@@ -7,7 +7,7 @@ import argparse
 import string
 from pathlib import Path
 
-__all__ = ["choice_as_written", "path_arg", "whole_number", "word_as_written"]
+__all__ = ["choice_as_written", "path_arg", "word_as_written"]
 
 
 def path_arg(text: str) -> Path:
@@ -18,15 +18,6 @@ def path_arg(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (leave the flag out for the default)")
     return Path(text).expanduser()
-
-
-def whole_number(text: str) -> int:
-    """An argparse `type=` for a whole number of either sign (a seed): argparse's own `int`
-    said "invalid int value", unlike every other flag's "not a whole number"."""
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
 
 
 def choice_as_written(value: str) -> str:

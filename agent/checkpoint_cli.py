@@ -32,6 +32,7 @@ from forewarn.clients.checkpoint.generation import Generation, Verification, rea
 from forewarn.clients.checkpoint.manifest import COMMIT, generation_name
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_duration, parse_time
+from forewarn.protocol.wholenumber import whole_number
 
 from .argtypes import path_arg, word_as_written
 from .progressbar import ProgressBar
@@ -45,25 +46,17 @@ class _Usage(UsageError):
     """Bad input: one line, exit 2."""
 
 
-def _step(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a step number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a step is not negative (got {value})")
-    return value
-
-
-def _keep(text: str) -> int:
-    # Not through _step: `--keep -1` said 'a step is not negative', and --keep is a count.
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must keep at least 1 generation (got {value})")
-    return value
+_step = whole_number(
+    minimum=0,
+    not_whole="{text!r} is not a step number",
+    below="a step is not negative (got {value})",
+)
+# Not as _step: `--keep -1` said 'a step is not negative', and --keep is a count.
+_keep = whole_number(
+    minimum=1,
+    not_whole="{text!r} is not a whole number",
+    below="must keep at least {minimum} generation (got {value})",
+)
 
 
 # How long `get` waits for another copy into its DESTINATION (the ranks of one node restoring

@@ -31,6 +31,7 @@ from forewarn.protocol.timefmt import (
     parse_time,
     utcnow,
 )
+from forewarn.protocol.wholenumber import whole_number
 from forewarn.protocol.wire import (
     DEFAULT_CONFIG_FILE,
     DENIED,
@@ -169,31 +170,10 @@ def _provider_names(choices: Sequence[str]) -> Callable[[str], list[str]]:
     return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
-
-
-def _pid(text: str) -> int:
-    value = _positive_int(text)
-    if value > 2**31 - 1:
-        raise argparse.ArgumentTypeError(f"not a process id: {value}")
-    return value
-
-
-def _step(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= value <= 2**63 - 1:
-        raise argparse.ArgumentTypeError(f"must be 0 or more (at most 2**63-1), got {value}")
-    return value
+_positive_int = whole_number(minimum=1)
+_pid = whole_number(minimum=1, maximum=2**31 - 1, above="not a process id: {value}")
+_STEP_RANGE = "must be 0 or more (at most 2**63-1), got {value}"
+_step = whole_number(minimum=0, maximum=2**63 - 1, below=_STEP_RANGE, above=_STEP_RANGE)
 
 
 class _Blank:

@@ -44,9 +44,10 @@ from typing import Any
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.notifydeadline import for_an_older_agent, seconds_fields
 from forewarn.protocol.timefmt import duration_arg
+from forewarn.protocol.wholenumber import whole_number
 from forewarn.protocol.wire import request
 
-from .argtypes import whole_number, word_as_written
+from .argtypes import word_as_written
 from .drill_local import Machine
 from .plan import ReclaimLoss, Timing, reclaim_loss
 from .reclaim_procs import JobTree, become_subreaper
@@ -79,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="time from notice to SIGKILL in the realistic scenarios, e.g. 8s (default 8s)",
     )
     parser.add_argument(
-        "--seed", type=whole_number, default=None, help="seed of the random moments"
+        "--seed", type=whole_number(), default=None, help="seed of the random moments"
     )
     parser.add_argument(
         "--handler",

@@ -24,6 +24,7 @@ from typing import Any
 
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import duration_arg, parse_duration
+from forewarn.protocol.wholenumber import whole_number
 
 from .sim_faults import FaultError, parse_fault_flag
 from .simulator import CONTROL_PREFIX, SimError, SimServer, Simulator, check_after
@@ -210,14 +211,14 @@ def date_ahead(text: str) -> float:
     return -seconds if behind else seconds
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0-65535 (0: a free one), got {port}")
-    return port
+_PORT_RANGE = "a port is 0-65535 (0: a free one), got {value}"
+_port = whole_number(
+    minimum=0,
+    maximum=65535,
+    not_whole="not a port number: {text!r}",
+    below=_PORT_RANGE,
+    above=_PORT_RANGE,
+)
 
 
 def _file_path(text: str) -> Path:

@@ -17,6 +17,7 @@ from typing import Any
 
 from forewarn.clients.overhead import DEFAULT_NO_NOTICE_SHARE, Breakdown
 from forewarn.protocol.timefmt import parse_duration
+from forewarn.protocol.wholenumber import whole_number
 
 from ..argtypes import path_arg
 from ..telemetry import (
@@ -292,17 +293,13 @@ def _parsed(parse: Any) -> Any:
     return convert
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive (got {text!r})")
-    # The plan computes in floats: a count beyond them raised OverflowError.
-    if value > 2**53:
-        raise argparse.ArgumentTypeError(f"too large (at most 2**53, got {text[:20]!r}...)")
-    return value
+# The plan computes in floats: a count beyond them raised OverflowError.
+_count = whole_number(
+    minimum=1,
+    maximum=2**53,
+    below="must be positive (got {text!r})",
+    above="too large (at most 2**53, got {text!r})",
+)
 
 
 # argparse takes `-10s` for an option and answers "expected one argument"; letting negative

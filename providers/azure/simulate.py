@@ -32,6 +32,7 @@ from http import HTTPStatus
 from typing import Any
 
 from forewarn.protocol.timefmt import duration_arg
+from forewarn.protocol.wholenumber import whole_number
 
 from ..sim_cli import Scripted, SimulatorCommand
 from ..simulator import (
@@ -522,21 +523,11 @@ def _options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rate-limit",
-        type=_positive_int,
+        type=whole_number(minimum=1),
         default=5,
         metavar="N",
         help="requests per second before 429 (default 5)",
     )
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
 
 
 def _event_fields(args: argparse.Namespace) -> dict[str, Any]:

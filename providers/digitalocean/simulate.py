@@ -18,6 +18,8 @@ import argparse
 import json
 from typing import Any
 
+from forewarn.protocol.wholenumber import whole_number
+
 from ..sim_cli import SimulatorCommand
 from ..simulator import SimError, SimRequest, SimResponse, Simulator
 
@@ -135,15 +137,8 @@ def make_simulator(**options: Any) -> DropletMetadataSimulator:
     return DropletMetadataSimulator(**options)
 
 
-def _droplet_id(text: str) -> int:
-    # argparse's `int` said "invalid int value", and took -5: a droplet id no droplet has.
-    try:
-        droplet_id = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if droplet_id < 1:
-        raise argparse.ArgumentTypeError(f"a droplet id is 1 or more, got {droplet_id}")
-    return droplet_id
+# argparse's `int` said "invalid int value", and took -5: a droplet id no droplet has.
+_droplet_id = whole_number(minimum=1, below="a droplet id is {minimum} or more, got {value}")
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
