@@ -1485,17 +1485,37 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
         if isinstance(clients, list) and clients:
             line += "  acked by " + ", ".join(str(client) for client in clients)
         held = held_for.get(notice["id"]) if isinstance(held_for, dict) else None
-        if isinstance(held, dict) and held:
-            line += "  waiting for " + ", ".join(
-                str(client) if pid is None else f"{client} (pid {pid})"
-                for client, pid in held.items()
-            )
         late = unacked.get(notice["id"]) if isinstance(unacked, dict) else None
-        if isinstance(late, list) and late:
-            line += "  not acked by " + ", ".join(str(client) for client in late)
-            line += " (its deadline passed)"
+        line += _waited_for(held, late)
         lines.append(line)
     return lines
+
+
+def _waited_for(held: object, late: object) -> str:
+    """The clients a notice still waits for, each named once: a held client past the deadline
+    is in both `held_for` and `unacked_past_deadline`, and the line named it twice ("waiting for
+    loop (pid 7)  not acked by loop (its deadline passed)"), as if two jobs were late."""
+    pids = {str(c): pid for c, pid in held.items()} if isinstance(held, dict) else {}
+    overdue = [str(client) for client in late] if isinstance(late, list) else []
+
+    def named(client: str) -> str:
+        pid = pids.get(client)
+        return client if pid is None else f"{client} (pid {pid})"
+
+    def named_late(client: str) -> str:
+        if client not in pids:
+            return client
+        pid = pids[client]
+        return f"{client} (still held)" if pid is None else f"{client} (still held, pid {pid})"
+
+    said = ""
+    waiting = [client for client in pids if client not in overdue]
+    if waiting:
+        said += "  waiting for " + ", ".join(named(client) for client in waiting)
+    if overdue:
+        said += "  not acked by " + ", ".join(named_late(client) for client in overdue)
+        said += " (its deadline passed)"
+    return said
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

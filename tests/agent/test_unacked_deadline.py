@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from forewarn.agent.holders import pid_namespace
 from forewarn.protocol.timefmt import format_time
 from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 from test_metrics import metrics_url, scrape_url, value
@@ -131,3 +133,49 @@ def test_a_client_gone_before_its_ack_is_named_when_the_deadline_passes(tmp_path
         status = run_forewarn("status", env=env)
         (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
         assert "not acked by trainer (its deadline passed)" in shown, shown
+
+
+def test_a_held_client_past_the_deadline_is_named_once(tmp_path: Path) -> None:
+    """A shell job's hold (`forewarn wait --client loop --pid N`) past the deadline is both
+    held and unacked: `status` named it twice on the notice's line, "waiting for loop (pid N)
+    not acked by loop (its deadline passed)", as if two jobs were late."""
+    env = agent_env(tmp_path)
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    with (
+        AgentProcess(tmp_path, args=args, env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
+    ):
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=2)
+        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+        notice_id = agent.control(request)["notice"]["id"]
+        assert trainer.notice()["id"] == notice_id
+        hold = {
+            "op": "hold",
+            "notice_id": notice_id,
+            "client": "loop",
+            "pid": os.getpid(),
+            "pid_namespace": pid_namespace(),
+        }
+        assert agent.control(hold)["held"] is True
+        for client in ("early", "other"):  # held, not past the deadline once acked: not listed
+            assert agent.control({**hold, "client": client, "pid": None})["held"] is True
+        assert agent.control({"op": "ack", "notice_id": notice_id, "client": "early"})["ok"]
+        eventually(
+            lambda: agent.control({"op": "status"})["unacked_past_deadline"],
+            10,
+            "the deadline passed",
+        )
+        status = run_forewarn("status", env=env)
+        assert status.returncode == 0, status.stderr
+        (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
+        assert shown.count("loop") == 1 and shown.count("trainer") == 1, shown
+        assert "waiting for" not in shown and shown.count("early") == 1, shown
+        assert "acked by early  not acked by" in shown, shown
+        assert (
+            f"not acked by loop (still held, pid {os.getpid()}), other (still held), trainer "
+            "(its deadline passed)"
+        ) in shown, shown
+        # The JSON view keeps both fields as the schema has them.
+        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        assert reply["held_for"] == {notice_id: {"loop": os.getpid(), "other": None}}
+        assert reply["unacked_past_deadline"] == {notice_id: ["loop", "other", "trainer"]}
