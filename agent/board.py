@@ -154,6 +154,14 @@ class Entry:
     # jobs whose steps were lost (killed mid-save, crashed), named with the others at the
     # deadline (`NoticeBoard.overdue`). Only by this agent: a restart forgets them.
     gone: set[str] = field(default_factory=set)
+    # Restored after a restart: the clients that had received it before, not acked then
+    # (`received_by`). Only for saying who did not ack by the deadline: a job that died while
+    # the agent was down never reconnects, and its terminate passed its deadline in silence.
+    # They count for no flush (`expected` does): a job that ended in between is among them.
+    received_before: set[str] = field(default_factory=set)
+    # Restored from a state file that did not say which clients had received it (an agent
+    # older than `received_by`): past its deadline, some of them may not have acked.
+    receivers_unknown: bool = False
 
 
 @dataclass
@@ -164,6 +172,8 @@ class Overdue:
     deadline: datetime
     clients: list[str]  # sorted: those that received it (or hold it) and did not ack
     gone: list[str] = field(default_factory=list)  # sorted: of those, the ones that left
+    # Restored from a state file that did not say who had received it before the restart.
+    receivers_unknown: bool = False
 
 
 @dataclass
@@ -617,18 +627,36 @@ class NoticeBoard:
                 continue
             entry.overdue_at = deadline
             missing = self._unacked(entry)
-            if entry.notice.action == "terminate" and missing:
+            told = bool(missing) or (entry.receivers_unknown and not entry.flushed)
+            if entry.notice.action == "terminate" and told:
                 gone = sorted(entry.gone & missing)
-                found.append(Overdue(entry.notice, deadline, sorted(missing), gone))
+                found.append(
+                    Overdue(entry.notice, deadline, sorted(missing), gone, entry.receivers_unknown)
+                )
         return found
 
     @staticmethod
     def _unacked(entry: Entry) -> set[str]:
         """The clients that received `entry` (or hold it) and have not acked it: those still
-        waited for, and those that left first, whose leaving let it count as flushed by the
-        clients left (the job killed mid-save is the one whose steps were lost)."""
+        waited for, those that left first, whose leaving let it count as flushed by the
+        clients left (the job killed mid-save is the one whose steps were lost), and those
+        that had received it before a restart and never came back to ack it."""
         waiting = set() if entry.flushed else entry.expected - entry.acked
-        return waiting | (entry.gone - entry.acked)
+        return waiting | ((entry.gone | entry.received_before) - entry.acked)
+
+    def receivers_unknown_past_deadline(self) -> list[str]:
+        """The active terminates past their deadline, not flushed, restored from a state file
+        that did not say which clients had received them (sorted): some may not have acked."""
+        now = self.now()
+        return sorted(
+            notice_id
+            for notice_id, entry in self.entries.items()
+            if entry.receivers_unknown
+            and entry.notice.action == "terminate"
+            and not entry.flushed
+            and (deadline := self._judged_deadline(entry)) is not None
+            and now >= deadline
+        )
 
     def unacked_past_deadline(self) -> dict[str, list[str]]:
         """The clients that received each active terminate now past its deadline and have
@@ -643,6 +671,16 @@ class NoticeBoard:
             if missing:
                 found[notice_id] = sorted(missing)
         return found
+
+    def received_by(self) -> dict[str, set[str]]:
+        """The clients that received each notice not flushed yet and have not acked it (this
+        run's and those restored), saved so that a restarted agent still names them when its
+        deadline passes: a job that died while the agent was down never reconnects."""
+        return {
+            entry.notice.id: self._unacked(entry)
+            for entry in self.entries.values()
+            if not entry.flushed
+        }
 
     def next_due(self) -> datetime | None:
         """When `due` next has work, if ever."""
@@ -661,13 +699,17 @@ class NoticeBoard:
 
     # Clients and acks.
 
-    def client_joined(self, client: str) -> None:
-        """An acking client subscribed: it receives every active notice by replay."""
+    def client_joined(self, client: str) -> bool:
+        """An acking client subscribed: it receives every active notice by replay. True when
+        a notice not flushed yet has a new receiver (`received_by` changed)."""
         self.clients.add(client)
+        new = False
         for entry in self.entries.values():
             entry.gone.discard(client)  # back: it receives the replay, and may ack yet
             if not entry.flushed:
+                new |= client not in entry.expected and client not in entry.acked
                 entry.expected.add(client)
+        return new
 
     def hold(self, notice_id: str, client: str) -> bool:
         """A job that is no subscriber (a shell job's `forewarn wait --client`) received the
@@ -718,6 +760,7 @@ class NoticeBoard:
         for notice_id, entry in self.entries.items():
             self._went(entry, client)
             entry.expected.discard(client)
+            entry.received_before.discard(client)  # it reconnected, and left as jobs do
             if self._newly_flushed(entry):
                 done.append(notice_id)
         return done
@@ -898,6 +941,7 @@ class NoticeBoard:
         deadline_clock: Mapping[str, float] | None = None,
         reported_clock: Mapping[str, float] | None = None,
         deadline_kind: Mapping[str, str] | None = None,
+        received_by: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -924,7 +968,10 @@ class NoticeBoard:
         reports it again, a restored notice is judged on them (`_judged_deadline`).
         `deadline_kind` says what each provider notice's deadline in `deadline_clock` is
         (`deadline_kinds()`); one not there (a file of an agent before it) is told by its
-        provider: `local`'s is a duration, any other's is kept on the boot clock."""
+        provider: `local`'s is a duration, any other's is kept on the boot clock.
+        `received_by` are the clients that had received each notice not flushed and not
+        acked it (`received_by()`): named when its deadline passes, reconnected or not; None
+        (a file of an agent before it) leaves who they were unknown, which is said instead."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -990,6 +1037,10 @@ class NoticeBoard:
             if expected is not None and entry.acked and set(expected) <= entry.acked:
                 entry.expected = set(expected)
                 entry.flushed = True
+            if not entry.flushed and received_by is None:
+                entry.receivers_unknown = True
+            elif not entry.flushed and received_by is not None:
+                entry.received_before = set(received_by.get(notice.id, ())) - entry.acked
             held = set((held_by or {}).get(notice.id, ())) - entry.acked
             if held and not entry.flushed:
                 entry.held |= held

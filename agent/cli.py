@@ -1479,6 +1479,7 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     acked_by = reply.get("acked_by") or {}
     held_for = reply.get("held_for") or {}  # none from an agent older than holds in status
     unacked = reply.get("unacked_past_deadline") or {}  # none from an older agent
+    unknown = reply.get("past_deadline_receivers_unknown") or []  # none from an older agent
     for notice in reply["active"]:
         line = "active     " + describe(notice, noticed=True)
         clients = acked_by.get(notice["id"]) if isinstance(acked_by, dict) else None
@@ -1487,6 +1488,11 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
         held = held_for.get(notice["id"]) if isinstance(held_for, dict) else None
         late = unacked.get(notice["id"]) if isinstance(unacked, dict) else None
         line += _waited_for(held, late)
+        if isinstance(unknown, list) and notice["id"] in unknown:
+            line += (
+                "  its deadline passed; the clients that received it before the agent "
+                "restarted are not known (its state file was an older agent's)"
+            )
         lines.append(line)
     return lines
 

@@ -423,6 +423,10 @@ class StatusReply(_Message):
     # acked it, those gone before their ack included (sorted, the first 16): the jobs to look
     # at after a lost step.
     unacked_past_deadline: dict[str, list[str]] = Field(default_factory=dict)
+    # The active terminates now past their deadline, not flushed, restored after a restart
+    # from an older agent's state file, which did not say which clients had received them:
+    # some may not have acked (sorted).
+    past_deadline_receivers_unknown: list[str] = Field(default_factory=list)
 
 
 class NotifyReply(_Message):

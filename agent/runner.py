@@ -450,6 +450,7 @@ class Agent:
             if saved_this_boot(state, self.boot_id, self.booted)
             else None,
             deadline_kind=state.deadline_kind,
+            received_by=state.received_by,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -934,13 +935,16 @@ class Agent:
 
     def _client(self, client: str, joined: bool) -> None:
         if joined:
-            self.board.client_joined(client)
+            if self.board.client_joined(client):
+                self._save()  # a restart names it if it never acks (`received_by`)
         else:
             done = self.board.client_left(client)
             for notice_id in done:
                 self._flushed(notice_id)
-            if done:
-                self._save()  # flushed by the clients left: a restart must not undo it
+            if done or self.board.received_by():
+                # Flushed by the clients left: a restart must not undo it; or one fewer
+                # client that received a notice to name at its deadline.
+                self._save()
         self.observers.on_subscribers(len(self.board.clients))
 
     def _flushed(self, notice_id: str) -> None:
@@ -1060,12 +1064,21 @@ class Agent:
             listed = overdue.clients[:ACKED_BY_LISTED]
             more = len(overdue.clients) - len(listed)
             gone = set(overdue.gone)
+            named = ", ".join(f"{c} (gone before its ack)" if c in gone else c for c in listed)
+            named += f" and {more} more" if more else ""
+            if overdue.receivers_unknown:
+                # Restored from an older agent's state file, which kept no receivers: said,
+                # not passed in silence as when no client received it.
+                named = f"{named} and perhaps others" if named else "any client it can name"
+                named += (
+                    " (those that received it before the agent restarted are not known: "
+                    "its state file is an older agent's)"
+                )
             log.warning(
-                "notice %s: its deadline %s passed without an ack from %s%s",
+                "notice %s: its deadline %s passed without an ack from %s",
                 overdue.notice.id,
                 format_time(overdue.deadline),
-                ", ".join(f"{c} (gone before its ack)" if c in gone else c for c in listed),
-                f" and {more} more" if more else "",
+                named,
                 extra={
                     **notice_fields(overdue.notice, "unacked"),
                     "unacked": overdue.clients,
@@ -1204,6 +1217,7 @@ class Agent:
                 notice_id: clients[:ACKED_BY_LISTED]
                 for notice_id, clients in self.board.unacked_past_deadline().items()
             },
+            past_deadline_receivers_unknown=self.board.receivers_unknown_past_deadline(),
         )
 
     def _held_for(self) -> dict[str, dict[str, int | None]]:
@@ -1483,6 +1497,10 @@ class Agent:
                 self.board.deadline_clocks(),
                 self.board.reported_clocks(),
                 self.board.deadline_kinds(),
+                {
+                    notice_id: sorted(clients)
+                    for notice_id, clients in self.board.received_by().items()
+                },
             )
         )
 

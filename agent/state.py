@@ -103,6 +103,11 @@ class AgentState:
     # deadline moved by a skew). A file without it (an agent before it) is read by provider:
     # `local` is a duration, any other is kept on the boot clock.
     deadline_kind: dict[str, str] = field(default_factory=dict)
+    # The clients that had received each notice not flushed yet and not acked it, by id (the
+    # first MAX_EXPECTED_SAVED, sorted): a restarted agent that forgot them let a terminate
+    # whose job died while it was down pass its deadline in silence. None: a file of an agent
+    # before them, which leaves who received its notices unknown.
+    received_by: dict[str, list[str]] | None = None
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -186,6 +191,7 @@ def load_state(path: Path) -> AgentState:
         deadline_clock=_clock_readings(raw.get("deadline_clock", {})),
         reported_clock=_clock_readings(raw.get("reported_clock", {})),
         deadline_kind=_deadline_kinds(raw.get("deadline_kind", {})),
+        received_by=_acked_by(raw["received_by"]) if "received_by" in raw else None,
     )
 
 
@@ -493,6 +499,11 @@ def encode_state(state: AgentState) -> bytes:
         "reported_clock": dict(state.reported_clock),
         "deadline_kind": dict(state.deadline_kind),
     }
+    if state.received_by is not None:
+        payload["received_by"] = {
+            notice_id: sorted(clients)[:MAX_EXPECTED_SAVED]
+            for notice_id, clients in state.received_by.items()
+        }
     return json.dumps(payload, indent=1).encode()
 
 

@@ -179,3 +179,91 @@ def test_a_held_client_past_the_deadline_is_named_once(tmp_path: Path) -> None:
         reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
         assert reply["held_for"] == {notice_id: {"loop": os.getpid(), "other": None}}
         assert reply["unacked_past_deadline"] == {notice_id: ["loop", "other", "trainer"]}
+
+
+def _warned(agent: AgentProcess, notice_id: str) -> re.Match[str]:
+    """The warning line of `notice_id`'s deadline, once the restarted agent logged it."""
+    found: re.Match[str] = eventually(
+        lambda: re.search(
+            rf"^.*notice {re.escape(notice_id)}: .*{WARNING}.*$", agent.output(), re.M
+        ),
+        10,
+        "the warning after the restart",
+    )
+    return found
+
+
+def _terminate_a_job_never_acks(tmp_path: Path, env: dict[str, str]) -> tuple[str, datetime]:
+    """An agent sends a terminate that `saver` acks and `trainer` received; the agent stops
+    before the deadline and `trainer`'s job dies while it is down: the deadline passes."""
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    agent = AgentProcess(tmp_path, args=args, env=env)
+    # Closed after the agent stopped: its job died while the agent was down, and it never
+    # reconnects.
+    with (
+        Subscriber(agent.events, ("notice", "client/trainer")) as trainer,
+        agent,
+        Subscriber(agent.events, ("notice", "client/saver")).ready() as saver,
+    ):
+        trainer.ready()
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=2)
+        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+        notice_id = agent.control(request)["notice"]["id"]
+        assert trainer.notice()["id"] == notice_id and saver.notice()["id"] == notice_id
+        ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+        saved = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+        eventually(
+            lambda: (
+                saved.exists()
+                and ("received_by" not in saved.read_text() or "trainer" in saved.read_text())
+            ),
+            10,
+            "the state saved",
+        )
+        assert agent.stop() == 0
+    eventually(lambda: datetime.now(timezone.utc) > deadline, 10, "the deadline passed, agent down")
+    return notice_id, deadline
+
+
+def test_a_deadline_that_passed_while_the_agent_was_down_names_who_did_not_ack(
+    tmp_path: Path,
+) -> None:
+    """The state file kept the terminate and `saver`'s ack, not that `trainer` had received
+    it: after the restart the deadline was past, no client unacked was known, and the agent
+    said nothing of the job that never saved; `status` showed the notice as if all was well."""
+    env = agent_env(tmp_path)
+    notice_id, deadline = _terminate_a_job_never_acks(tmp_path, env)
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    with AgentProcess(tmp_path, args=args, env=env) as agent:
+        warned = _warned(agent, notice_id)
+        line = warned.group(0)
+        assert "trainer" in line and "saver" not in line and "not known" not in line, line
+        assert format_time(deadline)[:19] in line, line
+        status = run_forewarn("status", env=env)
+        (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
+        assert "acked by saver" in shown and "not acked by trainer" in shown, shown
+        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        assert reply["unacked_past_deadline"] == {notice_id: ["trainer"]}
+        assert reply["past_deadline_receivers_unknown"] == []
+
+
+def test_an_older_agents_state_file_says_the_receivers_are_not_known(tmp_path: Path) -> None:
+    """A state file of an agent before `received_by` does not say who received the notice:
+    past its deadline the agent says that it cannot name them, rather than nothing."""
+    env = agent_env(tmp_path)
+    notice_id, _ = _terminate_a_job_never_acks(tmp_path, env)
+    saved = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+    older = json.loads(saved.read_text())
+    del older["received_by"]
+    saved.write_text(json.dumps(older))
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    with AgentProcess(tmp_path, args=args, env=env) as agent:
+        warned = _warned(agent, notice_id)
+        assert "any client it can name (those that received it before" in warned.group(0)
+        status = run_forewarn("status", env=env)
+        (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
+        assert "acked by saver" in shown and "are not known" in shown, shown
+        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        assert reply["unacked_past_deadline"] == {}
+        assert reply["past_deadline_receivers_unknown"] == [notice_id]
