@@ -537,8 +537,15 @@ def parse_listen_address(text: str) -> tuple[str, int]:
 
 
 # A key whose name says it holds a secret never has its value echoed in an error; a webhook
-# URL may be the secret itself.
-_SECRET = re.compile(r"token|secret|passw|credential|authorization|api_?key|cookie|webhook", re.I)
+# URL may be the secret itself, and a proxy URL holds its password. By the key's own name:
+# matched on the whole path, `webhook` hid every webhook key's value ("webhook.timeout:
+# Input should be greater than 0", without the value written).
+_SECRET = re.compile(r"token(?!_ttl)|secret|passw|credential|authorization|api_?key|cookie", re.I)
+_SECRET_KEYS = frozenset({"webhook.url", "webhook.proxy"})
+
+
+def _secret(key: str) -> bool:
+    return key in _SECRET_KEYS or bool(_SECRET.search(key.rpartition(".")[2]))
 
 
 def _known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -647,9 +654,9 @@ def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
             )
         value = item.get("input")
         shown = ""
-        if not isinstance(value, dict) and not _SECRET.search(key) and repr(value) not in message:
+        if not isinstance(value, dict) and not _secret(key) and repr(value) not in message:
             shown = f" (got {value!r})"
-        if _SECRET.search(key):
+        if _secret(key):
             message = message.split(", got ")[0]
         problems.append(f"config key {key}: {message}{shown}")
     return "; ".join(problems)

@@ -37,13 +37,42 @@ def is_seconds(annotation: Any) -> bool:
     return False
 
 
+class _ShownAsWritten:
+    """A number read from a duration's text, shown as that text: a key out of its bounds
+    said "less than or equal to 1.5 (got 300.0)" of `heartbeat_interval = "5m"`, a value
+    nobody wrote. pydantic keeps a plain number of it in the settings, this only in its
+    errors."""
+
+    written: str
+
+    def __repr__(self) -> str:
+        return repr(self.written)
+
+    __str__ = __repr__
+
+
+class WrittenSeconds(_ShownAsWritten, float):
+    """Seconds, shown as the duration written."""
+
+
+class WrittenWholeSeconds(_ShownAsWritten, int):
+    """Whole seconds (`WholeSeconds`), shown as the duration written."""
+
+
+def shown_as_written(number: float, written: str) -> float:
+    """`number`, shown in an error as `written`."""
+    made = WrittenWholeSeconds(number) if isinstance(number, int) else WrittenSeconds(number)
+    made.written = written
+    return made
+
+
 def seconds(value: Any) -> Any:
     """A duration as people type it (`30s`, `15m`, `2h`) or a number, as seconds. Every
     seconds setting goes through this, so a duration reads the same in TOML, the
     environment and `--set` as in a flag."""
     if isinstance(value, str) and value.strip():
         # parse_duration alone, as for a flag: float() also took `1e3`, `+5`, `1_0`, `nan`.
-        return parse_duration(value)
+        return shown_as_written(parse_duration(value), value)
     return value
 
 
@@ -55,7 +84,7 @@ def whole_seconds(value: Any) -> Any:
         # `1.1m` comes to 66.00000000000001 in binary floating point: whole all the same.
         if whole is None or not math.isclose(converted, whole, rel_tol=1e-9):
             raise ValueError(f"expected a whole number of seconds, got {value!r}")
-        return whole
+        return shown_as_written(whole, value) if isinstance(value, str) else whole
     return converted
 
 
@@ -268,12 +297,15 @@ __all__ = [
     "EndpointSettings",
     "ProviderSettings",
     "WholeSeconds",
+    "WrittenSeconds",
+    "WrittenWholeSeconds",
     "as_seconds",
     "check_url",
     "is_seconds",
     "name_arg",
     "read_value",
     "seconds",
+    "shown_as_written",
     "split_list",
     "whole_seconds",
 ]

@@ -10,7 +10,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from forewarn.protocol.timefmt import duration_or_as_is
-from forewarn.providers.settings import read_value
+from forewarn.providers.settings import read_value, shown_as_written
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
@@ -106,8 +106,12 @@ class WebhookSettings(BaseModel):
     @field_validator("timeout", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
-        # Durations read the same here as on the command line: `5s`, `1m`, or seconds.
-        return duration_or_as_is(value)
+        # Durations read the same here as on the command line: `5s`, `1m`, or seconds;
+        # refused, shown as written (`got '0'`, not `got 0.0`).
+        seconds = duration_or_as_is(value)
+        if isinstance(value, str) and isinstance(seconds, float):
+            return shown_as_written(seconds, value)
+        return seconds
 
     @field_validator("timeout")
     @classmethod
