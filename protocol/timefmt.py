@@ -75,7 +75,8 @@ def parse_time(text: str) -> datetime:
 
 # `.5` and `5.` as well as `0.5`: the configuration once read plain seconds with float(),
 # which takes both, so a flag refused what the same key took in TOML or the environment.
-_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+# ASCII digits only: `\d` took Arabic-Indic and full-width ones, `--timeout ١٢` waiting 12 s.
+_NUMBER = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 _PART = re.compile(r"\s*" + _NUMBER + r"\s*([A-Za-z]*)\s*")
 _UNITS: dict[str, tuple[str, float]] = {
     "ms": ("ms", 0.001),
@@ -124,6 +125,11 @@ _SIGN = re.compile(r"^\s*[-+]")
 _EXPONENT = re.compile(r"[\d.][eE][-+]?\d")
 
 
+def _odd_digits(text: str) -> bool:
+    """Whether `text` has digits other than 0-9 (Arabic-Indic, full-width): no unit reads them."""
+    return any(char.isdecimal() and not char.isascii() for char in text)
+
+
 def _duration_seconds(text: str) -> float:
     if _SIGN.match(text):
         raise ValueError(
@@ -133,6 +139,11 @@ def _duration_seconds(text: str) -> float:
     if _EXPONENT.search(text):
         raise ValueError(
             f"not a duration: {text!r} has an exponent; write the number out, or with a unit "
+            f"({_EXAMPLES})"
+        )
+    if _odd_digits(text):
+        raise ValueError(
+            f"not a duration: {text!r} has digits other than 0-9; write it in the digits 0-9 "
             f"({_EXAMPLES})"
         )
     parts: list[tuple[float, str]] = []
@@ -200,7 +211,7 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
     except TooLargeError:
         raise ValueError(f"{text!r} is past the last time a date can hold") from None
     except ValueError as error:
-        if _SIGN.match(text) or _EXPONENT.search(text):
+        if _SIGN.match(text) or _EXPONENT.search(text) or _odd_digits(text):
             # Said as every duration flag says it: "not an RFC 3339 time or a duration such
             # as 90s" named neither the sign of `+15m` nor the exponent of `1e3`.
             reason = str(error).removeprefix("not a duration: ")

@@ -35,6 +35,9 @@ def test_a_duration_is_finite_seconds_or_a_value_error_naming_it(text: str) -> N
         ("1e400", "not a duration: '1e400' has an exponent; write the number out"),
         ("1.5E3s", "not a duration: '1.5E3s' has an exponent"),
         ("9" * 400, "too large a duration: '999"),
+        # `\d` took them: `status --timeout ١٢` waited 12 s, `exit_margin = "١٢"` was 12 s.
+        ("١٢", "not a duration: '١٢' has digits other than 0-9; write it in the digits 0-9"),
+        ("\uff15m", "not a duration: '\uff15m' has digits other than 0-9"),
     ],
 )
 def test_a_refused_duration_says_which_part_is_wrong(text: str, said: str) -> None:
@@ -54,6 +57,7 @@ def test_a_deadline_too_far_in_digits_is_past_the_last_time_a_date_can_hold() ->
         ("+15m", "'+15m' has a sign"),
         ("1e3", "'1e3' has an exponent"),
         ("2.5E2s", "'2.5E2s' has an exponent"),
+        ("\u0661\u0662m", "'\u0661\u0662m' has digits other than 0-9"),
     ],
 )
 def test_a_refused_deadline_says_which_part_is_wrong_as_a_duration_does(

@@ -128,6 +128,7 @@ CASES = [
     (["watch", "--count", "-3"], {}, "--count: must be 1 or more, got -3"),
     (["watch", "--count", "two"], {}, "--count: not a whole number"),
     (["watch", "--timeout", "5x"], {}, "--timeout: not a duration"),
+    (["watch", "--timeout", "١٢"], {}, "--timeout: not a duration: '١٢' has digits other than"),
     (["wait", "--for", "exit"], {}, "--for: invalid choice 'exit'"),
     (["status", "--events", "tcp://10.0.0.1:5555"], {}, "not a loopback address"),
     (["watch", "--events", "ipc://@"], {}, "watch: --events 'ipc://@': ipc:// needs a path"),
