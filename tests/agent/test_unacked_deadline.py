@@ -20,22 +20,28 @@ from support import AgentProcess, Subscriber, agent_env, eventually, run_forewar
 from test_metrics import metrics_url, scrape_url, value
 
 WARNING = "passed without an ack from"
+# A long grace: the notice stays active past its deadline, for `status` to show it.
+ARGS = ("--exit-margin", "1s", "--set", "notice_grace=60")
+
+
+def _terminate(agent: AgentProcess, seconds: float) -> tuple[str, datetime]:
+    """A terminate due in `seconds`: its id and deadline."""
+    deadline = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+    notice_id: str = agent.control(request)["notice"]["id"]
+    return notice_id, deadline
 
 
 def test_a_terminate_past_its_deadline_names_the_clients_that_did_not_ack(
     tmp_path: Path,
 ) -> None:
     env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
-    # A long grace: the notice stays active past its deadline, for `status` to show it.
-    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
     with (
-        AgentProcess(tmp_path, args=args, env=env) as agent,
+        AgentProcess(tmp_path, args=ARGS, env=env) as agent,
         Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
         Subscriber(agent.events, ("notice", "client/saver")).ready() as saver,
     ):
-        deadline = datetime.now(timezone.utc) + timedelta(seconds=2)
-        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
-        notice_id = agent.control(request)["notice"]["id"]
+        notice_id, deadline = _terminate(agent, 2)
         assert trainer.notice()["id"] == notice_id and saver.notice()["id"] == notice_id
         ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
         assert agent.control(ack)["ok"]
@@ -69,14 +75,11 @@ def test_a_terminate_past_its_deadline_names_the_clients_that_did_not_ack(
 
 def test_a_terminate_every_client_acked_passes_its_deadline_in_silence(tmp_path: Path) -> None:
     env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
-    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
     with (
-        AgentProcess(tmp_path, args=args, env=env) as agent,
+        AgentProcess(tmp_path, args=ARGS, env=env) as agent,
         Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
     ):
-        deadline = datetime.now(timezone.utc) + timedelta(seconds=1)
-        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
-        notice_id = agent.control(request)["notice"]["id"]
+        notice_id, deadline = _terminate(agent, 1)
         assert trainer.notice()["id"] == notice_id
         ack = {"op": "ack", "notice_id": notice_id, "client": "trainer", "flush_seconds": 0.1}
         assert agent.control(ack)["ok"]
@@ -140,14 +143,11 @@ def test_a_held_client_past_the_deadline_is_named_once(tmp_path: Path) -> None:
     held and unacked: `status` named it twice on the notice's line, "waiting for loop (pid N)
     not acked by loop (its deadline passed)", as if two jobs were late."""
     env = agent_env(tmp_path)
-    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
     with (
-        AgentProcess(tmp_path, args=args, env=env) as agent,
+        AgentProcess(tmp_path, args=ARGS, env=env) as agent,
         Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
     ):
-        deadline = datetime.now(timezone.utc) + timedelta(seconds=2)
-        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
-        notice_id = agent.control(request)["notice"]["id"]
+        notice_id, _ = _terminate(agent, 2)
         assert trainer.notice()["id"] == notice_id
         hold = {
             "op": "hold",
@@ -196,8 +196,7 @@ def _warned(agent: AgentProcess, notice_id: str) -> re.Match[str]:
 def _terminate_a_job_never_acks(tmp_path: Path, env: dict[str, str]) -> tuple[str, datetime]:
     """An agent sends a terminate that `saver` acks and `trainer` received; the agent stops
     before the deadline and `trainer`'s job dies while it is down: the deadline passes."""
-    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
-    agent = AgentProcess(tmp_path, args=args, env=env)
+    agent = AgentProcess(tmp_path, args=ARGS, env=env)
     # Closed after the agent stopped: its job died while the agent was down, and it never
     # reconnects.
     with (
@@ -206,9 +205,7 @@ def _terminate_a_job_never_acks(tmp_path: Path, env: dict[str, str]) -> tuple[st
         Subscriber(agent.events, ("notice", "client/saver")).ready() as saver,
     ):
         trainer.ready()
-        deadline = datetime.now(timezone.utc) + timedelta(seconds=2)
-        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
-        notice_id = agent.control(request)["notice"]["id"]
+        notice_id, deadline = _terminate(agent, 2)
         assert trainer.notice()["id"] == notice_id and saver.notice()["id"] == notice_id
         ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
         assert agent.control(ack)["ok"]
@@ -234,8 +231,7 @@ def test_a_deadline_that_passed_while_the_agent_was_down_names_who_did_not_ack(
     said nothing of the job that never saved; `status` showed the notice as if all was well."""
     env = agent_env(tmp_path)
     notice_id, deadline = _terminate_a_job_never_acks(tmp_path, env)
-    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
-    with AgentProcess(tmp_path, args=args, env=env) as agent:
+    with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
         warned = _warned(agent, notice_id)
         line = warned.group(0)
         assert "trainer" in line and "saver" not in line and "not known" not in line, line
@@ -257,8 +253,7 @@ def test_an_older_agents_state_file_says_the_receivers_are_not_known(tmp_path: P
     older = json.loads(saved.read_text())
     del older["received_by"]
     saved.write_text(json.dumps(older))
-    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
-    with AgentProcess(tmp_path, args=args, env=env) as agent:
+    with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
         warned = _warned(agent, notice_id)
         assert "any client it can name (those that received it before" in warned.group(0)
         status = run_forewarn("status", env=env)
