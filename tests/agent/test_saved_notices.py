@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 import pytest
 from forewarn.agent.notifications.pending import PendingFile, decode_pending, encode_pending
-from forewarn.agent.protocol import Notice
+from forewarn.agent.protocol import Notice, client_id_problem
 from forewarn.agent.state import (
+    STATE_VERSION,
     AgentState,
     _clock_readings,
     encode_state,
@@ -157,3 +159,40 @@ def test_a_state_files_reported_deadlines_read_back_as_written(tmp_path: Path) -
     del old["reported_clock"]  # a file of an agent before it
     path.write_text(json.dumps(old))
     assert load_state(path).reported_clock == {}
+
+
+def test_a_state_files_receivers_read_back_as_written(tmp_path: Path) -> None:
+    """The clients that received each notice not flushed: read back, a deadline that passed
+    while the agent was down names them; absent (a file of an agent before them), None, which
+    the agent says it cannot name."""
+    path = tmp_path / "state.json"
+    saved = {"local/manual/1": ["trainer", "eval"]}
+    path.write_bytes(encode_state(AgentState(received_by=saved)))
+    assert load_state(path).received_by == {"local/manual/1": ["eval", "trainer"]}
+    old = json.loads(path.read_text())
+    del old["received_by"]
+    path.write_text(json.dumps(old))
+    assert load_state(path).received_by is None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=8,
+)
+
+
+@given(raw=_JSON)
+def test_a_state_files_receivers_are_taken_only_as_client_ids(raw: object) -> None:
+    """`received_by` as anything may have left it (a hand edit, another version): never an
+    error at the start; only lists of ids an ack could name are taken."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "state.json"
+        path.write_text(json.dumps({"version": STATE_VERSION, "seq": 1, "received_by": raw}))
+        state = load_state(path)
+    assert state.received_by is not None
+    for notice_id, clients in state.received_by.items():
+        assert isinstance(raw, dict) and notice_id in raw
+        assert all(
+            isinstance(client, str) and client_id_problem(client) is None for client in clients
+        )
