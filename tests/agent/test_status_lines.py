@@ -1,0 +1,55 @@
+"""`forewarn status`'s notice lines, read from a reply of any agent (older, newer, or a
+peer that is not one): never a traceback, and each client named once on a notice's line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forewarn.agent.cli import _status_lines, _waited_for
+from hypothesis import given
+from hypothesis import strategies as st
+from support import wire_notice
+
+_ANY = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=6,
+)
+_CLIENTS = st.text("abcde", min_size=1, max_size=2)
+
+
+@given(
+    held=st.dictionaries(_CLIENTS, st.none() | st.integers(1, 2**31 - 1), max_size=4),
+    late=st.lists(_CLIENTS, max_size=4, unique=True),
+)
+def test_each_client_is_named_once(held: dict[str, int | None], late: list[str]) -> None:
+    said = _waited_for(held, late)
+    names = [part for part in said.replace(",", " ").split() if part in {*held, *late}]
+    assert sorted(names) == sorted({*held, *late}), said
+    assert ("waiting for" in said) == bool(set(held) - set(late)), said
+    assert ("not acked by" in said) == bool(late), said
+
+
+@given(held=_ANY, late=_ANY, unknown=_ANY, acked=_ANY)
+def test_any_reply_gives_lines(held: object, late: object, unknown: object, acked: object) -> None:
+    notice = wire_notice()
+    reply: dict[str, Any] = {
+        "agent": {
+            "agent": "a",
+            "version": "0",
+            "pid": 1,
+            "providers": ["local"],
+            "events": "ipc://e",
+            "control": "ipc://c",
+            "started_at": "2026-12-06T00:00:00Z",
+            "seq": 1,
+            "subscribers": 0,
+        },
+        "active": [notice],
+        "held_for": {notice["id"]: held},
+        "unacked_past_deadline": {notice["id"]: late},
+        "past_deadline_receivers_unknown": unknown,
+        "acked_by": acked,
+    }
+    lines = _status_lines(reply)
+    assert any(notice["id"] in line for line in lines)
