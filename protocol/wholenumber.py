@@ -37,9 +37,24 @@ def whole_number(
 
     def parse(text: str) -> int:
         written = text.strip(string.whitespace)
-        if not _WHOLE.fullmatch(written) or len(written) > _MOST_DIGITS:
+        if not _WHOLE.fullmatch(written):
             raise argparse.ArgumentTypeError(
                 not_whole.format(text=_cut(text), minimum=minimum, maximum=maximum) + _hint(written)
+            )
+        if len(written) > _MOST_DIGITS:
+            # Past any bound a flag has, in either direction: said as that bound, the value
+            # cut (`int` of hundreds of digits is slow, and past 4300 a ValueError).
+            refusal = below if written.startswith("-") else above
+            bound = minimum if written.startswith("-") else maximum
+            if bound is None:
+                raise argparse.ArgumentTypeError(
+                    not_whole.format(text=_cut(text), minimum=minimum, maximum=maximum)
+                    + " (too many digits)"
+                )
+            raise argparse.ArgumentTypeError(
+                refusal.format(
+                    text=_cut(text), value=_cut(written), minimum=minimum, maximum=maximum
+                )
             )
         value = int(written)
         if minimum is not None and value < minimum:
@@ -67,6 +82,4 @@ def _hint(written: str) -> str:
         return " (write it without the commas)"
     if re.fullmatch(r"[+-]?[0-9.]+[eE][+-]?[0-9]+|[+-]?[0-9]+\.[0-9]*", written):
         return " (a whole number in digits, such as 1000)"
-    if len(written) > _MOST_DIGITS and re.fullmatch(r"[+-]?[0-9_]+", written):
-        return " (too many digits)"
     return ""
