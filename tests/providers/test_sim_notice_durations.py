@@ -27,7 +27,7 @@ def _from_now(moment: datetime) -> float:
     return (moment - datetime.now(timezone.utc)).total_seconds()
 
 
-@given(st.from_regex(r"\A\d{1,4}(\.\d{1,2})?\s?(ms|s|sec|m|min|h|hours|d)\Z"))
+@given(st.from_regex(r"\A[0-9]{1,4}(\.[0-9]{1,2})?\s?(ms|s|sec|m|min|h|hours|d)\Z"))
 @example("2m")
 @example("1h 30m")
 def test_a_duration_as_text_is_its_seconds(text: str) -> None:
