@@ -19,8 +19,8 @@ removed the file at its own save, while the other user's job still saved, or bef
 had even looked and saved at all.
 
 The directory also holds the deadline of a flag handled with one (`.deadline-...`, see
-flagkept) for the jobs that start before it passes: a dot-file, which no job takes for a place,
-and which keeps the directory after the last job leaves until that deadline is dead.
+protocol.flagkept) for the jobs that start before it passes: a dot-file, which no job takes for
+a place, and which keeps the directory after the last job leaves until that deadline is dead.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .flagkept import KeptDeadlines
+from forewarn.protocol.flagkept import KeptDeadlines
 
 log = logging.getLogger("forewarn.clients")
 

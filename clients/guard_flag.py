@@ -5,8 +5,9 @@ by the guard when no agent with the local provider runs.
 removes it once every job on the node that reads it has saved (see flagjobs); a deadline
 written in it stays in force past the save, and the job saves again and exits within its
 margin of it, as the agent sends such a drain as a terminate. The job whose save removes it
-keeps that deadline beside it (see flagkept), so that a job started before the deadline saves
-and exits by it too, as the agent replays the drain to a client that connects late.
+keeps that deadline beside it (see protocol.flagkept), so that a job started before the
+deadline saves and exits by it too, as the agent replays the drain to a client that connects
+late.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from forewarn.protocol.flagfile import (
     unread_deadline,
     written_anchor,
 )
+from forewarn.protocol.flagkept import KeptDeadline, KeptDeadlines, this_boot
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import runtime_dir
 
 from .flagjobs import DIRECTORY_MODE, FlagJobs, Identity
-from .flagkept import KeptDeadline, KeptDeadlines, this_boot
 from .guard_state import GuardState
 from .proctime import boot_seconds, steady_seconds
 
@@ -86,7 +87,7 @@ class FlagFileRequests(GuardState):
         self._flag_refused: Identity | None = None  # a link or directory there, warned about
         # The flag last taken and its deadline (on the boot clock for a duration), kept past
         # the exit check that clears `_flag_deadline`: the save that removes the file writes
-        # it beside the file for the jobs that start later (see flagkept).
+        # it beside the file for the jobs that start later (see protocol.flagkept).
         self._flag_taken: KeptDeadline | None = None
         # The boot clock at this guard's last look that found no flag file: a file found
         # later was written since (`written_anchor`).

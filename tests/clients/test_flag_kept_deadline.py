@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from flag_guard import looked, save_for_flag
-from forewarn.clients import CheckpointGuard, flagkept
-from forewarn.clients.flagkept import KeptDeadline, KeptDeadlines, parse_record, record_name
+from forewarn.clients import CheckpointGuard
+from forewarn.protocol import flagkept
+from forewarn.protocol.flagkept import KeptDeadline, KeptDeadlines, parse_record, record_name
 from forewarn.protocol.timefmt import format_time, utcnow
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,5 +1,6 @@
 """A handled flag file's deadline, kept beside it for the jobs that start later (no agent with
-the local provider runs).
+the local provider runs). In protocol, below the clients and the providers, so that the
+agent's local provider can read it too.
 
 The last job to save for a flag file with a deadline removes the file (a script waits for it
 to go) and writes the deadline to `<flag>.jobs/.deadline-<mtime_ns>-<dev>-<ino>`. A job that
@@ -24,13 +25,12 @@ import contextlib
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from forewarn.protocol.timefmt import format_time, parse_time, utcnow
-
-from .proctime import boot_seconds
+from .timefmt import format_time, parse_time, utcnow
 
 log = logging.getLogger("forewarn.clients")
 
@@ -46,6 +46,14 @@ GRACE_SECONDS = 300.0
 BOOT_TIME_SLACK = 10.0
 MAX_RECORD_BYTES = 4096
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_seconds() -> float | None:
+    """The kernel's boot clock (CLOCK_BOOTTIME), None where there is none (not Linux)."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return None
 
 
 @dataclass(frozen=True)
