@@ -25,6 +25,7 @@ from forewarn.protocol.flagfile import (
     flag_deadline,
     flag_deadline_is_duration,
     flag_written,
+    past_when_read,
     read_flag,
     unread_deadline,
     written_anchor,
@@ -299,6 +300,16 @@ class FlagFileRequests(GuardState):
                 jobs.join()  # a directory made since the guard was
             if deadline is not None and is_duration:
                 deadline = self._anchored(deadline, mtime_ns)
+            stale = None if deadline is None else past_when_read(deadline, utcnow())
+            if stale is not None:
+                # As the agent reads it: a flag file left over, whose deadline every job
+                # started since took for a terminate due at once, exiting at its first step.
+                log.warning(
+                    "forewarn: flag file %s: its first line %s; the save has no deadline",
+                    flag,
+                    stale,
+                )
+                deadline = None
             if deadline is not None:
                 log.info("forewarn: flag file %s: deadline %s", flag, deadline.isoformat())
             boot_id, booted = this_boot()

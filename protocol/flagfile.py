@@ -27,6 +27,12 @@ FLAG_CLOCK_SLACK = 2.0
 # too. The agent's notice grace (`DEFAULT_GRACE`): a time a little past (`date` read before a
 # slow write) still stands, due now.
 PAST_AT_WRITING_SECONDS = 300.0
+# A deadline this many seconds past when the file is read (the agent's notice grace, past which
+# it retires a notice) is no deadline either: a flag file left over (written with a right time,
+# then the machine ran on for days on a runtime directory that is no tmpfs) read as a
+# terminate due at once, and every job started on the node exited at its first step. Its
+# drain stands without one: a checkpoint, and training goes on.
+PAST_AT_READING_SECONDS = 300.0
 # Said by the agent's log and `status` and by a guard that takes the flag itself: what is
 # there is refused, and what to do instead.
 NOT_REGULAR = (
@@ -82,33 +88,50 @@ def flag_written(mtime_ns: int) -> datetime:
     return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
 
 
-def line_deadline(line: str, written: datetime) -> datetime:
+def line_deadline(line: str, written: datetime, read: datetime | None = None) -> datetime:
     """The deadline a flag file's first line holds (RFC 3339, or a duration counted from
-    `written`); ValueError naming why it is none: not a deadline (`parse_deadline`), or a time
-    past by more than PAST_AT_WRITING_SECONDS when the file was written."""
+    `written`); ValueError naming why it is none: not a deadline (`parse_deadline`), a time
+    past by more than PAST_AT_WRITING_SECONDS when the file was written, or, read at `read`,
+    one past by more than PAST_AT_READING_SECONDS then."""
     deadline = parse_deadline(line, now=written)
     if (written - deadline).total_seconds() > PAST_AT_WRITING_SECONDS:
         raise ValueError(
             f"{line.strip()!r} was past already when the file was written "
             f"({format_time(written)}): a wrong year, or a local time written as UTC?"
         )
+    stale = None if read is None else past_when_read(deadline, read)
+    if stale is not None:
+        raise ValueError(f"{line.strip()!r} {stale}")
     return deadline
+
+
+def past_when_read(deadline: datetime, read: datetime) -> str | None:
+    """Why `deadline`, read at `read`, is no deadline (more than PAST_AT_READING_SECONDS past:
+    a flag file left over), None when it stands."""
+    if (read - deadline).total_seconds() <= PAST_AT_READING_SECONDS:
+        return None
+    return (
+        f"names the deadline {format_time(deadline)}, more than "
+        f"{PAST_AT_READING_SECONDS:g} s past when the file was read ({format_time(read)}): "
+        "a flag file left over?"
+    )
 
 
 # How much of a first line that is no deadline a warning shows.
 SHOWN_CHARS = 200
 
 
-def unread_deadline(content: str, created: datetime) -> str | None:
-    """Why the first line of a flag file's content is no deadline, None when it is one or
-    the content is blank. The line is shown escaped and cut at SHOWN_CHARS."""
+def unread_deadline(content: str, created: datetime, read: datetime | None = None) -> str | None:
+    """Why the first line of a flag file's content is no deadline (read at `read`, see
+    `line_deadline`), None when it is one or the content is blank. The line is shown escaped
+    and cut at SHOWN_CHARS."""
     text = content.strip()
     if not text:
         return None
     line = text.splitlines()[0]
     shown = line[:SHOWN_CHARS]
     try:
-        line_deadline(shown, created)
+        line_deadline(shown, created, read)
     except (ValueError, OverflowError) as error:
         if len(line) > SHOWN_CHARS:
             return f"{shown!r}... ({len(line)} characters) is not a deadline"
@@ -168,6 +191,7 @@ def written_anchor(
 __all__ = [
     "FLAG_CLOCK_SLACK",
     "MAX_FLAG_BYTES",
+    "PAST_AT_READING_SECONDS",
     "PAST_AT_WRITING_SECONDS",
     "SHOWN_CHARS",
     "FlagError",
@@ -175,6 +199,7 @@ __all__ = [
     "flag_deadline_is_duration",
     "flag_written",
     "line_deadline",
+    "past_when_read",
     "read_flag",
     "unread_deadline",
     "written_anchor",

@@ -47,16 +47,23 @@ FLAG_NAME = "checkpoint-now"
 WARNED_KEPT = 64
 
 
-def flag_report(path: Path, content: str, mtime_ns: int, written: datetime | None = None) -> Report:
+def flag_report(
+    path: Path,
+    content: str,
+    mtime_ns: int,
+    written: datetime | None = None,
+    read: datetime | None = None,
+) -> Report:
     """The drain a flag file stands for. Its content may hold a deadline (RFC 3339, or a
     duration such as `15m` counted from when the file was written, not from when it is read:
-    `written`, else its mtime; see `written_anchor`); anything else is kept as a note (the
-    watcher warns about it: `unread_deadline`)."""
+    `written`, else its mtime; see `written_anchor`; none when, read at `read`, it is long
+    past: `line_deadline`); anything else is kept as a note (the watcher warns about it:
+    `unread_deadline`)."""
     text = content.strip()
     # When someone raised the notice: as `notice_time` it lets the metrics measure how long
     # the agent took to see it.
     created = written or flag_written(mtime_ns)
-    deadline = _deadline(text, created)
+    deadline = _deadline(text, created, read)
     detail: dict[str, object] = {"path": str(path), "notice_time": format_time(created)}
     if text:
         detail["content"] = text[:500]
@@ -78,13 +85,13 @@ def flag_report(path: Path, content: str, mtime_ns: int, written: datetime | Non
     )
 
 
-def _deadline(text: str, written: datetime) -> datetime | None:
+def _deadline(text: str, written: datetime, read: datetime | None) -> datetime | None:
     """The deadline the first line of `text` holds (a duration counts from `written`), or
     None (blank, or anything else: kept as a note)."""
     if not text:
         return None
     try:
-        return line_deadline(text.splitlines()[0], written)
+        return line_deadline(text.splitlines()[0], written, read)
     except (ValueError, OverflowError):
         return None
 
@@ -167,9 +174,10 @@ class LocalWatcher:
                 # Written again: a new request replaces the one in force, which nothing would
                 # clear later (a flush, a retirement and the file's removal name the new id).
                 emit(self.current.model_copy(update={"action": "clear"}))
-            self.current = flag_report(
-                self.flag_file, content or "", mtime_ns, self._written(mtime_ns)
-            )
+            # Read now: a deadline long past (a flag file left over) is none, as a guard
+            # reads it, and every job connected would have exited at its first step.
+            written = self._written(mtime_ns)
+            self.current = flag_report(self.flag_file, content or "", mtime_ns, written, utcnow())
             self._deadline_at = _on_boot_clock(self.current)
             self._kept = self._report_again = False
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
@@ -181,7 +189,7 @@ class LocalWatcher:
                     self.flag_file,
                 )
             elif self.current.deadline is None:
-                self._warn_unread(content, mtime_ns)
+                self._warn_unread(content, written)
             emit(self.current)
         self.context.health.success()
 
@@ -199,11 +207,11 @@ class LocalWatcher:
             )
         return anchor
 
-    def _warn_unread(self, content: str, mtime_ns: int) -> None:
+    def _warn_unread(self, content: str, written: datetime) -> None:
         # Someone who wrote `terminate 10m` or `06:00` meant a deadline: the drain raised
         # without one must not pass in silence. Once per distinct text, as a file touched
         # again keeps its content.
-        why = unread_deadline(content, flag_written(mtime_ns))
+        why = unread_deadline(content, written, utcnow())
         if why is None:
             return
         key = content.strip().splitlines()[0][:SHOWN_CHARS]

@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from forewarn.clients import CheckpointGuard
 from forewarn.clients.guard_flag import _read_flag
-from forewarn.protocol.flagfile import PAST_AT_WRITING_SECONDS, flag_deadline
+from forewarn.clients.proctime import boot_seconds
+from forewarn.protocol.flagfile import (
+    PAST_AT_READING_SECONDS,
+    PAST_AT_WRITING_SECONDS,
+    flag_deadline,
+    past_when_read,
+)
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.local.watch import flag_report, unread_deadline
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, eventually, examples
+from support import AgentProcess, agent_env, eventually, examples
 
 pytestmark = pytest.mark.usefixtures("forked_agents")
 
@@ -61,6 +68,28 @@ def test_a_time_stands_unless_it_was_past_by_more_than_the_grace_at_writing(
     assert (report.deadline is None) is not stands
     assert (unread_deadline(text, WRITTEN) is None) is stands
     assert (flag_deadline(text, mtime_ns(WRITTEN)) is not None) is stands
+
+
+@settings(max_examples=examples(150))
+@given(
+    st.floats(min_value=-3e8, max_value=3e8, allow_nan=False),
+    st.floats(min_value=0, max_value=3e8, allow_nan=False),
+)
+def test_a_time_read_more_than_the_grace_after_it_is_no_deadline(
+    offset: float, later: float
+) -> None:
+    """A flag file left over, read long after its deadline (a runtime directory that is no
+    tmpfs): no deadline, whatever it was when the file was written."""
+    moment = WRITTEN + timedelta(seconds=round(offset))
+    read = WRITTEN + timedelta(seconds=round(later))
+    text = format_time(moment)
+    report = flag_report(Path("/tmp/flag"), text, mtime_ns(WRITTEN), read=read)
+    stands = (moment - WRITTEN).total_seconds() >= -PAST_AT_WRITING_SECONDS and (
+        read - moment
+    ).total_seconds() <= PAST_AT_READING_SECONDS
+    assert (report.deadline == moment) is stands
+    assert (unread_deadline(text, WRITTEN, read) is None) is stands
+    assert (past_when_read(moment, read) is None) is ((read - moment).total_seconds() <= 300)
 
 
 def test_the_guard_reads_it_as_no_deadline_too(tmp_path: Path) -> None:
@@ -108,3 +137,48 @@ def test_a_job_with_no_agent_saves_for_it_goes_on_and_says_why(
         assert guard.exit_code == 0
     finally:
         guard.close()
+
+
+# A flag file left over: written this long ago (after this machine booted: one older is read as
+# written before a step of the clock), its deadline this long past, more than the grace.
+WRITTEN_AGO = 900.0
+PAST_BY = 600.0
+
+
+def test_a_leftover_flag_long_past_its_deadline_stops_no_job_of_the_agent(
+    tmp_path: Path,
+) -> None:
+    """Written with a right time 15 minutes ago (a runtime directory that is no tmpfs; days
+    past as well), its deadline 10 minutes past: the agent sent a terminate due at once, and
+    every job connected exited at its first step. The drain stands without a deadline, and
+    the log names the file and the time."""
+    if (boot_seconds() or 0.0) < WRITTEN_AGO + 60:
+        pytest.skip("this machine booted too recently to hold a flag written before")
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    past = format_time(utcnow() - timedelta(seconds=PAST_BY))
+    flag.write_text(past + "\n")
+    written = time.time() - WRITTEN_AGO
+    os.utime(flag, (written, written))
+    agent = AgentProcess(tmp_path, env=env)
+    with agent, agent.subscriber() as sub:
+        drain = sub.notice(timeout=5)
+        assert (drain["action"], drain["deadline"]) == ("drain", None), drain
+        job = CheckpointGuard(
+            events=agent.events,
+            control=agent.control_endpoint,
+            flag_file=flag,
+            handle_signals=False,
+            exit_margin=5.0,
+        )
+        try:
+            eventually(lambda: job.due(1), timeout=5, what="the job's save for the drain")
+            assert not job.saved(1, 0.01).exit
+            assert not any(job.due(step) for step in range(2, 20))
+            assert not job.should_exit
+        finally:
+            job.close()
+        eventually(lambda: not flag.exists(), timeout=5, what="the flag removed at the flush")
+        warning = "more than 300 s past when the file was read"
+        eventually(lambda: warning in agent.output(), timeout=5, what="the warning")
+        assert str(flag) in agent.output() and past in agent.output()

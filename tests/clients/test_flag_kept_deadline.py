@@ -6,7 +6,9 @@ boot."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -25,6 +27,12 @@ def job(flag: Path, margin: float = 1.0) -> CheckpointGuard:
     return CheckpointGuard(
         notices=False, handle_signals=False, flag_file=flag, agree=False, exit_margin=margin
     )
+
+
+# A flag file left over: written this long ago (after this machine booted: one older is read
+# as written before a step of the clock), its deadline this long past, more than the grace.
+WRITTEN_AGO = 900.0
+PAST_BY = 600.0
 
 
 def records(flag: Path) -> list[str]:
@@ -158,6 +166,37 @@ def test_a_stale_kept_deadline_neither_saves_nor_exits_a_new_job(
         looked(guard)
         assert not guard.due(1) and not guard.should_exit
         assert records(flag) == []
+    finally:
+        guard.close()
+
+
+def test_a_leftover_flag_long_past_its_deadline_neither_exits_a_job_nor_is_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Written with a right time 15 minutes ago, its deadline 10 minutes past (a runtime
+    directory that is no tmpfs; days past as well): a job started now took it for a terminate
+    due at once and exited at its first step, as every job after it did. It saves once for the
+    request and trains on, and the log names the file and the time."""
+    flag = tmp_path / "checkpoint-now"
+    past = format_time(utcnow() - timedelta(seconds=PAST_BY))
+    flag.write_text(past + "\n")
+    if (flagkept.boot_seconds() or 0.0) < WRITTEN_AGO + 60:
+        pytest.skip("this machine booted too recently to hold a flag written before")
+    written = time.time() - WRITTEN_AGO
+    os.utime(flag, (written, written))
+    guard = job(flag, margin=5.0)
+    try:
+        with caplog.at_level(logging.WARNING):
+            eventually(lambda: guard.due(1), timeout=5, what="the flag's save")
+            result = guard.saved(1, 0.01)
+            assert result.reasons == ("flag",) and not result.exit
+            assert not any(guard.due(step) for step in range(2, 20))
+        assert not guard.should_exit and guard.exit_code == 0
+        assert not flag.exists() and records(flag) == []
+        warned = [r.getMessage() for r in caplog.records if str(flag) in r.getMessage()]
+        assert any(
+            past in m and "more than 300 s past when the file was read" in m for m in warned
+        ), warned
     finally:
         guard.close()
 
