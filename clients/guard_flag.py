@@ -327,6 +327,7 @@ class FlagFileRequests(GuardState):
                     self._flag_deadline_at if boot_seconds() is not None else None,
                     boot_id,
                     booted,
+                    deadline is not None and is_duration,
                 )
                 self._flag_found = found
                 self._flag_open = found if deadline is not None else None

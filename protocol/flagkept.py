@@ -14,9 +14,11 @@ directory, each removing only its own): the newest flag's stands. A flag without
 handled later withdraws an older one's, as the agent clears that drain when the file is
 written again: its record is removed, or, where another user's cannot be, a record with no
 deadline says so. A record is dead once its deadline is a grace past (the agent's: a client
-that connects within it still gets the terminate), or when it was written in an earlier boot
-of the machine (a runtime directory that outlived a reboot: the machine it was for has gone);
-a dead one is removed where it can be, and makes no job save or exit.
+that connects within it still gets the terminate), or, for one written as a duration (`5m`),
+when it was written in an earlier boot of the machine (a runtime directory that outlived a
+reboot: the boot clock it was counted on has gone). An RFC 3339 time written by the user
+still names a real moment after a reboot: it stands until it is a grace past. A dead record
+is removed where it can be, and makes no job save or exit.
 """
 
 from __future__ import annotations
@@ -61,13 +63,15 @@ class KeptDeadline:
     """One record: the flag it was handled for and its deadline (None: a flag without one,
     handled later, withdrew the older ones'). `boot_deadline`: the deadline on the boot clock
     (CLOCK_BOOTTIME), for one written as a duration, which a step of the wall clock does not
-    move; `boot_id` and `booted` tell the boot it was written in."""
+    move; `boot_id` and `booted` tell the boot it was written in; `duration`: written as a
+    duration (`5m`), which holds in that boot only."""
 
     flag: Identity
     deadline: datetime | None
     boot_deadline: float | None = None
     boot_id: str | None = None
     booted: datetime | None = None
+    duration: bool = False
 
     def to_text(self) -> str:
         return json.dumps(
@@ -77,6 +81,7 @@ class KeptDeadline:
                 "boot_deadline": self.boot_deadline,
                 "boot_id": self.boot_id,
                 "booted": format_time(self.booted) if self.booted else None,
+                "duration": self.duration,
             }
         )
 
@@ -113,12 +118,17 @@ def parse_record(text: str) -> KeptDeadline | None:
         type(boot_deadline) not in (int, float) or not -1e15 < boot_deadline < 1e15
     ):
         return None
+    # Written before the field was: only a duration was kept on the boot clock.
+    duration = payload.get("duration", boot_deadline is not None)
+    if type(duration) is not bool:
+        return None
     return KeptDeadline(
         (flag[0], flag[1], flag[2]),
         deadline,
         None if boot_deadline is None else float(boot_deadline),
         boot_id,
         booted,
+        duration,
     )
 
 
@@ -163,11 +173,15 @@ def seconds_left(
     up: float | None,
 ) -> float | None:
     """Seconds until the record's deadline (negative: past), None when it is dead: no
-    deadline, an earlier boot's, or more than the grace past. A deadline written as a duration
-    is counted on the boot clock, in the boot that wrote it."""
-    if record.deadline is None or not same_boot(record, boot):
+    deadline, a duration written in an earlier boot, or more than the grace past. A deadline
+    written as a duration is counted on the boot clock, in the boot that wrote it; one written
+    as a time names a moment, this boot's or not."""
+    if record.deadline is None:
         return None
-    if record.boot_deadline is not None and up is not None:
+    this = same_boot(record, boot)
+    if not this and record.duration:
+        return None  # counted on a boot clock that has gone
+    if this and record.boot_deadline is not None and up is not None:
         left = record.boot_deadline - up
     else:
         left = (record.deadline - now).total_seconds()

@@ -145,9 +145,9 @@ def test_a_newer_flag_without_a_deadline_outdoes_an_older_record_left_there(
 def test_a_stale_kept_deadline_neither_saves_nor_exits_a_new_job(
     tmp_path: Path, stale: str
 ) -> None:
-    """A record left over (its deadline more than the agent's grace past, or written in an
-    earlier boot: a runtime directory that outlived a reboot) made a new job save and exit at
-    once. It is dead: the job trains on, and it is removed."""
+    """A record left over (its deadline more than the agent's grace past, or a duration written
+    in an earlier boot: a runtime directory that outlived a reboot) made a new job save and
+    exit at once. It is dead: the job trains on, and it is removed."""
     flag = tmp_path / "checkpoint-now"
     directory = flag.with_name(flag.name + ".jobs")
     directory.mkdir()
@@ -156,10 +156,12 @@ def test_a_stale_kept_deadline_neither_saves_nor_exits_a_new_job(
         deadline = utcnow() - timedelta(seconds=flagkept.GRACE_SECONDS + 60)
         record = KeptDeadline((1, 2, 3), deadline, None, boot_id, booted)
     else:
-        # Still ahead by the wall clock, but the boot it was for has ended.
+        # A duration (`30m`), still ahead by the wall clock, counted on the boot clock of a
+        # boot that has ended.
         deadline = utcnow() + timedelta(minutes=30)
         earlier = None if booted is None else booted - timedelta(days=1)
-        record = KeptDeadline((1, 2, 3), deadline, None, "0" * 32 if boot_id else None, earlier)
+        other = "0" * 32 if boot_id else None
+        record = KeptDeadline((1, 2, 3), deadline, 1234.0, other, earlier, True)
     (directory / record_name(record.flag)).write_text(record.to_text())
     guard = job(flag)
     try:
@@ -168,6 +170,35 @@ def test_a_stale_kept_deadline_neither_saves_nor_exits_a_new_job(
         assert records(flag) == []
     finally:
         guard.close()
+
+
+def test_a_time_kept_in_an_earlier_boot_still_stands_for_a_new_job(tmp_path: Path) -> None:
+    """An RFC 3339 time the user wrote names a real moment after a reboot, as the agent reads
+    it: dropped, a job started after the reboot trained on past the deadline it named."""
+    flag = tmp_path / "checkpoint-now"
+    directory = flag.with_name(flag.name + ".jobs")
+    directory.mkdir()
+    boot_id, booted = flagkept.this_boot()
+    deadline = utcnow().replace(microsecond=0) + timedelta(minutes=30)
+    earlier = None if booted is None else booted - timedelta(days=1)
+    other = "0" * 32 if boot_id else None
+    record = KeptDeadline((1, 2, 3), deadline, None, other, earlier, False)
+    (directory / record_name(record.flag)).write_text(record.to_text())
+    guard = job(flag)
+    try:
+        eventually(lambda: guard.due(1), timeout=5, what="the save for the kept deadline")
+        assert not guard.saved(1, 0.01).exit
+        assert guard._flag_deadline == deadline
+        assert records(flag) == [record_name(record.flag)]
+    finally:
+        guard.close()
+
+
+def test_a_record_of_an_older_version_is_a_duration_when_kept_on_the_boot_clock() -> None:
+    text = json.dumps({"flag": [1, 2, 3], "deadline": "2026-12-06T03:00:00Z"})
+    assert (record := parse_record(text)) is not None and not record.duration
+    text = json.dumps({"flag": [1, 2, 3], "deadline": "2026-12-06T03:00:00Z", "boot_deadline": 9})
+    assert (record := parse_record(text)) is not None and record.duration
 
 
 def test_a_leftover_flag_long_past_its_deadline_neither_exits_a_job_nor_is_kept(
@@ -231,6 +262,7 @@ _FIELDS = st.fixed_dictionaries(
         "boot_deadline": _VALUES,
         "boot_id": _VALUES,
         "booted": st.one_of(_VALUES, st.just("2026-12-06T01:00:00+01:00")),
+        "duration": st.one_of(_VALUES, st.booleans()),
     },
 )
 
@@ -251,13 +283,19 @@ def test_a_record_reads_as_one_or_as_none_never_an_error(text: str) -> None:
     st.one_of(st.none(), st.datetimes(timezones=st.just(timezone.utc))),
     st.one_of(st.none(), st.floats(-1e9, 1e9)),
     st.one_of(st.none(), st.text(max_size=36)),
+    st.booleans(),
 )
 def test_a_record_written_reads_back_the_same(
-    flag: tuple[int, int, int], deadline: datetime | None, at: float | None, boot: str | None
+    flag: tuple[int, int, int],
+    deadline: datetime | None,
+    at: float | None,
+    boot: str | None,
+    duration: bool,
 ) -> None:
-    record = KeptDeadline(flag, deadline, at, boot, deadline)
+    record = KeptDeadline(flag, deadline, at, boot, deadline, duration)
     back = parse_record(record.to_text())
     assert back is not None and back.flag == flag and back.boot_id == boot
+    assert back.duration is duration
     assert back.boot_deadline == at
     if deadline is not None:
         assert back.deadline is not None
