@@ -32,15 +32,15 @@ import os
 import secrets
 from pathlib import Path
 
-from forewarn.protocol.flagkept import KeptDeadlines
+from forewarn.protocol.flagkept import DIRECTORY_MODE, KeptDeadlines
 
 log = logging.getLogger("forewarn.clients")
 
 # A flag file's identity, as `guard_flag._identity` reads it: (device, inode, mtime_ns).
 Identity = tuple[int, int, int]
 
-# Sticky and open to every user, as /tmp; a place says only which flag its job saved for.
-DIRECTORY_MODE = 0o1777
+# Sticky and open to every user, as /tmp (DIRECTORY_MODE); a place says only which flag its job
+# saved for.
 PLACE_MODE = 0o644
 
 

@@ -12,9 +12,7 @@ late.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +32,7 @@ from forewarn.protocol.flagkept import KeptDeadline, KeptDeadlines, this_boot
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import runtime_dir
 
-from .flagjobs import DIRECTORY_MODE, FlagJobs, Identity
+from .flagjobs import FlagJobs, Identity
 from .guard_state import GuardState
 from .proctime import boot_seconds, steady_seconds
 
@@ -147,10 +145,7 @@ class FlagFileRequests(GuardState):
         if taken.deadline is None:
             kept.keep(taken)  # written only where an older deadline must be withdrawn
             return
-        if not jobs.directory.is_dir():
-            with contextlib.suppress(OSError):
-                jobs.directory.mkdir(mode=0o700)
-                os.chmod(jobs.directory, DIRECTORY_MODE)
+        kept.make_directory()
         kept.keep(taken)
 
     def _flag_done(self, identity: Identity | None) -> None:

@@ -1,6 +1,6 @@
-"""A handled flag file's deadline, kept beside it for the jobs that start later (no agent with
-the local provider runs). In protocol, below the clients and the providers, so that the
-agent's local provider can read it too.
+"""A handled flag file's deadline, kept beside it for the jobs that start later and for an
+agent with the local provider that starts later: written and read by the jobs' guards when no
+agent runs (`clients.guard_flag`) and by the agent's local watcher (`providers.local.watch`).
 
 The last job to save for a flag file with a deadline removes the file (a script waits for it
 to go) and writes the deadline to `<flag>.jobs/.deadline-<mtime_ns>-<dev>-<ino>`. A job that
@@ -40,6 +40,9 @@ log = logging.getLogger("forewarn.clients")
 Identity = tuple[int, int, int]
 
 PREFIX = ".deadline-"
+# The jobs' directory (`<flag>.jobs`): sticky and open to every user, as /tmp; each removes
+# only its own places and records.
+DIRECTORY_MODE = 0o1777
 # How long past its deadline a kept drain still reaches a job that starts: the agent's grace
 # (forewarn.agent.board.DEFAULT_GRACE) before it retires a notice past its deadline.
 GRACE_SECONDS = 300.0
@@ -191,8 +194,9 @@ def seconds_left(
 class KeptDeadlines:
     """The records in the jobs' directory `directory` (`<flag>.jobs`)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, logger: logging.Logger = log) -> None:
         self.directory = directory
+        self.log = logger  # the reader's: a job's guard, or the agent's local watcher
 
     def _records(self) -> list[tuple[str, KeptDeadline | None]]:
         """(name, record) for every record there, oldest flag first (None: unreadable)."""
@@ -258,12 +262,28 @@ class KeptDeadlines:
         except OSError as error:
             with contextlib.suppress(OSError):
                 temporary.unlink()
-            log.warning(
-                "forewarn: cannot keep the flag file's deadline in %s (%s): a job started "
-                "before it passes will not know of it",
+            self.log.warning(
+                "forewarn: cannot keep the flag file's deadline in %s (%s): a job or an agent "
+                "started before it passes will not know of it",
                 self.directory,
                 error.strerror or error,
             )
+
+    def make_directory(self) -> None:
+        """Make the jobs' directory where there is none yet (a record needs it)."""
+        if self.directory.is_dir():
+            return
+        with contextlib.suppress(OSError):
+            self.directory.mkdir(mode=0o700)
+            # Open to the other users' jobs (the umask would take the bits from mkdir's mode).
+            os.chmod(self.directory, DIRECTORY_MODE)
+
+    def withdraw(self, mtime_ns: int) -> None:
+        """Remove the records of the flag written at `mtime_ns` (its drain ended)."""
+        prefix = f"{PREFIX}{mtime_ns}-"
+        for name, _ in self._records():
+            if name.startswith(prefix):
+                self._remove(name)
 
     def prune(self) -> None:
         """Remove the records that no longer say anything (see `in_force`)."""
@@ -280,6 +300,7 @@ class KeptDeadlines:
 
 
 __all__ = [
+    "DIRECTORY_MODE",
     "GRACE_SECONDS",
     "KeptDeadline",
     "KeptDeadlines",

@@ -8,6 +8,13 @@ deadline (sent as terminate within the exit margin, as any drain with a deadline
 again (a new mtime), it is a new request: the earlier notice is cleared and a new
 one raised. Removed by hand, it clears its notice. Manual notices from the control socket are
 the agent's own (`forewarn notify`).
+
+The deadline of a flag handled with one is also kept beside the file
+(`checkpoint-now.jobs/.deadline-...`, see protocol.flagkept), where the jobs' guards keep it
+when no agent runs: an agent that starts later finds it there and raises the drain again (a
+job connected to it heard nothing: its guard leaves the flag to the agent), and a job started
+after this agent stops finds it too. The record goes once dead (the drain retired), and a new
+flag file withdraws it, as it clears the drain.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,6 +37,14 @@ from forewarn.protocol.flagfile import (
     read_flag,
     unread_deadline,
     written_anchor,
+)
+from forewarn.protocol.flagkept import (
+    Identity,
+    KeptDeadline,
+    KeptDeadlines,
+    record_name,
+    same_boot,
+    this_boot,
 )
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.report import Report
@@ -126,6 +141,13 @@ class LocalWatcher:
         # since (`written_anchor`).
         self._empty_at: float | None = None
         self._warned: dict[str, None] = {}  # first lines already warned about, oldest first
+        # The deadlines of flags handled, kept beside the file for the jobs' guards and for an
+        # agent started later (see protocol.flagkept); whether this watcher has read them (at
+        # its first look that finds no file: a file there is the request in force); and the
+        # identity of the flag `current` stands for, which names its record.
+        self.kept = KeptDeadlines(flag_file.with_name(flag_file.name + ".jobs"), log)
+        self._kept_read = False
+        self._flag: Identity | None = None
 
     async def detect(self) -> bool:
         return True
@@ -158,6 +180,10 @@ class LocalWatcher:
             return
         if found is None:
             self._empty_at = since_boot()
+            if not self._kept_read:
+                self._kept_read = True
+                if self.current is None:
+                    await self._take_kept(emit)
             if self.current is not None and self._report_again:
                 # Reported again, or the agent withdraws it once this watcher has answered.
                 self._report_again = False
@@ -169,11 +195,15 @@ class LocalWatcher:
             self.context.health.success()
             return
         mtime_ns, content = found
+        self._kept_read = True  # the file there is the request in force
         if self.current is None or self.current.id != f"local/flag/{mtime_ns:x}":
             if self.current is not None:
                 # Written again: a new request replaces the one in force, which nothing would
                 # clear later (a flush, a retirement and the file's removal name the new id).
                 emit(self.current.model_copy(update={"action": "clear"}))
+            # The older flags' kept deadlines go with their drains: left there, the next
+            # agent or a job started after this one read a withdrawn deadline.
+            self._flag = await asyncio.to_thread(self._withdraw_kept, mtime_ns)
             # Read now: a deadline long past (a flag file left over) is none, as a guard
             # reads it, and every job connected would have exited at its first step.
             written = self._written(mtime_ns)
@@ -228,10 +258,90 @@ class LocalWatcher:
 
     def forget(self, notice_id: str) -> None:
         """The agent retired the flag's notice (past its end): if the file is still there the
-        next look raises it again, with a fresh lifetime."""
+        next look raises it again, with a fresh lifetime. Its kept deadline goes with it."""
         if self.current is not None and notice_id == self.current.id:
+            if self._kept:
+                self.kept.withdraw(_mtime_of(notice_id))
             self.current = None
             self._kept = self._report_again = False
+
+    async def _take_kept(self, emit: Emit) -> None:
+        """A flag handled before this agent started (by the jobs' guards, or an agent before
+        it), its file removed, whose kept deadline still stands (`KeptDeadlines.in_force`):
+        raised again as the drain it was, kept in force until its deadline. Without it, a job
+        connected to this agent heard nothing (its guard leaves the flag to the agent) and
+        trained on until the machine went."""
+        record = await asyncio.to_thread(self.kept.in_force)
+        if record is None or record.deadline is None:
+            return
+        now, up = utcnow(), since_boot()
+        deadline, self._deadline_at = record.deadline, None
+        at = record.boot_deadline if record.duration else None
+        if at is not None and up is not None and same_boot(record, this_boot()):
+            # Where the wall clock puts it now: it was counted on the boot clock.
+            deadline = now + timedelta(seconds=at - up)
+            self._deadline_at = at
+        mtime_ns = record.flag[2]
+        written = flag_written(mtime_ns)
+        self.current = Report(
+            id=f"local/flag/{mtime_ns:x}",
+            action="drain",
+            reason="manual",
+            provider="local",
+            deadline=deadline,
+            noticed_at=now,
+            detail={
+                "path": str(self.flag_file),
+                "notice_time": format_time(written),
+                "kept": str(self.kept.directory / record_name(record.flag)),
+            },
+            deadline_is_duration=self._deadline_at is not None,
+        )
+        self._flag = record.flag
+        self._kept, self._report_again = True, False
+        log.warning(
+            "flag file %s was handled before this agent started (its deadline kept in %s): "
+            "drain %s raised again, deadline %s",
+            self.flag_file,
+            self.kept.directory,
+            self.current.id,
+            format_time(deadline),
+        )
+        emit(self.current)
+
+    def _withdraw_kept(self, mtime_ns: int) -> Identity:
+        """The identity of the flag file just found (written at `mtime_ns`); the older flags'
+        kept deadlines are withdrawn, as their drains are cleared."""
+        try:
+            found = os.lstat(self.flag_file)
+            flag = (found.st_dev, found.st_ino, mtime_ns)
+        except OSError:
+            flag = (0, 0, mtime_ns)
+        self.kept.keep(KeptDeadline(flag, None))
+        return flag
+
+    def _keep(self) -> None:
+        """The flag's file removed, its drain kept in force: its deadline is kept beside it
+        too, for a job started after this agent stops and for the next agent (after a
+        reboot: its state keeps no provider notice of an earlier boot)."""
+        if self.current is None or self.current.deadline is None:
+            return
+        # Restored after a restart, its file's device and inode are not known: named by its
+        # mtime, which orders the records and withdraws them.
+        flag = self._flag or (0, 0, _mtime_of(self.current.id))
+        boot_id, booted = this_boot()
+        duration = self._deadline_at is not None
+        self.kept.make_directory()
+        self.kept.keep(
+            KeptDeadline(
+                flag,
+                self.current.deadline,
+                self._deadline_at if duration else None,
+                boot_id,
+                booted,
+                duration,
+            )
+        )
 
     def restored(self, reports: list[Report]) -> None:
         """After an agent restart: a flag's drain kept in force past its flush (its file
@@ -290,10 +400,21 @@ class LocalWatcher:
                 # at its deadline, and the jobs trained on past their flush until the machine
                 # went. Retired past its deadline by the agent, as any notice with one.
                 self._kept = True
+                self._keep()
                 return
+        # Cleared: its deadline, kept where it stood, goes too (a job started later read it).
+        self.kept.withdraw(_mtime_of(self.current.id))
         if self._emit is not None:
             self._emit(self.current.model_copy(update={"action": "clear"}))
         self.current = None
+
+
+def _mtime_of(notice_id: str) -> int:
+    """The mtime of the flag file the notice `local/flag/<mtime hex>` stands for."""
+    try:
+        return int(notice_id.rpartition("/")[2], 16)
+    except ValueError:
+        return -1
 
 
 def build(settings: Settings, context: WatcherContext) -> LocalWatcher:

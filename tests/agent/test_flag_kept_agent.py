@@ -1,0 +1,197 @@
+"""A flag file's deadline kept beside it (`checkpoint-now.jobs/.deadline-...`) and the agent:
+one the jobs' guards kept while no agent ran is raised again by an agent started later (a job
+connected to it heard nothing: its guard leaves the flag to the agent); the agent keeps one
+too when it removes a flag with a deadline, for a job started after it stops; an earlier
+boot's time still stands, its duration does not; and a new flag file withdraws it."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from flag_guard import looked, save_for_flag
+from forewarn.clients import CheckpointGuard
+from forewarn.protocol import flagkept
+from forewarn.protocol.flagkept import KeptDeadline, parse_record, record_name
+from forewarn.protocol.timefmt import format_time, parse_time, utcnow
+from support import AgentProcess, agent_env, eventually
+
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
+
+def alone(flag: Path, margin: float = 1.0) -> CheckpointGuard:
+    """A job's guard with no agent: it takes the flag file itself."""
+    return CheckpointGuard(
+        notices=False, handle_signals=False, flag_file=flag, agree=False, exit_margin=margin
+    )
+
+
+def connected(agent: AgentProcess, flag: Path, margin: float = 1.0) -> CheckpointGuard:
+    guard = CheckpointGuard(
+        events=agent.events,
+        control=agent.control_endpoint,
+        flag_file=flag,
+        handle_signals=False,
+        exit_margin=margin,
+    )
+    notices = guard.notices
+    assert notices is not None
+    eventually(lambda: notices.agent is not None, timeout=10, what="the agent's heartbeat")
+    return guard
+
+
+def records(flag: Path) -> list[str]:
+    directory = flag.with_name(flag.name + ".jobs")
+    if not directory.is_dir():
+        return []
+    return sorted(path.name for path in directory.iterdir() if path.name.startswith(".deadline-"))
+
+
+def plant(flag: Path, record: KeptDeadline) -> None:
+    directory = flag.with_name(flag.name + ".jobs")
+    directory.mkdir(exist_ok=True)
+    (directory / record_name(record.flag)).write_text(record.to_text())
+
+
+def train_until_exit(guard: CheckpointGuard, timeout: float) -> tuple[float, tuple[str, ...]]:
+    """Steps until a save says exit: when it did (wall time) and the notices it answered."""
+    ends = time.monotonic() + timeout
+    step = 0
+    while time.monotonic() < ends:
+        step += 1
+        time.sleep(0.02)  # the step's work
+        if guard.due(step):
+            result = guard.saved(step, 0.01)
+            if result.exit:
+                return time.time(), result.notices
+    raise AssertionError(f"the job did not exit within {timeout}s")
+
+
+def test_an_agent_started_after_the_guard_kept_a_deadline_stops_its_job_in_time(
+    tmp_path: Path,
+) -> None:
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    deadline = utcnow().replace(microsecond=0) + timedelta(seconds=12)
+    keeper = alone(flag)
+    try:
+        flag.write_text(format_time(deadline) + "\n")
+        save_for_flag(keeper)  # the only job saved: the file goes, its deadline is kept
+        assert not flag.exists()
+    finally:
+        keeper.close()
+    assert len(records(flag)) == 1
+    agent = AgentProcess(tmp_path, env=env, args=("--set", "exit_margin=3s"))
+    with agent, agent.subscriber() as sub:
+        job = connected(agent, flag)
+        try:
+            exited_at, answered = train_until_exit(job, timeout=20)
+            assert exited_at < deadline.timestamp(), "the job exited after its deadline"
+            assert exited_at > deadline.timestamp() - 3 - 2, "the job exited long before"
+            assert job.exit_code == 143
+        finally:
+            job.close()
+        drain = sub.notice(timeout=1)
+        assert drain["action"] == "drain", drain
+        assert parse_time(drain["deadline"]) == deadline
+        assert answered == (drain["id"],)
+        assert "was handled before this agent started" in agent.output()
+    assert len(records(flag)) == 1, "the record went while its deadline stands"
+
+
+def test_the_agent_keeps_the_deadline_of_a_flag_it_removes_for_a_job_after_it(
+    tmp_path: Path,
+) -> None:
+    """Flushed by its clients, the flag goes and its drain stays in force; the agent keeps the
+    deadline beside it, so a job started once the agent stopped still saves and exits by it."""
+    agent = AgentProcess(tmp_path)
+    with agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("1h\n")
+        drain = sub.notice(timeout=5)
+        assert agent.control({"op": "ack", "notice_id": drain["id"]})["ok"]
+        eventually(lambda: not flag.exists(), timeout=5, what="the flag removed at the flush")
+        eventually(lambda: len(records(flag)) == 1, timeout=5, what="the kept deadline")
+    late = alone(flag)
+    try:
+        eventually(lambda: late.due(1), timeout=5, what="the late job's save for the flag")
+        assert not late.saved(1, 0.01).exit
+        assert late._flag_deadline == parse_time(drain["deadline"])
+    finally:
+        late.close()
+
+
+def test_a_new_flag_withdraws_a_kept_deadline_even_when_removed_by_hand(tmp_path: Path) -> None:
+    """The agent clears the kept drain when the file is written again: the record goes with
+    it, and a job started after the new file was removed by hand takes no deadline."""
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    boot_id, booted = flagkept.this_boot()
+    plant(flag, KeptDeadline((1, 2, 3), utcnow() + timedelta(hours=1), None, boot_id, booted))
+    agent = AgentProcess(tmp_path, env=env)
+    with agent, agent.subscriber() as sub:
+        kept = sub.notice(timeout=5)
+        assert kept["id"] == "local/flag/3" and kept["deadline"] is not None
+        flag.write_text("")
+        assert sub.notice(timeout=5)["action"] == "clear"
+        assert sub.notice(timeout=5)["action"] == "drain"
+        assert records(flag) == []
+        flag.unlink()
+        assert sub.notice(timeout=5)["action"] == "clear"
+    late = alone(flag)
+    try:
+        looked(late)
+        assert not late.due(1) and late._flag_deadline is None
+    finally:
+        late.close()
+
+
+@pytest.mark.parametrize("written_as", ["time", "duration"])
+def test_an_earlier_boots_time_stands_for_the_agent_its_duration_does_not(
+    tmp_path: Path, written_as: str
+) -> None:
+    """A time the user wrote names a real moment after a reboot; a duration was counted on the
+    boot clock that went with it. The agent reads the record as a job's guard does."""
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    boot_id, booted = flagkept.this_boot()
+    earlier = None if booted is None else booted - timedelta(days=1)
+    deadline = utcnow().replace(microsecond=0) + timedelta(minutes=30)
+    duration = written_as == "duration"
+    plant(
+        flag,
+        KeptDeadline(
+            (1, 2, 3),
+            deadline,
+            1234.0 if duration else None,
+            "0" * 32 if boot_id else None,
+            earlier,
+            duration,
+        ),
+    )
+    agent = AgentProcess(tmp_path, env=env)
+    with agent, agent.subscriber() as sub:
+        if duration:
+            eventually(lambda: records(flag) == [], timeout=5, what="the dead record removed")
+            assert agent.control({"op": "status"})["active"] == []
+        else:
+            drain = sub.notice(timeout=5)
+            assert drain["id"] == "local/flag/3"
+            assert parse_time(drain["deadline"]) == deadline
+
+
+def test_a_record_the_agent_keeps_reads_back_as_it_wrote_it(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path)
+    with agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("10m\n")
+        drain = sub.notice(timeout=5)
+        assert agent.control({"op": "ack", "notice_id": drain["id"]})["ok"]
+        eventually(lambda: len(records(flag)) == 1, timeout=5, what="the kept deadline")
+    (name,) = records(flag)
+    record = parse_record((flag.with_name(flag.name + ".jobs") / name).read_text())
+    assert record is not None and record.duration and record.boot_deadline is not None
+    assert record.deadline == parse_time(drain["deadline"])
+    assert name.startswith(f".deadline-{int(drain['id'].rpartition('/')[2], 16)}-")
