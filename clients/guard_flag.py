@@ -307,6 +307,11 @@ class FlagFileRequests(GuardState):
                 deadline = None
             if deadline is not None:
                 log.info("forewarn: flag file %s: deadline %s", flag, deadline.isoformat())
+            if jobs is not None:
+                # A new request: an older flag's kept deadline is withdrawn with it, as the
+                # agent clears that drain; removed by hand, it left the older one in force
+                # for the jobs started after.
+                KeptDeadlines(jobs.directory).keep(KeptDeadline(found, None))
             boot_id, booted = this_boot()
             with self._lock:
                 # A flag written again is a new request: its deadline (or none) replaces the

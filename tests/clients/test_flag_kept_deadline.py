@@ -201,6 +201,31 @@ def test_a_record_of_an_older_version_is_a_duration_when_kept_on_the_boot_clock(
     assert (record := parse_record(text)) is not None and record.duration
 
 
+def test_a_new_flag_removed_by_hand_leaves_no_older_deadline_in_force(tmp_path: Path) -> None:
+    """Written again, the file is a new request that replaces the kept one, as the agent
+    clears the kept drain: removed by hand before any job saved, it withdrew nothing, and a
+    job started after it took the older flag's deadline."""
+    flag = tmp_path / "checkpoint-now"
+    first = job(flag)
+    late: CheckpointGuard | None = None
+    try:
+        flag.write_text("1h\n")
+        save_for_flag(first)
+        assert len(records(flag)) == 1
+        flag.write_text("")
+        eventually(lambda: first.due(2), timeout=5, what="the new request's save")
+        flag.unlink()  # withdrawn by hand before the save
+        assert not first.saved(2, 0.01).exit
+        assert records(flag) == []
+        late = job(flag)
+        looked(late)
+        assert not late.due(1) and late._flag_deadline is None
+    finally:
+        first.close()
+        if late is not None:
+            late.close()
+
+
 def test_a_leftover_flag_long_past_its_deadline_neither_exits_a_job_nor_is_kept(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
