@@ -282,7 +282,6 @@ class LocalWatcher:
             deadline = now + timedelta(seconds=at - up)
             self._deadline_at = at
         mtime_ns = record.flag[2]
-        written = flag_written(mtime_ns)
         self.current = Report(
             id=f"local/flag/{mtime_ns:x}",
             action="drain",
@@ -290,9 +289,10 @@ class LocalWatcher:
             provider="local",
             deadline=deadline,
             noticed_at=now,
+            # No `notice_time`: seen now, it was no detection of the file's writing by this
+            # agent, and the metrics took the time since as this agent's detection delay.
             detail={
                 "path": str(self.flag_file),
-                "notice_time": format_time(written),
                 "kept": str(self.kept.directory / record_name(record.flag)),
             },
             deadline_is_duration=self._deadline_at is not None,

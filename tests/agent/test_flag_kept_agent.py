@@ -97,6 +97,9 @@ def test_an_agent_started_after_the_guard_kept_a_deadline_stops_its_job_in_time(
         assert drain["action"] == "drain", drain
         assert parse_time(drain["deadline"]) == deadline
         assert answered == (drain["id"],)
+        # Seen at the start, not written now: no detection delay to measure from the mtime.
+        assert "notice_time" not in drain["detail"]
+        assert drain["detail"]["kept"].startswith(str(flag) + ".jobs/.deadline-")
         assert "was handled before this agent started" in agent.output()
     assert len(records(flag)) == 1, "the record went while its deadline stands"
 
