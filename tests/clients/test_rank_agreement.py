@@ -31,6 +31,20 @@ def read_saves(proc: RankProcess, count: int, timeout: float = 30) -> list[dict[
     return found
 
 
+def read_until(proc: RankProcess, event: str, timeout: float = 30) -> dict[str, Any]:
+    """The next line of `proc` that says `event` (the lines before it passed over)."""
+    assert proc.stdout is not None
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        said = json.loads(line)
+        if said["event"] == event:
+            return dict(said)
+    raise AssertionError(f"no {event} line from rank {proc.pid}")
+
+
 def rank_env(
     env: dict[str, str], rank: int, world_size: int, port: int, **more: str
 ) -> dict[str, str]:
@@ -55,10 +69,18 @@ def test_every_rank_saves_at_the_same_step_and_exits(
         node.mkdir()
         agents.append(AgentProcess(node, env=agent_env(node)).start())
     port = free_port()
+    # Rank 0 takes no step while this file exists, and the others wait for it in the step's
+    # all-reduce: the drain reaches both of node 1's ranks before the ranks next agree. Sent
+    # while they trained, it reached one of them (its guard's thread slow to read it on a
+    # loaded machine) an agreement after the other, which saved for its peer, not the drain.
+    hold = tmp_path / "hold"
+    hold.touch()
     ranks: list[RankProcess] = []
     try:
         for rank in range(world_size):
             env = rank_env(agents[rank % 2].env, rank, world_size, port, AGREE_EVERY="4")
+            if rank == 0:
+                env["HOLD_FILE"] = str(hold)
             # A process forked from a launcher that imported torch once.
             ranks.append(rank_launcher.start(SCRIPT, [], env, stderr=False))
         for proc in ranks:
@@ -73,6 +95,9 @@ def test_every_rank_saves_at_the_same_step_and_exits(
         )
 
         agents[1].control({"op": "notify", "action": "drain", "id": "local/node1-drain"})
+        for proc in ranks[1::2]:
+            assert read_until(proc, "notice")["id"] == "local/node1-drain"
+        hold.unlink()
         drains = [read_saves(proc, 1)[0] for proc in ranks]
         assert len({save["step"] for save in drains}) == 1, drains
         assert all(not save["exit"] for save in drains)
