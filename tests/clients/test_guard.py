@@ -424,8 +424,12 @@ def test_an_inherited_terminate_sent_as_a_drain_again_no_longer_ends_the_job(
             run = inherit(agent, notice, tmp_path / "ckpt", 35)
             try:
                 # Inherited: it trains on past the heartbeat timeout (3 s) by which it
-                # decided; a save and exit would have ended the run before this step.
-                run.until("step", step=400, timeout=30)
+                # decided; a save and exit would have ended the run before this step. Timed
+                # from its start, not counted in steps: 400 steps of 10 ms took 10 s and
+                # more on a loaded machine, and the drain then came after the planned exit.
+                started = run.until("fresh", timeout=30)["t"]
+                while run.until("step", timeout=30)["t"] < started + 4:
+                    pass
                 sim.change_notice(event_id, {"not_before": 86400})
                 drained = run.until("saved", timeout=15)
                 assert not drained["exit"] and drained["reasons"] == ["drain"], drained
