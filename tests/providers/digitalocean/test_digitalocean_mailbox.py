@@ -1474,9 +1474,15 @@ async def test_the_watcher_keeps_within_its_progress_bound_against_dovecot(
         assert bound is not None and bound <= 4.0, bound
         longest = 0.0
         renewals = run.health.polls
-        deadline = time.monotonic() + 2.0
+        # At least 2 s, and until the mail is read and three renewals came, however long a
+        # loaded machine takes: a fixed 2 s ended before the mail was read under load.
+        watched_until = time.monotonic() + 2.0
+        give_up = watched_until + 30.0
         dovecot.append(mail_user, reclaim())
-        while time.monotonic() < deadline:
+        while time.monotonic() < watched_until or not (
+            run.reports and run.health.polls - renewals >= 3
+        ):
+            assert time.monotonic() < give_up, (run.reports, run.health)
             longest = max(longest, time.monotonic() - run.health.last_progress)
             await asyncio.sleep(0.05)
         assert len(run.reports) == 1
