@@ -1,0 +1,49 @@
+"""The agent's log of an ack, as an operator reads it after a lost step: the ack's own line
+first, then the notice flushed, counting the clients that acked it, with figures as a person
+writes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forewarn.agent.runner import _secs
+from hypothesis import given
+from hypothesis import strategies as st
+from support import AgentProcess, Subscriber, eventually
+
+
+def test_a_held_clients_ack_is_logged_before_the_flush_it_completes(tmp_path: Path) -> None:
+    """A shell job's hold (`forewarn wait --client loop`), no library client subscribed: the
+    agent logged "flushed by every client (0)" (the subscribers, not the clients that acked)
+    before the ack that flushed it, and the flush as `flush=1.1420532060001278s`."""
+    with (
+        AgentProcess(tmp_path) as agent,
+        Subscriber(agent.events, ("notice",)).ready() as watcher,
+    ):
+        (agent.runtime / "checkpoint-now").write_text("")
+        drain = watcher.notice(timeout=5)
+        hold = {"op": "hold", "notice_id": drain["id"], "client": "loop", "pid": None}
+        assert agent.control(hold)["held"] is True
+        ack = {
+            "op": "ack",
+            "notice_id": drain["id"],
+            "client": "loop",
+            "flush_seconds": 1.1420532060001278,
+        }
+        assert agent.control(ack)["ok"]
+        flushed = f"notice {drain['id']} flushed by every client"
+        eventually(lambda: flushed in agent.output(), what="the flush's log line")
+        lines = agent.output().splitlines()
+        (acked,) = [n for n, line in enumerate(lines) if f"ack {drain['id']} from loop" in line]
+        (done,) = [n for n, line in enumerate(lines) if flushed in line]
+        assert acked < done, lines[min(acked, done) : max(acked, done) + 1]
+        assert "flush=1.142s outcome=saved" in lines[acked], lines[acked]
+        assert lines[done].endswith(f"{flushed} (1)"), lines[done]
+
+
+@given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
+def test_an_acks_figure_is_at_most_a_millisecond_off_and_short(seconds: float) -> None:
+    shown = _secs(seconds)
+    assert shown.endswith("s")
+    assert abs(float(shown[:-1]) - seconds) <= 0.0005 + 1e-9 * seconds
+    assert len(shown[:-1].split(".")[1]) <= 3, shown
