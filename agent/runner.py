@@ -940,26 +940,35 @@ class Agent:
         else:
             done = self.board.client_left(client)
             for notice_id in done:
-                self._flushed(notice_id)
+                self._flushed(notice_id, left=client)
             if done or self.board.received_by():
                 # Flushed by the clients left: a restart must not undo it; or one fewer
                 # client that received a notice to name at its deadline.
                 self._save()
         self.observers.on_subscribers(len(self.board.clients))
 
-    def _flushed(self, notice_id: str) -> None:
+    def _flushed(self, notice_id: str, left: str | None = None) -> None:
+        """`notice_id` is flushed by every client; `left` is the client whose leaving made it
+        so (its last unacked one, killed or ended), named: "every client (1)" alone read as if
+        every job had saved."""
         notice = self.board.get(notice_id)
         if notice is None:
             return
         # The clients that acked it, not those subscribed: a shell job's hold is no
         # subscriber, and a client that left unacked is no flush.
-        acked = len(self.board.acked_by(notice_id).get(notice_id, ()))
-        log.info(
-            "notice %s flushed by every client (%d)",
-            notice_id,
-            acked,
-            extra={**notice_fields(notice, "acked"), "clients": acked},
-        )
+        acked_by = self.board.acked_by(notice_id).get(notice_id, ())
+        acked = len(acked_by)
+        fields = {**notice_fields(notice, "acked"), "clients": acked}
+        if left is not None and left not in acked_by:
+            log.info(
+                "notice %s flushed by every client left (%d acked; %s left without its ack)",
+                notice_id,
+                acked,
+                left,
+                extra={**fields, "left_unacked": left},
+            )
+        else:
+            log.info("notice %s flushed by every client (%d)", notice_id, acked, extra=fields)
         watcher = self.watchers.get(notice.provider)
         if isinstance(watcher, FlushAware):
             try:

@@ -4,9 +4,11 @@ writes them."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from forewarn.agent.runner import _secs
+from forewarn.protocol.timefmt import format_time
 from hypothesis import given
 from hypothesis import strategies as st
 from support import AgentProcess, Subscriber, eventually
@@ -39,6 +41,38 @@ def test_a_held_clients_ack_is_logged_before_the_flush_it_completes(tmp_path: Pa
         assert acked < done, lines[min(acked, done) : max(acked, done) + 1]
         assert "flush=1.142s outcome=saved" in lines[acked], lines[acked]
         assert lines[done].endswith(f"{flushed} (1)"), lines[done]
+
+
+def test_a_flush_completed_by_a_client_leaving_unacked_says_so(tmp_path: Path) -> None:
+    """A terminate received by `trainer` and `saver`; `saver` acked, `trainer` never did and
+    left after the deadline (killed by the platform). The agent logged "notice ... flushed by
+    every client (1)" as the trainer left, which reads as if every job had saved: the line now
+    says the flush is of the clients left, and names the one that left without its ack."""
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    with (
+        AgentProcess(tmp_path, args=args) as agent,
+        Subscriber(agent.events, ("notice", "client/saver")).ready() as saver,
+    ):
+        trainer = Subscriber(agent.events, ("notice", "client/trainer")).ready()
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=2)
+        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+        notice_id = agent.control(request)["notice"]["id"]
+        assert trainer.notice()["id"] == notice_id and saver.notice()["id"] == notice_id
+        ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+        eventually(
+            lambda: f"notice {notice_id}: its deadline" in agent.output(),
+            10,
+            "the warning at the deadline",
+        )
+        trainer.close()  # killed at the deadline, never acked
+        flushed = f"notice {notice_id} flushed by every client"
+        line = eventually(
+            lambda: next((ln for ln in agent.output().splitlines() if flushed in ln), None),
+            10,
+            "the flush as the trainer left",
+        )
+        assert line.endswith(f"{flushed} left (1 acked; trainer left without its ack)"), line
 
 
 @given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
