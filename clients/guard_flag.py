@@ -32,6 +32,7 @@ from forewarn.protocol.flagkept import KeptDeadline, KeptDeadlines, this_boot
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import runtime_dir
 
+from .event import Event
 from .flagjobs import FlagJobs, Identity
 from .guard_state import GuardState
 from .proctime import boot_seconds, steady_seconds
@@ -94,13 +95,17 @@ class FlagFileRequests(GuardState):
         # Whether the first look that found no file read the kept deadlines (once: a job that
         # runs sees each later flag itself).
         self._flag_kept_read = False
+        # The flag this job's save answered, durable: (its mtime_ns, the step saved). An agent
+        # started since raises its kept deadline again as the drain `local/flag/<mtime>`,
+        # which that save answers already (see `_answered_by_flag_save`).
+        self._flag_answered: tuple[int, int] | None = None
 
     def _flag_recorded(self, step: int, reasons: dict[str, str | None], durable: bool) -> None:
         """A save of `step` was recorded (see CheckpointGuard._record): the flag file it
         answers goes, or waits for the background save to be durable."""
         if "flag" in reasons and self.flag_file is not None:
             if durable or (self.durable_step is not None and self.durable_step >= step):
-                self._flag_done(self._flag_found)
+                self._flag_done(self._flag_found, step)
             else:
                 # A background save: the file goes once it is durable, as the agent removes it
                 # only once the clients acked. Removed at the snapshot, it told a script that
@@ -148,10 +153,12 @@ class FlagFileRequests(GuardState):
         kept.make_directory()
         kept.keep(taken)
 
-    def _flag_done(self, identity: Identity | None) -> None:
-        """This job's save for the flag `identity` is durable: the file goes if every other job
-        reading it has saved too; else it counts once here and the last job's save (or the
-        ticker, once the others are gone) removes it."""
+    def _flag_done(self, identity: Identity | None, step: int) -> None:
+        """This job's save of `step` for the flag `identity` is durable: the file goes if every
+        other job reading it has saved too; else it counts once here and the last job's save
+        (or the ticker, once the others are gone) removes it."""
+        if identity is not None:
+            self._flag_answered = (identity[2], step)
         jobs = self._flag_jobs
         written_again = (
             identity is not None
@@ -193,14 +200,35 @@ class FlagFileRequests(GuardState):
         found = _identity(self.flag_file) if self.flag_file is not None else None
         with self._lock:
             kept, self._flag_kept = self._flag_kept, None
-            self._flag_step = None
+            step, self._flag_step = self._flag_step, None
             if not durable and found is not None:
                 self._pending["flag"] = None  # the retry answers it
                 self._wake = True
-        if durable and found is not None and found == kept:
-            self._flag_done(found)  # not if touched again meanwhile: that asks for another save
+        if durable and found is not None and found == kept and step is not None:
+            self._flag_done(found, step)  # not if touched again meanwhile: that asks again
         elif durable and found is None and kept is not None and kept == self._flag_open:
             self._flag_gone(kept, saved=False)  # removed by hand while the save was made
+
+    def _answered_by_flag_save(self, event: Event) -> bool:
+        """Whether the drain `event` is the agent's for a flag file this job took itself and
+        saved for (no agent ran then; one started since raised its kept deadline again): it
+        is acked with that save's step, and no second save is made. Saved again, the job wrote
+        the same state twice within seconds, a large model's checkpoint minutes of its lead;
+        the deadline stays in force either way (the job's own, and the agent's terminate)."""
+        answered = self._flag_answered
+        if answered is None or event.id != f"local/flag/{answered[0]:x}":
+            return False
+        step = answered[1]
+        self._handled.add(event.id)
+        if self.notices is not None:
+            self.notices.ack(event.id, step=step)
+        log.info(
+            "forewarn: drain %s is the flag file this job saved for at step %d: acked, no "
+            "second save",
+            event.id,
+            step,
+        )
+        return True
 
     def _flag_is_ours(self) -> bool:
         """The agent's local provider handles the flag file when it runs; otherwise we do.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from forewarn.protocol.timefmt import utcnow
 
@@ -32,6 +33,10 @@ class NoticeRequests(GuardState):
     # Those still waiting for a heartbeat to say whether an earlier client acted on them.
     _undecided: dict[str, tuple[Event, float]]
 
+    if TYPE_CHECKING:
+
+        def _answered_by_flag_save(self, event: Event) -> bool: ...  # FlagFileRequests'
+
     def _on_event(self, event: Event) -> None:
         if event.action == "drain":
             self._drains_seen.add(event.id)
@@ -49,7 +54,7 @@ class NoticeRequests(GuardState):
                     event.id,
                     event.deadline.isoformat() if event.deadline else "unknown",
                 )
-            if event.id in self._handled:
+            if event.id in self._handled or self._answered_by_flag_save(event):
                 return
             with self._lock:
                 self._pending["drain"] = event.id

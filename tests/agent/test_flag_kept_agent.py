@@ -198,3 +198,47 @@ def test_a_record_the_agent_keeps_reads_back_as_it_wrote_it(tmp_path: Path) -> N
     assert record is not None and record.duration and record.boot_deadline is not None
     assert record.deadline == parse_time(drain["deadline"])
     assert name.startswith(f".deadline-{int(drain['id'].rpartition('/')[2], 16)}-")
+
+
+def test_a_job_that_saved_for_the_flag_is_not_asked_again_by_the_agent_started_later(
+    tmp_path: Path,
+) -> None:
+    """A job alone takes the flag file itself and saves; an agent started before the deadline
+    raises the kept drain again. The job connected to it already saved for that flag: it acks
+    the drain with that save's step instead of saving again (a second full checkpoint of the
+    same state: minutes of a large model's), and still exits by the deadline."""
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    agent = AgentProcess(tmp_path, env=env, args=("--set", "exit_margin=3s"))
+    # Made before the agent runs: it gives up on it and takes the flag file itself.
+    job = CheckpointGuard(
+        events=agent.events,
+        control=agent.control_endpoint,
+        flag_file=flag,
+        handle_signals=False,
+        exit_margin=1.0,
+    )
+    notices = job.notices
+    assert notices is not None
+    try:
+        deadline = utcnow().replace(microsecond=0) + timedelta(seconds=15)
+        flag.write_text(format_time(deadline) + "\n")
+        save_for_flag(job, step=5)
+        assert not flag.exists()
+        with agent, agent.subscriber() as sub:
+            drain = sub.notice(timeout=5)
+            assert drain["action"] == "drain", drain
+
+            def acked() -> list[str]:
+                return list(agent.control({"op": "status"})["acked_by"].get(drain["id"], []))
+
+            eventually(
+                lambda: acked() == [notices.client_id], timeout=5, what="the job's ack of the drain"
+            )
+            assert f"ack {drain['id']} from {notices.client_id}: step=5 " in agent.output()
+            assert not job.due(6), "the job saved a second time for the flag it saved for"
+            exited_at, _ = train_until_exit(job, timeout=20)
+            assert exited_at < deadline.timestamp(), "the job exited after its deadline"
+            assert job.exit_code == 143
+    finally:
+        job.close()
