@@ -257,6 +257,18 @@ class BackgroundSaves(GuardState):
         metadata: Mapping[str, Any] | None,
     ) -> SaveResult:
         seconds_left = self._seconds_left()
+        in_flight = saver.in_flight
+        # Said before the save, which may wait on an upload and then on storage until the
+        # deadline's SIGKILL: logged only once durable, a job killed mid-save left no line
+        # saying a terminate came or what its save did.
+        log.warning(
+            "forewarn: the exit's save of step %d starts (%s left)%s",
+            step,
+            "unknown time" if seconds_left is None else f"{seconds_left:.1f}s",
+            ""
+            if in_flight is None or in_flight == step
+            else f"; the background save of step {in_flight} is still uploading",
+        )
         try:
             final = saver.final(step, state, seconds_left, metadata=metadata)
         except BaseException as error:

@@ -589,6 +589,9 @@ class BackgroundSaver:
                 f"{reason}; but step {in_flight} was already committing and committed before "
                 "the cancel reached it"
             )
+        if in_flight is not None:
+            # What it chose, said before its own write, which storage may hold to the end.
+            _log.warning("forewarn: final checkpoint of step %d: %s; writing it now", step, reason)
         self._error = None  # a cancelled or failed older save is superseded by this one
         copies: list[tuple[Any, Any]] = []
         snapshot = self._plan(state, copies)

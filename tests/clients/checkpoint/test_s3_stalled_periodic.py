@@ -8,6 +8,7 @@ is raised by due() once it is given up, and an exit's save cancels it at once.""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -162,3 +163,45 @@ def test_an_exit_cancels_a_stalled_upload_at_once_and_saves_within_the_time_left
     assert guard.durable_step == loop.step
     latest = guard.store.latest() if guard.store is not None else None
     assert latest is not None and latest.step == loop.step
+
+
+def test_an_exit_save_that_storage_holds_says_what_it_does_before_it_ends(
+    guard: CheckpointGuard, proxy: StallingProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A GCP preemption (30 s) in an S3 outage: the exit's save began at the terminate,
+    cancelled the stalled upload once it had moved nothing for 3 s, then hung itself until the
+    SIGKILL at the deadline. The job's log said nothing after `the save due at step 120 is
+    skipped`: what the final save chose was logged only once it was durable, and its first
+    "still running" warning comes 30 s in. It now says when the exit's save starts, and what
+    it chose about the upload in flight, while it runs."""
+    saver = guard.saver
+    assert saver is not None
+    loop = Loop(guard)
+    loop.until(lambda: guard.durable_step == 2, "step 2 to commit before the outage")
+    proxy.stall = True
+    loop.until(lambda: saver.in_flight is not None, "a save to be uploading in the outage")
+    stalled_step = saver.in_flight
+    eventually(lambda: proxy.stalled, what="its upload to stall")
+    caplog.set_level(logging.INFO, logger="forewarn.clients")
+    guard._on_event(_terminate(NOTICE_SECONDS))
+    exited = lambda: getattr(loop.result, "exit", False)  # noqa: E731
+    training = threading.Thread(
+        target=loop.until, args=(exited, "the exit's save", NOTICE_SECONDS * 4), daemon=True
+    )
+    training.start()
+
+    def said(text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+    (starts,) = eventually(lambda: said("the exit's save of step"), timeout=5, what="its start")
+    assert f"the background save of step {stalled_step} is still uploading" in starts, starts
+    (chose,) = eventually(
+        lambda: said("final checkpoint of step"), timeout=10, what="what the final save chose"
+    )
+    assert f"step {stalled_step} was expected" in chose and "moved nothing" in chose, chose
+    assert not exited(), "the exit's save ended: nothing said it while it ran"
+    proxy.stall = False
+    proxy.release()  # the outage ends: the final save's retry goes through
+    training.join(NOTICE_SECONDS * 4)
+    assert exited(), "the exit's save did not end once the outage did"
+    assert guard.durable_step == loop.step
