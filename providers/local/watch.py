@@ -390,11 +390,14 @@ class LocalWatcher:
             try:
                 self.flag_file.unlink()
             except FileNotFoundError:
+                # Gone already: removed by the agent before a restart, whose drain this one
+                # restored flushed. Said again, the log read of a second request.
                 pass
             except OSError as error:
                 log.error("cannot remove flag file %s: %s", self.flag_file, error)
                 return
-            log.info("flag file %s handled and removed", self.flag_file)
+            else:
+                log.info("flag file %s handled and removed", self.flag_file)
             if self._deadline_ahead():
                 # The machine goes then: cleared here, the drain was never sent as terminate
                 # at its deadline, and the jobs trained on past their flush until the machine

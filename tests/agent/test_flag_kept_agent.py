@@ -242,3 +242,27 @@ def test_a_job_that_saved_for_the_flag_is_not_asked_again_by_the_agent_started_l
             assert job.exit_code == 143
     finally:
         job.close()
+
+
+def test_a_restarted_agent_does_not_say_it_removed_a_flag_file_already_gone(
+    tmp_path: Path,
+) -> None:
+    """The flag's drain, flushed and its file removed, stays in force until its deadline; an
+    agent restarted meanwhile logged `flag file ... handled and removed` again at its start,
+    for a file the agent before it had removed: the operator read of a second request."""
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    first = AgentProcess(tmp_path, env=env)
+    with first, first.subscriber() as sub:
+        flag.write_text("1h\n")
+        drain = sub.notice(timeout=5)
+        assert first.control({"op": "ack", "notice_id": drain["id"]})["ok"]
+        eventually(lambda: not flag.exists(), timeout=5, what="the flag removed at the flush")
+        eventually(lambda: len(records(flag)) == 1, timeout=5, what="the kept deadline")
+    assert first.output().count("handled and removed") == 1
+    second = AgentProcess(tmp_path, env=env)
+    with second:
+        eventually(lambda: "restored from" in second.output(), timeout=5, what="the drain restored")
+        status = second.control({"op": "status"})
+        assert [n["id"] for n in status["active"]] == [drain["id"]], status["active"]
+    assert "handled and removed" not in second.output(), second.output()
