@@ -353,9 +353,20 @@ static const char *skip_value(const char *p, const char *end) {
     return p;
 }
 
+static long key_char(const char **p, const char *end);
+
+/* Whether the raw text [name, end) of a key (or of a string value) reads as the ASCII `key`
+ * once JSON's escapes are read: compared as written, `"dead\u006cine"` was no "deadline" here, where Python's json
+ * reads one. */
+static int key_is(const char *name, const char *end, const char *key) {
+    while (name < end && *key)
+        if (key_char(&name, end) != (unsigned char)*key++)
+            return 0;
+    return name == end && !*key;
+}
+
 /* The value of member `key` of the object in [p, end): its span, or NULL. */
 static const char *member(const char *p, const char *end, const char *key, const char **stop) {
-    size_t key_len = strlen(key);
     p = skip_space(p, end);
     if (p >= end || *p != '{')
         return NULL;
@@ -370,7 +381,7 @@ static const char *member(const char *p, const char *end, const char *key, const
         const char *value = skip_space(p + 1, end), *value_end = skip_value(value, end);
         if (!value_end)
             return NULL;
-        if ((size_t)(after - 1 - name) == key_len && memcmp(name, key, key_len) == 0) {
+        if (key_is(name, after - 1, key)) {
             *stop = value_end;
             return value;
         }
@@ -454,12 +465,14 @@ static int rfc3339_seconds(const char *p, size_t len, double *out) {
     return 1;
 }
 
+static int json_time_seconds(const char *raw, size_t len, double *out);
+
 /* The heartbeat's "sent_at" (the agent's clock) in *out; 0 when it has none it can read. */
 static int sent_at(const char *body, size_t size, double *out) {
     const char *end = body + size, *stop;
     size_t len;
     const char *text = string_at(member(body, end, "sent_at", &stop), end, &len);
-    return text != NULL && rfc3339_seconds(text, len, out);
+    return text != NULL && json_time_seconds(text, len, out);
 }
 
 /* The next character of a JSON string's raw text [*p, end), as JSON reads it: an escape
@@ -513,6 +526,48 @@ static long next_char(const char **p, const char *end) {
 static long key_char(const char **p, const char *end) {
     long c = next_char(p, end);
     return c >= 0 ? c : 0x110000 + (unsigned char)*(*p)++;
+}
+
+/* Whether code point c is one Python's str.strip() removes (str.isspace()). */
+static int python_space(long c) {
+    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* The time in the raw text [raw, raw + len) of a JSON string, read as the Python client reads
+ * it: JSON's escapes read first (`\u002b00:00` is `+00:00`, `\/` is `/`), then the space
+ * Python's strip() takes off either end, then RFC 3339 in ASCII. Read as written, a deadline
+ * whose `+` the publisher escaped made a notice the Python client acts on one dropped here. */
+#define SPACE_MARK ((char)0x80)
+#define OTHER_MARK ((char)0x81)
+static int json_time_seconds(const char *raw, size_t len, double *out) {
+    /* Each code point read becomes one byte (never more bytes than its escape or UTF-8 took):
+     * ASCII as itself, other space as 0x80 and anything else as 0x81, so only ASCII is a
+     * digit or separator. */
+    char small[128], *text = len < sizeof small ? small : malloc(len + 1);
+    if (!text)
+        return 0;
+    const char *p = raw, *end = raw + len;
+    size_t n = 0;
+    int read = 1;
+    while (p < end) {
+        long c = next_char(&p, end);
+        if (c < 0) {
+            read = 0;
+            break;
+        }
+        text[n++] = c < 0x80 ? (char)c : python_space(c) ? SPACE_MARK : OTHER_MARK;
+    }
+    size_t first = 0;
+    while (first < n && (text[first] == SPACE_MARK || python_space((unsigned char)text[first])))
+        first++;
+    while (n > first && (text[n - 1] == SPACE_MARK || python_space((unsigned char)text[n - 1])))
+        n--;
+    read = read && rfc3339_seconds(text + first, n - first, out);
+    if (text != small)
+        free(text);
+    return read;
 }
 
 /* A key of an object: the raw text between its quotes, and a hash of what JSON reads there. */
@@ -711,12 +766,8 @@ static int field_problem(const char *body, size_t size, const char **name) {
             return FIELD_NOT_STRING;
         if (!is_time)
             continue;
-        while (len > 0 && *text == ' ') /* Python strips the space around a time */
-            text++, len--;
-        while (len > 0 && text[len - 1] == ' ')
-            len--;
         double seconds;
-        if (!rfc3339_seconds(text, len, &seconds) || seconds < FIRST_SECOND ||
+        if (!json_time_seconds(text, len, &seconds) || seconds < FIRST_SECOND ||
             seconds >= PAST_LAST_SECOND)
             return FIELD_NOT_TIME;
     }
@@ -873,7 +924,7 @@ static int on_notice(tracker *t, const char *body, size_t size) {
     const char *action = string_at(member(body, end, "action", &stop), end, &action_len);
     if (!id || !action)
         return 1;
-    if (action_len == 5 && memcmp(action, "clear", 5) == 0) {
+    if (key_is(action, action + action_len, "clear")) { /* escapes read, as Python does */
         set_remove(&t->received, id, id_len);
         return 1;
     }

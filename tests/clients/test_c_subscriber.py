@@ -1319,8 +1319,9 @@ def test_c_subscriber_refuses_a_settle_that_is_no_time(binary: Path) -> None:
         assert done.returncode == 2 and "--settle needs seconds" in done.stderr, (text, done)
 
 
-# The C subscriber's reader of a heartbeat's `sent_at`, called on each line of stdin: the
-# program itself, its main renamed, so the test reads the very function it runs.
+# The C subscriber's reader of a time (a heartbeat's `sent_at`, a notice's deadline), called on
+# each line of stdin taken as the raw text of a JSON string: the program itself, its main
+# renamed, so the test reads the very function it runs.
 TIME_HARNESS = r"""
 #define main forewarn_sub_main
 #include "forewarn_sub.c"
@@ -1330,7 +1331,7 @@ int main(void) {
     while (fgets(line, sizeof line, stdin)) {
         size_t len = strcspn(line, "\n");
         double seconds;
-        if (rfc3339_seconds(line, len, &seconds))
+        if (json_time_seconds(line, len, &seconds))
             printf("%.6f\n", seconds);
         else
             printf("none\n");
@@ -1408,8 +1409,6 @@ def test_c_subscriber_reads_no_time_where_the_python_client_reads_none(
     time_reader: Callable[[str], float | None], text: str
 ) -> None:
     expected, got = _python_reads(text), time_reader(text)
-    if text != text.strip():
-        return  # Python strips space around it; the agent writes none
     assert (got is None) == (expected is None), text
     if expected is not None and got is not None:
         assert abs(got - expected) < 1e-5, text
@@ -1508,3 +1507,96 @@ def test_c_subscriber_drops_a_notice_whose_fields_the_python_client_refuses(
     assert printed == [*python_reads, "local/last"], err
     dropped = [line for line in err.splitlines() if "dropped a" in line]
     assert dropped == ['forewarn_sub: dropped a notice whose field "action" is not a string']
+
+
+def _json_escaped(text: str, ways: list[int]) -> str:
+    r"""`text` as the raw text of a JSON string, each character written one of the ways JSON
+    allows (as itself where it may be, `\u00XX` in lower or upper case hex, or its short
+    escape), as a publisher other than the agent may write it."""
+    short = {"/": "\\/", "\\": "\\\\", '"': '\\"', "\b": "\\b", "\f": "\\f", "\n": "\\n"}
+    short |= {"\r": "\\r", "\t": "\\t"}
+    written = []
+    for char, way in zip(text, ways[: len(text)], strict=True):
+        plain = char >= " " and char not in '"\\' and char != "\x7f"
+        if way == 1 and char in short:
+            written.append(short[char])
+        elif way == 2 or (way == 1 and not plain):
+            written.append(f"\\u{ord(char):04x}")
+        elif way == 3 or not plain:
+            written.append(f"\\u{ord(char):04X}")
+        else:
+            written.append(char)
+    return "".join(written)
+
+
+TIME_ESCAPE_CASES = [
+    ("2026-11-30T03:12:00\\u002b01:00", True),
+    ("2026\\u002d11-30T03:12:00Z", True),
+    ("2026-11-30T03:12:00\\u005A", True),
+    ("\\t2026-11-30T03:12:00Z\\u00a0", True),
+    ("2026-11-30\\u00a003:12:00Z", False),
+    ("2026-11-30T03:12:00Z\\u0001", False),
+    ("2026-11-30T03:12:00\\/00", False),
+]
+
+
+@pytest.mark.parametrize(("raw", "python_reads"), TIME_ESCAPE_CASES)
+def test_c_subscriber_reads_an_escaped_time_as_the_python_client_does(
+    time_reader: Callable[[str], float | None], raw: str, python_reads: bool
+) -> None:
+    r"""A time the publisher wrote with JSON's escapes (`\u002b` for the `+` of its offset) was
+    read as written: none to the C subscriber, which then dropped a notice whose deadline the
+    Python client reads (and found no `sent_at` in such a heartbeat)."""
+    expected = _python_reads(json.loads(f'"{raw}"'))
+    assert (expected is not None) == python_reads, raw
+    got = time_reader(raw)
+    assert got == (None if expected is None else pytest.approx(expected, abs=1e-5)), raw
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    moment=st.datetimes(
+        min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.just(None)
+    ),
+    zone=st.sampled_from(["Z", "z", "+00:00", "-05:30", "+0530", "+24:00"]),
+    around=st.tuples(*[st.sampled_from(["", " ", "\t", "\n", "\xa0", "\u3000", "\x01", "x"])] * 2),
+    data=st.data(),
+)
+def test_c_subscriber_reads_a_time_written_with_any_json_escapes_as_the_python_client_does(
+    time_reader: Callable[[str], float | None],
+    moment: datetime,
+    zone: str,
+    around: tuple[str, str],
+    data: st.DataObject,
+) -> None:
+    text = around[0] + moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + zone + around[1]
+    raw = _json_escaped(text, data.draw(st.lists(st.integers(0, 3), min_size=len(text))))
+    expected, got = _python_reads(json.loads(f'"{raw}"')), time_reader(raw)
+    assert (got is None) == (expected is None), raw
+    if expected is not None and got is not None:
+        assert abs(got - expected) < 1e-5, raw
+
+
+def test_c_subscriber_prints_a_notice_whose_json_escapes_the_python_client_reads(
+    tmp_path: Path, binary: Path
+) -> None:
+    r"""A notice whose deadline the publisher wrote with an escaped `+` (`\u002b01:00`), or
+    whose key it escaped (`"dead\u006cine"`), is one the Python client reads and acts on: the C
+    subscriber compared both as written and dropped the first ("deadline" is not an RFC 3339
+    time) and, reading no "id" in `"\u0069d"`, the second. It prints them now, and takes an
+    escaped `clear` as a clear."""
+    escaped_zone = _with_field("local/zone", "deadline", '"2026-11-30T04:00:00\\u002b01:00"')
+    escaped_key = _notice("local/key", "drain").replace(b'"id"', b'"\\u0069d"')
+    escaped_clear = _notice("local/zone", "clear").replace(b'"clear"', b'"cl\\u0065ar"')
+    bodies = [escaped_zone, escaped_key, escaped_clear, escaped_zone]
+    python_reads = [Event.from_json(body) for body in bodies]
+    assert python_reads[0].deadline is not None and python_reads[2].action == "clear"
+    with _published_to(tmp_path, binary, len(bodies)) as (xpub, sub):
+        for body in bodies:
+            xpub.send_multipart([b"notice", body])
+        out, err = sub.communicate(timeout=15)
+    assert sub.returncode == 0, err
+    printed = [(n["id"], n["action"]) for n in map(json.loads, out.splitlines())]
+    # the last: the same notice again after its clear, printed (not a replay of one printed)
+    assert printed == [(e.id, e.action) for e in python_reads], err
+    assert "dropped" not in err, err
