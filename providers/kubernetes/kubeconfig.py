@@ -46,10 +46,10 @@ DEFAULT_KUBECONFIG = Path(".kube") / "config"
 PROTECTED_HOMES = (Path("/home"), Path("/root"), Path("/run/user"))
 
 
-def protect_home_hint(paths: list[Path], env: Mapping[str, str]) -> str:
-    """Why a kubeconfig in a home directory may be unseen: the agent runs as a systemd
-    service (systemd sets INVOCATION_ID), whose ProtectHome= hides home directories. Empty
-    when neither holds."""
+def _hidden_by_unit(paths: list[Path], env: Mapping[str, str]) -> str:
+    """Why the first of `paths` in a home directory may be unseen: the agent runs as a
+    systemd service (systemd sets INVOCATION_ID), whose ProtectHome= hides home directories.
+    Empty when neither holds."""
     if not env.get("INVOCATION_ID"):
         return ""
     hidden = [path for path in paths if any(path.is_relative_to(home) for home in PROTECTED_HOMES)]
@@ -58,9 +58,32 @@ def protect_home_hint(paths: list[Path], env: Mapping[str, str]) -> str:
     return (
         f"; {hidden[0]} may be hidden, not missing: the agent runs as a systemd service, and "
         "a unit's ProtectHome= (forewarn-agent.service sets ProtectHome=yes) hides /home, "
-        "/root and /run/user from it. Copy the kubeconfig to /etc/forewarn/kubeconfig, "
-        "readable by group forewarn (mode 0640), and set kubernetes.kubeconfig "
-        "(FOREWARN_KUBERNETES_KUBECONFIG) to that path"
+        "/root and /run/user from it."
+    )
+
+
+def protect_home_hint(paths: list[Path], env: Mapping[str, str]) -> str:
+    """Why a kubeconfig in a home directory may be unseen, and where to put it instead."""
+    hidden = _hidden_by_unit(paths, env)
+    if not hidden:
+        return ""
+    return (
+        f"{hidden} Copy the kubeconfig to /etc/forewarn/kubeconfig, readable by group "
+        "forewarn (mode 0640), and set kubernetes.kubeconfig (FOREWARN_KUBERNETES_KUBECONFIG) "
+        "to that path"
+    )
+
+
+def plugin_home_hint(command: str, env: Mapping[str, str]) -> str:
+    """Why an exec plugin installed in a home directory (a cloud SDK unpacked in ~, `pip
+    install --user`) does not start under the unit, and where to put it instead: the same
+    command runs from a shell, and the error alone said "No such file or directory"."""
+    hidden = _hidden_by_unit([Path(command)], env) if os.path.isabs(command) else ""
+    if not hidden:
+        return ""
+    return (
+        f"{hidden} Install the plugin outside them (e.g. in /usr/local/bin), readable and "
+        "executable by user forewarn, and name that path as the kubeconfig's exec command"
     )
 
 
@@ -173,7 +196,14 @@ class _BoundedPopen(subprocess.Popen[str]):
         self._command = str(args[0] if isinstance(args, list) and args else args)
         self.cancelled = False
         preexec = _killed_with(os.getpid())
-        super().__init__(args, start_new_session=self._group, preexec_fn=preexec, **kwargs)
+        try:
+            super().__init__(args, start_new_session=self._group, preexec_fn=preexec, **kwargs)
+        except OSError as error:
+            # The library logs str(error) and the agent says that line: add why it may be.
+            hint = plugin_home_hint(self._command, os.environ)
+            if not hint:
+                raise
+            raise type(error)(f"{error}{hint}") from None
         owner: _Owner | None = getattr(_current, "owner", None)
         if owner is not None:
             owner.add(self)
@@ -404,5 +434,6 @@ __all__ = [
     "install_hint",
     "load",
     "off_loop",
+    "plugin_home_hint",
     "protect_home_hint",
 ]

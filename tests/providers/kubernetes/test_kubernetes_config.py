@@ -320,6 +320,31 @@ def test_a_kubeconfig_elsewhere_or_outside_systemd_does_not_blame_protect_home(
     assert "ProtectHome" not in str(raised.value)
 
 
+def test_an_exec_plugin_in_a_home_under_systemd_names_protect_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exec plugin installed in a home directory (gcloud's SDK unpacked in ~) runs from a
+    shell, but under the unit's ProtectHome=yes the agent said only "[Errno 2] No such file or
+    directory: '/home/.../gke-gcloud-auth-plugin'". Under systemd the error says why, and where
+    to install the plugin instead; elsewhere it is the plain error."""
+    pytest.importorskip("kubernetes")
+    plugin = "/home/forewarn-absent/google-cloud-sdk/bin/gke-gcloud-auth-plugin"
+    api = "client.authentication.k8s.io/v1"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(kubeconfig({"exec": {"command": plugin, "apiVersion": api}})))
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
+    with pytest.raises(ConfigError) as raised:
+        from_kubeconfig(path, None, None)
+    message = str(raised.value)
+    assert f"No such file or directory: '{plugin}'; {plugin} may be hidden" in message, message
+    assert "ProtectHome=" in message and "outside them (e.g. in /usr/local/bin)" in message
+    monkeypatch.delenv("INVOCATION_ID")
+    with pytest.raises(ConfigError) as raised:
+        from_kubeconfig(path, None, None)
+    assert "No such file or directory" in str(raised.value)
+    assert "ProtectHome" not in str(raised.value)
+
+
 def test_a_kubeconfig_behind_a_directory_the_agent_cannot_enter_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
