@@ -34,8 +34,11 @@ def format_time(moment: datetime) -> str:
     return f"{text}Z"
 
 
+# ASCII digits only: `\d` took Arabic-Indic ones, which int() reads, so "٢٠٢٦-12-06T09:00:00Z"
+# was a deadline to the Python client and no time to the C subscriber (nor to RFC 3339).
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})\Z"
+    r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?"
+    r"([Zz]|[+-][0-9]{2}:?[0-9]{2})\Z"
 )
 
 
@@ -189,7 +192,7 @@ def _duration_seconds(text: str) -> float:
 
 
 # A date and time as RFC 3339 writes them, offset or not: text that means to be a time.
-_TIMELIKE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+_TIMELIKE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}")
 
 
 def parse_deadline(text: str, now: datetime | None = None) -> datetime:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.state import load_seq_mark
+from forewarn.protocol.timefmt import parse_deadline, parse_time
 from forewarn.protocol.wire import EndpointError, check_endpoint
 from forewarn.providers.azure.events import parse_document
 from forewarn.providers.base import ParseError
@@ -45,3 +46,14 @@ def test_a_tcp_port_in_odd_digits_is_refused_naming_the_endpoint(digits: str) ->
         EndpointError, match=r"control 'tcp://127\.0\.0\.1:.*expected tcp://HOST:PORT"
     ):
         check_endpoint(endpoint, what="control")
+
+
+@pytest.mark.parametrize("digits", ODD_DIGITS)
+def test_a_time_in_odd_digits_is_no_time(digits: str) -> None:
+    # `\d` took '٣' (int() reads it as 3): "٣٣٣٣-12-06T09:00:00Z" was a deadline to the Python
+    # client, and to the C subscriber, which reads ASCII, no time.
+    for text in (f"{digits * 4}-12-06T09:00:00Z", f"2026-12-06T09:00:00+0{digits}:00"):
+        with pytest.raises(ValueError, match="not an RFC 3339 time"):
+            parse_time(text)
+        with pytest.raises(ValueError, match=r"^not an RFC 3339 time"):
+            parse_deadline(text)

@@ -1537,6 +1537,7 @@ TIME_ESCAPE_CASES = [
     ("2026-11-30\\u00a003:12:00Z", False),
     ("2026-11-30T03:12:00Z\\u0001", False),
     ("2026-11-30T03:12:00\\/00", False),
+    ("\\u0662026-11-30T03:12:00Z", False),  # an Arabic-Indic 2: no digit to RFC 3339
 ]
 
 
