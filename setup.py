@@ -3,10 +3,21 @@
 (static configuration cannot add the prefix; everything else is in pyproject.toml)."""
 
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
+
+# pip checks Requires-Python (pyproject.toml) only once it has resolved and downloaded every
+# dependency: on Python 3.9 `pip install .` downloaded for 71 s before it said "requires a
+# different Python". Said here, it stops before any dependency is fetched.
+if sys.version_info < (3, 10):  # noqa: UP036  (the point: it runs on an older one)
+    version = ".".join(map(str, tuple(sys.version_info)[:3]))
+    sys.exit(
+        f"forewarn needs Python 3.10 or newer; this is Python {version} ({sys.executable}). "
+        "Make the virtual environment with a newer one: python3.X -m venv .venv"
+    )
 
 FOLDERS = ("protocol", "agent", "providers", "clients", "testing")
 # Folders that hold only package data (pyproject.toml's package-data), without an
