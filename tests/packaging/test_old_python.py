@@ -45,6 +45,7 @@ def test_setup_py_refuses_a_python_older_than_3_10_naming_it() -> None:
     assert "python3.X -m venv" in done.stderr
 
 
+@pytest.mark.slow(30)  # a venv, and pip fetching its build isolation's setuptools
 def test_pip_install_of_the_checkout_under_python_3_9_stops_at_once(tmp_path: Path) -> None:
     """The README's drill command on Amazon Linux 2023 or Debian 11 (`python3` 3.9): pip
     downloaded forewarn's dependencies for 71 s, then refused it; now it stops while it
