@@ -17,7 +17,7 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeGuard
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args
 
 from forewarn.protocol.errors import ConfigError
 from forewarn.protocol.wire import (
@@ -216,8 +216,14 @@ class Settings(BaseSettings):
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
-    def _choice_any_case(cls, value: Any) -> Any:
-        return choice_as_written(value) if isinstance(value, str) else value
+    def _choice_any_case(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, str):
+            return value
+        # A word not among the choices goes on as written, for the refusal to name it so:
+        # `log_level = "A"` was refused as "(got 'a')", a value nobody wrote.
+        word = choice_as_written(value)
+        field = cls.model_fields.get(info.field_name or "")
+        return word if field is not None and word in get_args(field.annotation) else value
 
     @field_validator("providers", mode="before")
     @classmethod
