@@ -34,8 +34,10 @@ def format_time(moment: datetime) -> str:
     return f"{text}Z"
 
 
-# ASCII digits only: `\d` took Arabic-Indic ones, which int() reads, so "٢٠٢٦-12-06T09:00:00Z"
-# was a deadline to the Python client and no time to the C subscriber (nor to RFC 3339).
+# ASCII digits only, as durations and whole numbers read them: `\d` took Arabic-Indic and
+# full-width ones, so a flag file's or a control request's deadline in them was read as a time
+# while a duration in the same digits was refused; and the C subscriber (as RFC 3339) reads
+# none of them.
 _RFC3339 = re.compile(
     r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?"
     r"([Zz]|[+-][0-9]{2}:?[0-9]{2})\Z"
@@ -49,6 +51,10 @@ def parse_time(text: str) -> datetime:
     Raises ValueError naming the text when it is not a time.
     """
     match = _RFC3339.match(text.strip())
+    if not match and _odd_digits(text):
+        raise ValueError(
+            f"not an RFC 3339 time: {text!r} has digits other than 0-9; write it in the digits 0-9"
+        )
     if not match:
         raise ValueError(f"not an RFC 3339 time: {text!r}")
     year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
@@ -203,7 +209,7 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
     except ValueError as error:
         if _TIMELIKE.match(text.strip()):
             # A time out of range, or one without its offset, is not 'not a duration'.
-            if not _RFC3339.match(text.strip()):
+            if not _RFC3339.match(text.strip()) and not _odd_digits(text):
                 raise ValueError(
                     f"not an RFC 3339 time: {text!r} (it needs seconds and a UTC offset: "
                     "Z, or one such as +01:00)"
