@@ -274,6 +274,15 @@ class NoticeBoard:
             if not entry.manual and entry.report.until is not None
         }
 
+    def overdue_told(self) -> dict[str, datetime]:
+        """The deadline each active notice was last judged past at (`overdue`), by id: saved,
+        so that a restarted board does not tell the same missed deadline again."""
+        return {
+            notice_id: entry.overdue_at
+            for notice_id, entry in self.entries.items()
+            if entry.overdue_at is not None
+        }
+
     def raised(self) -> dict[str, datetime]:
         """When each notice was (re)raised, where that is not its `noticed_at` (a provider
         notice raised again after it was retired, a manual one changed by a second notify):
@@ -623,7 +632,10 @@ class NoticeBoard:
             deadline = self._judged_deadline(entry)
             if deadline is None or now < deadline:
                 continue
-            if entry.overdue_at is not None and entry.overdue_at >= deadline:
+            # Within DEADLINE_TOLERANCE the same deadline: the state file keeps milliseconds,
+            # and a restored deadline on the boot clock reads a little off the one told.
+            said_at = entry.overdue_at
+            if said_at is not None and said_at >= deadline - DEADLINE_TOLERANCE:
                 continue
             entry.overdue_at = deadline
             missing = self._unacked(entry)
@@ -942,6 +954,7 @@ class NoticeBoard:
         reported_clock: Mapping[str, float] | None = None,
         deadline_kind: Mapping[str, str] | None = None,
         received_by: Mapping[str, Iterable[str]] | None = None,
+        overdue: Mapping[str, datetime] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -971,7 +984,8 @@ class NoticeBoard:
         provider: `local`'s is a duration, any other's is kept on the boot clock.
         `received_by` are the clients that had received each notice not flushed and not
         acked it (`received_by()`): named when its deadline passes, reconnected or not; None
-        (a file of an agent before it) leaves who they were unknown, which is said instead."""
+        (a file of an agent before it) leaves who they were unknown, which is said instead.
+        `overdue` are the deadlines each was told past at (`overdue_told()`): not told again."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -1030,6 +1044,7 @@ class NoticeBoard:
             # Raised before the restart: when by this clock only if it was saved in this boot.
             reading = (raised_clock or {}).get(notice.id)
             entry.raised_clock = reading if reading is not None and reading <= now else None
+            entry.overdue_at = (overdue or {}).get(notice.id)
             if notice.id in saved_ids:
                 entry.saved = True
             entry.acked.update((acked_by or {}).get(notice.id, ()))

@@ -451,6 +451,7 @@ class Agent:
             else None,
             deadline_kind=state.deadline_kind,
             received_by=state.received_by,
+            overdue=state.overdue,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -1071,8 +1072,12 @@ class Agent:
     def _say_overdue(self) -> None:
         """Log (and count) each terminate whose deadline has just passed without the ack of
         every client that received it: which job never answered is an operator's first
-        question after a lost step. At each heartbeat, so within one of the deadline."""
-        for overdue in self.board.overdue():
+        question after a lost step. At each heartbeat, so within one of the deadline. Saved
+        when said: a restarted agent does not say (nor count) it again."""
+        said = self.board.overdue()
+        if said:
+            self._save()
+        for overdue in said:
             listed = overdue.clients[:ACKED_BY_LISTED]
             more = len(overdue.clients) - len(listed)
             gone = set(overdue.gone)
@@ -1516,6 +1521,7 @@ class Agent:
                     notice_id: sorted(clients)
                     for notice_id, clients in self.board.received_by().items()
                 },
+                self.board.overdue_told(),
             )
         )
 

@@ -108,6 +108,10 @@ class AgentState:
     # whose job died while it was down pass its deadline in silence. None: a file of an agent
     # before them, which leaves who received its notices unknown.
     received_by: dict[str, list[str]] | None = None
+    # The deadline each active notice was last told past without every ack at, by id
+    # (`NoticeBoard.overdue`): a restarted agent that forgot them warned (and counted in
+    # forewarn_unacked_terminates_total) of the same terminate's missed deadline again.
+    overdue: dict[str, datetime] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -192,6 +196,7 @@ def load_state(path: Path) -> AgentState:
         reported_clock=_clock_readings(raw.get("reported_clock", {})),
         deadline_kind=_deadline_kinds(raw.get("deadline_kind", {})),
         received_by=_acked_by(raw["received_by"]) if "received_by" in raw else None,
+        overdue=_times(raw, "overdue", "overdue deadline", path),
     )
 
 
@@ -498,6 +503,7 @@ def encode_state(state: AgentState) -> bytes:
         "deadline_clock": dict(state.deadline_clock),
         "reported_clock": dict(state.reported_clock),
         "deadline_kind": dict(state.deadline_kind),
+        "overdue": {notice_id: format_time(when) for notice_id, when in state.overdue.items()},
     }
     if state.received_by is not None:
         payload["received_by"] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from datetime import timezone
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from forewarn.agent.state import (
     load_state,
     saved_notice,
 )
+from forewarn.protocol.timefmt import format_time, parse_time
 from hypothesis import given
 from hypothesis import strategies as st
 from support import local_notice
@@ -196,3 +198,32 @@ def test_a_state_files_receivers_are_taken_only_as_client_ids(raw: object) -> No
         assert all(
             isinstance(client, str) and client_id_problem(client) is None for client in clients
         )
+
+
+def test_a_state_files_overdue_deadlines_read_back_as_written(tmp_path: Path) -> None:
+    """The deadline each notice was told past at: read back, a restarted agent does not tell
+    it again; absent (a file of an agent before them), none, and each is told as before."""
+    path = tmp_path / "state.json"
+    told = {"local/manual/1": parse_time("2026-12-06T08:00:00.250Z")}
+    path.write_bytes(encode_state(AgentState(overdue=told)))
+    assert load_state(path).overdue == told
+    old = json.loads(path.read_text())
+    del old["overdue"]
+    path.write_text(json.dumps(old))
+    assert load_state(path).overdue == {}
+
+
+_SAVED_TIMES = st.datetimes(timezones=st.just(timezone.utc)).map(format_time)
+
+
+@given(raw=_JSON | st.dictionaries(st.text(max_size=6), _SAVED_TIMES | _JSON, max_size=4))
+def test_a_state_files_overdue_deadlines_are_taken_only_as_times(raw: object) -> None:
+    """`overdue` as anything may have left it (a hand edit, another version): never an error
+    at the start; only RFC 3339 times are taken, by the ids they were saved under."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "state.json"
+        path.write_text(json.dumps({"version": STATE_VERSION, "seq": 1, "overdue": raw}))
+        state = load_state(path)
+    for notice_id, deadline in state.overdue.items():
+        assert isinstance(raw, dict) and notice_id in raw
+        assert deadline == parse_time(raw[notice_id])

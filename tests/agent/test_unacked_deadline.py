@@ -262,3 +262,32 @@ def test_an_older_agents_state_file_says_the_receivers_are_not_known(tmp_path: P
         reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
         assert reply["unacked_past_deadline"] == {}
         assert reply["past_deadline_receivers_unknown"] == [notice_id]
+
+
+def test_a_deadline_told_before_a_restart_is_not_told_again(tmp_path: Path) -> None:
+    """The agent warned of the missed deadline (and counted it), stopped, and the
+    restarted agent warned of the same terminate's same deadline again: when it was told was
+    not in the state file."""
+    env = agent_env(tmp_path)
+    with (
+        AgentProcess(tmp_path, args=ARGS, env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
+    ):
+        notice_id, _ = _terminate(agent, 1)
+        assert trainer.notice()["id"] == notice_id
+        _warned(agent, notice_id)
+        saved = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+        eventually(lambda: notice_id in json.loads(saved.read_text()).get("overdue", {}), 10)
+        assert agent.stop() == 0
+    with (
+        AgentProcess(tmp_path, args=ARGS, env=env) as agent,
+        Subscriber(agent.events, ("heartbeat",)).ready() as beats,
+    ):
+        # A periodic heartbeat goes out after each pass that tells missed deadlines: two are
+        # a whole pass after the subscriber was there (a replay's heartbeat is none).
+        periodic = 0
+        while periodic < 2:
+            _, beat = beats.recv(timeout=10)
+            periodic += beats.token not in beat.get("replay_for", [])
+        assert agent.control({"op": "status"})["unacked_past_deadline"] == {notice_id: ["trainer"]}
+        assert WARNING not in agent.output(), agent.output()
