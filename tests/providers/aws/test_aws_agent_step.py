@@ -70,3 +70,7 @@ def test_a_scheduled_event_follows_ntps_step_with_no_clear(tmp_path: Path) -> No
         left = parse_time(str(active[0]["deadline"])) - utcnow()
         assert abs(left - timedelta(minutes=30)) < timedelta(minutes=1), active
     assert "expired" not in agent.output(), agent.output()
+    # Each change of the clock said once (last session's notes had the warning twice in one
+    # millisecond, never reproduced): at the first answer, and at the step.
+    assert agent.output().count("behind IMDS's Date") == 1, agent.output()
+    assert agent.output().count("within a few minutes of IMDS's Date again") == 1
