@@ -396,7 +396,7 @@ class Publisher:
             request = jsontext.loads(text)
         except RecursionError:
             return {"ok": False, "error": "request is not JSON: nested too deeply"}
-        except jsontext.DuplicateKeyError as error:
+        except (jsontext.DuplicateKeyError, jsontext.LongNumberError) as error:
             # Which of the two counts is the reader's guess: an ack's or a notify's meaning
             # must not depend on the language that sent it.
             return {"ok": False, "error": f"request refused: {error}"}

@@ -51,7 +51,9 @@ def _problem(item: Any, op: Any) -> str:
         if meant is not None:
             message += f" (did you mean {meant}?)"
     else:
-        message = str(item["msg"])
+        # pydantic's words for a validator's refusal, not the client's: "deadline: Value
+        # error, expected an RFC 3339 time" named a Python exception class.
+        message = str(item["msg"]).removeprefix("Value error, ")
     return f"{shown(field, FIELD_CHARS)}: {shown(message, MESSAGE_CHARS)}"
 
 

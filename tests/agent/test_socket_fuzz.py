@@ -43,6 +43,7 @@ FRAME_PROBLEMS = (
     "request is not JSON",
     "request too large",
     "request refused: the key",
+    "request refused: a whole number of",
 )
 
 _JSON = st.recursive(
@@ -76,6 +77,8 @@ _FRAMES = st.one_of(
     st.integers(1, 5000).map(lambda n: b"[" * n + b"]" * n),
     st.integers(1, 5000).map(lambda n: b'{"op":' * n + b"1" + b"}" * n),
     st.sampled_from([65_535, 65_536, 65_537, 300_000]).map(lambda n: b" " * n),
+    # Past the digits Python converts (4300 by default), anywhere in the request.
+    st.integers(4290, 6000).map(lambda n: b'{"op":"ack","step":-' + b"9" * n + b"}"),
 )
 _MESSAGES = st.lists(_FRAMES, min_size=0, max_size=3)
 
@@ -133,6 +136,8 @@ def _keys(frame: bytes) -> set[str]:
 @example(frames=[b'{"op":"status","\\u001b[2J\\n":""}'])
 @example(frames=[b'{"op":"' + b"\\n" * 30_000 + b'"}'])
 @example(frames=[b'{"op":"ack","' + b"k" * 60_000 + b'":1}'])
+@example(frames=[b'{"op":"status","v":' + b"9" * 5000 + b"}"])
+@example(frames=[b'{"op":"notify","action":"drain","deadline":1e308}'])
 def test_every_request_gets_an_answer_naming_what_was_wrong(
     agent: AgentProcess, dealer: zmq.Socket[bytes], frames: list[bytes]
 ) -> None:
@@ -148,6 +153,10 @@ def test_every_request_gets_an_answer_naming_what_was_wrong(
     assert isinstance(error, str) and error and error.isprintable(), answer
     assert len(error) <= 2000, len(error)
     assert "internal error" not in error, agent.output()[-2000:]
+    # In the client's words: not pydantic's name of an exception class ("Value error, "),
+    # nor advice for the agent's Python ("use sys.set_int_max_str_digits()") under "request
+    # is not JSON" of valid JSON.
+    assert "Value error" not in error and "sys." not in error, answer
     # It names the key it refused, or says what was wrong with the frame as a whole.
     keys = {_escaped(key)[:60] for key in _keys(frames[0])} if frames else set()
     named = [key for key in {*FIELDS, *keys} if key and f"{key}" in error]
