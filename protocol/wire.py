@@ -170,6 +170,7 @@ _BOM = b"\xef\xbb\xbf"
 # `key = value` where the value is no TOML value but text written bare: `30s`, `debug`,
 # `127.0.0.1:9464` (not a quote, list, table, number alone, boolean or date).
 _BARE_TEXT = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=\s*([^\s\"'\[{#][^#]*?)\s*(?:#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=")
 _ERROR_LINE = re.compile(r"\(at line (\d+), column \d+\)")
 
 
@@ -181,14 +182,38 @@ def _quote_hint(text: str, error: str) -> str:
     lines = text.splitlines()
     if not found or not 1 <= int(found.group(1)) <= len(lines):
         return ""
-    bare = _BARE_TEXT.match(lines[int(found.group(1)) - 1])
+    line = lines[int(found.group(1)) - 1]
+    key = _KEY.match(line)
+    if key and error.startswith("Cannot overwrite a value"):
+        # `exit_margin = 40` below `exit_margin = 30` was told to quote the 40.
+        return f" ({key.group(1)} is set twice: keep one)"
+    bare = _BARE_TEXT.match(line)
     if not bare:
         return ""
+    if _toml_value(bare.group(2)):
+        return ""  # a number, a date, `inf`: refused for something else on the line
     if bare.group(2).lower() in ("true", "false"):
         # `True` as Python writes it: quoting it works too, but TOML's own form is the one
         # to write.
         return f" (a boolean is lower case in TOML: {bare.group(1)} = {bare.group(2).lower()})"
     return f' (a text is quoted in TOML: {bare.group(1)} = "{bare.group(2)}")'
+
+
+def _toml_value(text: str) -> bool:
+    """Whether `text` is a TOML value as it stands (a number, a date, `inf`)."""
+    try:
+        _tomllib().loads(f"value = {text}")
+    except ValueError:  # TOMLDecodeError is one
+        return False
+    return True
+
+
+def _tomllib() -> Any:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    return tomllib
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -132,6 +132,35 @@ def test_a_bare_text_in_the_file_is_named_with_its_quoted_form(
                     assert f'(a text is quoted in TOML: {key} = "{value}")' in str(error)
 
 
+# Values TOML reads as they stand, each written as people write the key's value.
+_TOML_VALUES = ["30", "1.5", "-0", "inf", "true", '"30s"', "'2m30s'", "2026-12-06T08:00:00Z"]
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    key=st.from_regex(r"\A[a-z_]{1,12}\Z"),
+    first=st.sampled_from(_TOML_VALUES),
+    second=st.sampled_from(_TOML_VALUES),
+    section=st.sampled_from(["", "[aws]\n"]),
+    between=st.sampled_from(["", "# a comment\n", "other = 1\n"]),
+)
+@example(key="exit_margin", first="30", second="40", section="", between="")
+def test_a_key_set_twice_is_named_not_told_to_quote_its_value(
+    key: str, first: str, second: str, section: str, between: str
+) -> None:
+    """`exit_margin = 30` and `exit_margin = 40` below it were refused "(a text is quoted in
+    TOML: exit_margin = "40")": a number quoted is no fix, the second line is."""
+    if key == "other" and between.startswith("other"):
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "f.toml"
+        path.write_text(f"{section}{key} = {first}\n{between}{key} = {second}\n")
+        with pytest.raises(ConfigFileError) as refused:
+            read_toml(path)
+    assert f"({key} is set twice: keep one)" in str(refused.value), refused.value
+    assert "quoted" not in str(refused.value), refused.value
+
+
 @pytest.mark.parametrize("written", ["True", "False", "TRUE", "False  # off for now"])
 def test_a_boolean_written_as_python_writes_it_is_named_with_its_toml_form(
     tmp_path: Path, written: str
