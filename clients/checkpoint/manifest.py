@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from forewarn.protocol import jsontext
+
 from .errors import InvalidNameError
 from .hashing import ALGORITHM, check_scheme, digest_bytes
 
@@ -237,10 +239,16 @@ def decode_latest(raw: bytes) -> int | None:
 
 def _load_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
+        data = jsontext.loads(raw)
     # RecursionError: nested a few thousand deep; escaping, it made latest() raise instead of
-    # passing over the generation.
-    except (ValueError, RecursionError) as exc:
+    # passing over the generation. Said in words: Python's own named its recursion limit.
+    except RecursionError:
+        raise ValueError(f"{what} is not JSON: nested too deeply") from None
+    # A key twice (which one counts is the reader's guess) and a number past Python's digits
+    # (whose own words were "use sys.set_int_max_str_digits()"): JSON, but not what we wrote.
+    except (jsontext.DuplicateKeyError, jsontext.LongNumberError) as exc:
+        raise ValueError(f"{what} refused: {exc}") from None
+    except ValueError as exc:
         raise ValueError(f"{what} is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} is not a JSON object")

@@ -174,6 +174,62 @@ def test_a_marker_manifest_or_latest_nested_past_json_recursion_is_skipped_not_r
     assert store.latest().step == 1  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        # The second `step` counted for Python's json, the first for many other readers.
+        (lambda data: data.replace(b'"step": 2,', b'"step": 2, "step": 3,'), "appears twice"),
+        # Python's own words: "...; use sys.set_int_max_str_digits() to increase the limit".
+        (
+            lambda data: data.replace(b'"step": 2,', b'"step": 2' + b"0" * 5000 + b","),
+            "5001 digits",
+        ),
+        (lambda data: b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_a_manifest_refused_says_why_in_words(make_store: Any, change: Any, said: str) -> None:
+    """`forewarn checkpoint verify` of a committed manifest holding a key twice, a number past
+    Python's digits or nesting past its recursion named Python's internals ("maximum
+    recursion depth exceeded while decoding a JSON array from a unicode string") or took the
+    last of two keys; each is now refused saying what it is, and skipped for the older one."""
+    store = make_store()
+    for step in (1, 2):
+        save_step(store, step)
+    recommit(store, 2, change)
+    (problem,) = store.verify(2).problems
+    assert "manifest" in problem and said in problem, problem
+    assert "sys." not in problem and "recursion" not in problem, problem
+    assert store.latest().step == 1  # type: ignore[union-attr]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=examples(200))
+@given(
+    raw=st.one_of(
+        _JSON.map(lambda value: json.dumps(value).encode()),
+        st.binary(max_size=40),
+        st.integers(4290, 4400).map(lambda n: b'{"step": ' + b"7" * n + b"}"),
+        st.sampled_from([b'{"step": 1, "step": 2}', b'{"a": {"b": 1, "b": 1}}']),
+    )
+)
+def test_any_manifest_or_marker_is_read_or_refused_in_words(raw: bytes) -> None:
+    """Whatever a manifest or commit marker holds, reading it gives the object or a ValueError
+    naming what it is, never another error nor Python's advice about its own limits."""
+    from forewarn.clients.checkpoint.manifest import CommitMarker, Manifest
+
+    for decode in (Manifest.decode, CommitMarker.decode):
+        try:
+            decode(raw)
+        except ValueError as error:
+            assert str(error) and "sys." not in str(error), error
+
+
 @pytest.mark.parametrize(("marker", "manifest"), [("sha257", "blake3"), ("shake_128", "shake_256")])
 def test_a_checksum_scheme_this_version_does_not_know_is_skipped_not_raised(
     make_store: Any, marker: str, manifest: str
