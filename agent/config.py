@@ -740,6 +740,24 @@ def _environment_error(error: SettingsError, model: type[Settings]) -> str:
 _NOT_SETTINGS = ("CHECKPOINT_", "IMAP_")
 
 
+def _sections(model: type[Settings]) -> dict[str, type[BaseModel]]:
+    """The model's sections by their names in upper case (`AWS`)."""
+    return {
+        key.upper(): field.annotation
+        for key, field in model.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    }
+
+
+def _section_keys(model: type[Settings]) -> list[str]:
+    """The sections' keys as their variables name them, less the prefix (`AWS_URL`)."""
+    return [
+        f"{section}_{key.upper()}"
+        for section, section_model in _sections(model).items()
+        for key in section_model.model_fields
+    ]
+
+
 def variable_problem(variable: str, model: type[Settings], *, strict: bool = False) -> str | None:
     """Why the FOREWARN_ variable `variable` is no setting of `model`, or None (also for a
     variable without the prefix). Not `strict` (the agent's own environment): only a name one
@@ -748,22 +766,17 @@ def variable_problem(variable: str, model: type[Settings], *, strict: bool = Fal
     holds the agent's settings only): any name that is no setting."""
     name = variable.upper().removeprefix("FOREWARN_")
     keys = [key.upper() for key in model.model_fields]
+    if strict and name == variable.upper() and name in [*keys, *_section_keys(model)]:
+        # `--env exit_margin=30s`: the agent reads FOREWARN_ variables only, and ignored it.
+        return f"not a setting (the agent reads FOREWARN_{name})"
     if name in (variable.upper(), "CONFIG") or name in keys or name.startswith(_NOT_SETTINGS):
         return None
     if name.startswith("CONFIG"):
         # FOREWARN_CONFIG_FILE (as other tools name theirs) passed as FOREWARN_CONFIG's kin,
         # and the agent started without the file in silence.
         return "not a setting (did you mean FOREWARN_CONFIG?)"
-    sections: dict[str, type[BaseModel]] = {
-        key.upper(): field.annotation
-        for key, field in model.model_fields.items()
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
-    }
-    section_keys = [
-        f"{section}_{key.upper()}"
-        for section, section_model in sections.items()
-        for key in section_model.model_fields
-    ]
+    sections = _sections(model)
+    section_keys = _section_keys(model)
     if name in section_keys or (
         not strict and any(name.startswith(section + "_") for section in sections)
     ):

@@ -352,6 +352,12 @@ def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: s
         ),
         ("forewarn_poll=5s", "--env forewarn_poll: not a setting"),
         ("FOREWARN_AWS_SPOT_INTERVALL=5s", "(did you mean FOREWARN_AWS_SPOT_INTERVAL?)"),
+        # A key's name without the prefix, as the TOML file writes it: rendered, and ignored.
+        (
+            "exit_margin=30s",
+            "--env exit_margin: not a setting (the agent reads FOREWARN_EXIT_MARGIN)",
+        ),
+        ("AWS_URL=http://127.0.0.1:9", "(the agent reads FOREWARN_AWS_URL)"),
     ],
 )
 def test_an_agent_variable_that_is_no_setting_exits_2(variable: str, complaint: str):
