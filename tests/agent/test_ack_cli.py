@@ -30,6 +30,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 Ack = Callable[..., subprocess.CompletedProcess[str]]
 
 

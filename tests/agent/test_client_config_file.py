@@ -15,6 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import AgentProcess, agent_env, examples, forewarn_cmd, free_port, run_forewarn
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 def _file_agent(tmp_path: Path, config: Path, runtime: Path, **endpoints: str) -> AgentProcess:
     """An agent whose runtime directory (and maybe endpoints) its config file alone sets."""

@@ -27,6 +27,10 @@ from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 MARGIN = 4.0  # the agent's exit margin, seconds
 FAR = 3600  # where the deadline starts: its terminate would be an hour away
 NEAR = 10  # where it moves: outside the margin, so a drain first and a terminate in 6 s

@@ -21,6 +21,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from support import AgentProcess, agent_env, eventually, examples, run_forewarn_here
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 def _reaped_pid() -> int:
     """The pid of a process that has ended and been reaped."""

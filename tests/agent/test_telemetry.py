@@ -30,6 +30,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import AgentProcess, Subscriber, eventually, run_forewarn
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 NOW = datetime(2026, 11, 30, 3, 10, tzinfo=timezone.utc)
 
 

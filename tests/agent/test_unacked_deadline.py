@@ -14,10 +14,15 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from forewarn.agent.holders import pid_namespace
 from forewarn.protocol.timefmt import format_time
 from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 from test_metrics import metrics_url, scrape_url, value
+
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
 
 WARNING = "passed without an ack from"
 # A long grace: the notice stays active past its deadline, for `status` to show it.

@@ -13,6 +13,10 @@ from hypothesis import strategies as st
 from support import AgentProcess, agent_env, run_forewarn
 from webhook_receiver import receiver
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 TOKEN = "Bearer s3cr3t-t0ken"
 
 

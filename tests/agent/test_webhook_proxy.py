@@ -22,6 +22,10 @@ from hypothesis import strategies as st
 from support import AgentProcess, agent_env, free_port, run_forewarn
 from webhook_receiver import receiver
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 SECRET_PATH = "/hooks/T000/B000/s3cr3t-token"
 NO_PROXIES = {name: "" for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")}
 
