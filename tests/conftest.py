@@ -257,8 +257,11 @@ def run_forewarn_forked(
     """`run_forewarn` in a process forked from one that loaded forewarn's command line once
     (tests/forked_ranks.py): its own process, environment, exit code and stderr, as
     `python -m forewarn.agent.cli ARGS` has them, for ~0.02 CPU-s instead of ~0.23. For the
-    many bad inputs of one command; a test of the installed command keeps `run_forewarn`."""
-    run, launcher = _forked_forewarn(_cli_launchers, CLI_PRELOAD)
+    many bad inputs of one command; a test of the installed command keeps `run_forewarn`.
+    Where this process started the agents' launcher already (`forked_agents`), whose preload
+    holds the command line's, that one serves: a second launcher would load it all again."""
+    preload = AGENT_PRELOAD if AGENT_PRELOAD in _cli_launchers else CLI_PRELOAD
+    run, launcher = _forked_forewarn(_cli_launchers, preload)
     yield run
     launcher.cleanup()
 

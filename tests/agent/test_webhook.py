@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -375,9 +376,19 @@ def test_url_from_a_file_keeps_the_secret_out_of_config(tmp_path: Path):
     ],
 )
 def test_bad_webhook_settings_exit_2_naming_the_key(
-    env: dict[str, str], complaint: str, tmp_path: Path
+    env: dict[str, str],
+    complaint: str,
+    tmp_path: Path,
+    run_forewarn_forked: Callable[..., subprocess.CompletedProcess[str]],
 ):
-    result = run_forewarn("agent", "--provider", "local", env=agent_env(tmp_path, **env))
+    # The first case as the fresh `forewarn agent` a user starts; the others are about the
+    # message, forked from a process that loaded the command line once (tests/conftest.py).
+    run = (
+        run_forewarn
+        if env == {"FOREWARN_WEBHOOK_URL": "ftp://example.org/x"}
+        else run_forewarn_forked
+    )
+    result = run("agent", "--provider", "local", env=agent_env(tmp_path, **env))
     assert result.returncode == 2, result.stderr
     assert complaint in result.stderr
     assert "s3cr3t" not in result.stderr
