@@ -213,6 +213,18 @@ KUBERNETES_DRILL_PRELOAD = (
     "urllib3.exceptions",
 )
 
+# What `forewarn checkpoint` loads beyond that for a store on S3: its command, the store and
+# boto3 with botocore's client (~0.3 CPU-s of a fresh S3 command's ~0.5).
+CHECKPOINT_PRELOAD = (
+    *CLI_PRELOAD,
+    "forewarn.agent.checkpoint_cli",
+    "forewarn.clients.checkpoint",
+    "forewarn.clients.checkpoint.s3",
+    "boto3",
+    "botocore.client",
+    "boto3.s3.transfer",
+)
+
 ForkedForewarn = Callable[..., subprocess.CompletedProcess[str]]
 
 
@@ -273,6 +285,18 @@ def run_kubernetes_drill_forked(
     """`run_forewarn_forked` from a launcher that also loaded the Kubernetes client library:
     for the cases of `forewarn drill kubernetes` past the first few, which run it fresh."""
     run, launcher = _forked_forewarn(_cli_launchers, KUBERNETES_DRILL_PRELOAD)
+    yield run
+    launcher.cleanup()
+
+
+@pytest.fixture
+def run_checkpoint_forked(
+    _cli_launchers: dict[tuple[str, ...], RankLauncher],
+) -> Iterator[ForkedForewarn]:
+    """`run_forewarn_forked` from a launcher that also loaded `forewarn checkpoint`'s store
+    and boto3: for the commands of a test about what `forewarn checkpoint` prints and does to
+    a store, past those that run it fresh."""
+    run, launcher = _forked_forewarn(_cli_launchers, CHECKPOINT_PRELOAD)
     yield run
     launcher.cleanup()
 
