@@ -12,8 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.protocol.notifydeadline import seconds_fields
 from support import AgentProcess, eventually
+
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = pytest.mark.usefixtures("forked_agents")
 
 JOB = """
 import logging, sys, time

@@ -28,7 +28,9 @@ from forewarn.clients.checkpoint.background import (
 from forewarn.clients.checkpoint.testing import DelegatingBackend
 from support import LazyModule, eventually, requires
 
-pytestmark = requires("torch")
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = [requires("torch"), pytest.mark.usefixtures("forked_agents")]
 torch = LazyModule("torch")
 
 

@@ -16,7 +16,9 @@ import pytest
 from forewarn.protocol.timefmt import format_time, utcnow
 from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
 
-pytestmark = requires("lightning")
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = [requires("lightning"), pytest.mark.usefixtures("forked_agents")]
 # Imported by the tests that use them, not when every xdist worker collects this file.
 pl = LazyModule("lightning.pytorch")
 torch = LazyModule("torch")

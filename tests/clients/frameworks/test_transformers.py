@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
 
-pytestmark = requires("transformers")
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py); tests/agent/test_agent.py starts them fresh.
+pytestmark = [requires("transformers"), pytest.mark.usefixtures("forked_agents")]
 # Imported by the tests that use them, not when every xdist worker collects this file.
 torch = LazyModule("torch")
 hf = LazyModule("transformers")
