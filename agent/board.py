@@ -657,15 +657,17 @@ class NoticeBoard:
         return waiting | ((entry.gone | entry.received_before) - entry.acked)
 
     def receivers_unknown_past_deadline(self) -> list[str]:
-        """The active terminates past their deadline, not flushed, restored from a state file
-        that did not say which clients had received them (sorted): some may not have acked."""
+        """The active terminates past their deadline, restored from a state file that did not
+        say which clients had received them (sorted): some may not have acked. Not flushed,
+        or warned of so: the clients still there flushing it after the restart's hold does not
+        name those that were not, and `status` dropped it then, seconds after the warning."""
         now = self.now()
         return sorted(
             notice_id
             for notice_id, entry in self.entries.items()
             if entry.receivers_unknown
             and entry.notice.action == "terminate"
-            and not entry.flushed
+            and (not entry.flushed or entry.overdue_at is not None)
             and (deadline := self._judged_deadline(entry)) is not None
             and now >= deadline
         )
