@@ -541,10 +541,12 @@ def test_a_terminate_during_an_evaluation_outside_fit_is_saved_by_the_next_fit(
 
             models.trainer(callback, max_steps=10_000).fit(model, loader)
             # At the first step boundary after the agent's replay reaches the new guard: the
-            # first step, unless it ended first (under load, run 29 of this suite: step 2).
+            # first step, unless it ended first (under load: step 2 in run 29 of this suite,
+            # step 11 once beside five engineers' test runs). Never over the run's step 0.
             assert len(callback.saved_paths) == 1, callback.saved_paths
             saved = callback.saved_paths[0].name
-            assert re.fullmatch(r"step-0000000[1-9]\.ckpt", saved), saved
+            found = re.fullmatch(r"step-([0-9]{8})\.ckpt", saved)
+            assert found and int(found.group(1)) >= 1, saved
             assert callback.exit_code == 143
             eventually(lambda: "ack local/t from" in agent.output(), 10, "the ack")
         assert (folder / "step-00000000.ckpt").read_bytes() == b"the run's own step 0"
