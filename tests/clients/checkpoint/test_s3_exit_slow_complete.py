@@ -10,55 +10,90 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background
 from forewarn.clients.checkpoint.s3 import MIN_PART
 from s3_proxy import Reply, Request, S3Proxy
 
-# EXIT_STALL_SECONDS in the child. The parts' bytes moving are progress (each block a
-# connection takes), so what it must outlast is the longest pause in them on a loaded machine,
-# and the save's start before its first write (its claim, the upload's creation). Progress
-# was the oldest part's answer only, and a 5 MiB part slower than this under 3x CPU load
-# failed CI once (before that, 1.5 s had not been enough either).
+# EXIT_STALL_SECONDS in the child, from the moment it ends: while its completion is held, so
+# the exit's wait is about the completion alone. Set from the start, the save's claim, the
+# upload's creation and its parts' pauses had to fit in it too, and beside busy loops the
+# exit gave the save up before its completion was even sent ('wrote nothing for 3 s').
 STALL = 3.0
-DELAY = STALL + 1.0  # how long the proxy holds each CompleteMultipartUpload
+DELAY = STALL + 1.0  # how long the proxy holds each CompleteMultipartUpload past the exit
+# A final save's grace (FINAL_SAVE_GRACE_SECONDS) while its completion is held, and otherwise.
+HELD_GRACE = 0.5
+REAL_GRACE = 60.0
 
 _EXIT_WHILE_THE_UPLOAD_COMPLETES = """
-import os, sys
+import os, sys, time
+from pathlib import Path
 from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options
 from forewarn.clients.checkpoint import background, store
 
-background.EXIT_STALL_SECONDS = float(sys.argv[3])
-store.RELEASE_WITHIN = float(sys.argv[3])  # the store's own exit wait for a commit under way
+completing, exiting = Path(sys.argv[4]), Path(sys.argv[5])
 options = S3Options(endpoint_url=sys.argv[2], part_size=5 << 20)
 checkpoints = CheckpointStore(sys.argv[1], s3=options)
 checkpoints.latest()  # the S3 client is made (CPU-bound) before the save's clock runs
 saver = BackgroundSaver(checkpoints)
 saver.save(7, {"w": os.urandom(12 << 20)})  # three parts: a multipart upload
 print("in flight:", saver.in_flight, flush=True)
+# The process ends once the proxy holds the upload's completion, with the exit's bounds
+# scaled down: what the exit waits out is the completion alone.
+deadline = time.monotonic() + 120
+while not completing.exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+background.EXIT_STALL_SECONDS = float(sys.argv[3])
+store.RELEASE_WITHIN = float(sys.argv[3])  # the store's own exit wait for a commit under way
+exiting.touch()
 """
 
 
 class SlowCompleteProxy(S3Proxy):
-    """Holds every CompleteMultipartUpload for DELAY s."""
+    """Holds every CompleteMultipartUpload for `delay` s: once `exiting` exists, when one
+    is set (from the child's exit: the completion outlasts its wait's bound whatever the
+    machine's load made of the save before it), else from the request's arrival.
+    `completing` is made as a completion arrives."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, directory: Path) -> None:
         super().__init__(upstream)
         self.completions = 0
         self.delay = DELAY
+        self.completing = directory / "completing"
+        self.exiting: Path | None = None
+        # Told the grace a final save has: HELD_GRACE while a completion is held, REAL_GRACE
+        # once its answer leaves.
+        self.on_completion: Callable[[float], None] | None = None
 
     def answer(self, request: Request) -> Reply | None:
-        if request.command == "POST" and "uploadId" in request.query:
+        if _completes(request):
             self.completions += 1
+            if self.on_completion is not None:
+                self.on_completion(HELD_GRACE)
+            self.completing.touch()
+            if self.exiting is not None:
+                deadline = time.monotonic() + 120
+                while not self.exiting.exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
             time.sleep(self.delay)
         return None
 
+    def forwarded(self, request: Request, reply: Reply) -> Reply | None:
+        if _completes(request) and self.on_completion is not None:
+            self.on_completion(REAL_GRACE)
+        return reply
+
+
+def _completes(request: Request) -> bool:
+    return request.command == "POST" and "uploadId" in request.query
+
 
 @pytest.fixture
-def proxy(moto_endpoint: str) -> Iterator[SlowCompleteProxy]:
-    with SlowCompleteProxy(moto_endpoint) as server:
+def proxy(moto_endpoint: str, tmp_path: Path) -> Iterator[SlowCompleteProxy]:
+    with SlowCompleteProxy(moto_endpoint, tmp_path) as server:
         yield server
 
 
@@ -66,8 +101,10 @@ def test_the_exit_waits_for_a_background_save_whose_upload_completes_slowly(
     proxy: SlowCompleteProxy, bucket: str
 ) -> None:
     url = f"s3://{bucket}/run"
+    proxy.exiting = proxy.completing.with_name("exiting")
+    arguments = [url, proxy.url, str(STALL), str(proxy.completing), str(proxy.exiting)]
     done = subprocess.run(
-        [sys.executable, "-c", _EXIT_WHILE_THE_UPLOAD_COMPLETES, url, proxy.url, str(STALL)],
+        [sys.executable, "-c", _EXIT_WHILE_THE_UPLOAD_COMPLETES, *arguments],
         capture_output=True,
         text=True,
         timeout=60,
@@ -89,7 +126,24 @@ def test_a_final_save_whose_upload_completes_slowly_past_its_grace_is_waited_for
     as hung a grace after its last part, CommitTimeout while its upload completed, and the
     process exited without the state of the exit. The exit's wait for a background save
     already counts a completion under way as no stall."""
+    # The grace is scaled down (0.5 s) for what the test is about: the final save's timeout
+    # made of it (then its floor, CANCEL_GRACE_SECONDS, 1 s) and the completion held past
+    # both. The rest of the save (its claim, the upload's creation, the commit's requests
+    # after the completion) has the real one: scaled down throughout, a loaded moto answered
+    # one of those later than 0.5 s, and the save was given up ("moves nothing") outside the
+    # completion. The save's motion is made right after its timeout.
     monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", 0.5)
+
+    def grace(seconds: float) -> None:
+        monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", seconds)
+
+    class MotionWithTheRealGrace(background.SaveMotion):
+        def __init__(self) -> None:
+            super().__init__()
+            grace(REAL_GRACE)
+
+    monkeypatch.setattr(background, "SaveMotion", MotionWithTheRealGrace)
+    proxy.on_completion = grace
     proxy.delay = 2.5  # the completion outlasts the grace and the timeout (at least 1 s)
     store = CheckpointStore(
         f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART)
