@@ -81,9 +81,21 @@ def say(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
+# In `train`, a collective that waits this long is the hang the mode looks for (DCP's
+# collectives and the loop's in a different order on each rank): it raises in the rank,
+# counted in the ranks' own wait, not in the run's whole time, which a loaded machine
+# stretches (gloo's own default is 30 min).
+TRAIN_COLLECTIVE_TIMEOUT = timedelta(seconds=60)
+
+
 def main() -> None:
     rank, world, mode, url = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if mode == "train":
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=world, timeout=TRAIN_COLLECTIVE_TIMEOUT
+        )
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
     store = CheckpointStore(url)
     if mode == "save":
