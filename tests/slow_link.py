@@ -15,6 +15,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +28,9 @@ _CHUNK = 16 << 10
 _RECEIVE_BUFFER = 16 << 10
 # The client's send buffer under `small_send_buffers` (Linux doubles what it is asked).
 SEND_BUFFER = 64 << 10
+# Client bytes since a connection's last answer past which it carries a body (a part's, a
+# file's): more than a small request (a claim, a manifest, a listing) sends.
+_BODY = 64 << 10
 
 
 class SlowLink:
@@ -52,6 +56,11 @@ class SlowLink:
         # stalled path): `hold()` adds the ones open then, `release()` lets them go on.
         self._pipes: dict[socket.socket, int] = {}  # open connections: client bytes carried
         self._held: set[socket.socket] = set()
+        # Told True when a connection starts carrying a body at the set rate, False once none
+        # does (each was answered): a test's bounds can follow the link's motion.
+        self.on_bodies: Callable[[bool], None] | None = None
+        self._since_answer: dict[socket.socket, int] = {}
+        self._in_body: set[socket.socket] = set()
 
     def __enter__(self) -> SlowLink:
         threading.Thread(target=self._accept, daemon=True).start()
@@ -114,16 +123,42 @@ class SlowLink:
                         with self._lock:
                             self.carried += len(data)
                             self._pipes[client] += len(data)
+                        self._carried_towards(client, len(data), rate)
                         server.sendall(data)
                     else:
+                        self._answered(client)
                         client.sendall(data)
         except OSError:
             pass
         finally:
             with self._lock:
                 self._pipes.pop(client, None)
+            self._answered(client)
+            with self._lock:
+                self._since_answer.pop(client, None)
             client.close()
             server.close()
+
+    def _carried_towards(self, client: socket.socket, size: int, rate: float | None) -> None:
+        with self._lock:
+            since = self._since_answer[client] = self._since_answer.get(client, 0) + size
+            starts = rate is not None and since >= _BODY and client not in self._in_body
+            if starts:
+                self._in_body.add(client)
+            first = starts and len(self._in_body) == 1
+            tell = self.on_bodies
+        if first and tell is not None:
+            tell(True)
+
+    def _answered(self, client: socket.socket) -> None:
+        with self._lock:
+            self._since_answer[client] = 0
+            ends = client in self._in_body
+            self._in_body.discard(client)
+            last = ends and not self._in_body
+            tell = self.on_bodies
+        if last and tell is not None:
+            tell(False)
 
 
 def small_send_buffers(monkeypatch: pytest.MonkeyPatch) -> None:

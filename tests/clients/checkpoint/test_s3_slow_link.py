@@ -24,6 +24,34 @@ STALL = 1.5
 RATE = MIN_PART / (2 * STALL)
 
 
+# A final save's grace (FINAL_SAVE_GRACE_SECONDS) where the tests are not about it.
+REAL_GRACE = 60.0
+
+
+def grace_at_stall_while_bodies_move(
+    link: SlowLink, store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FINAL_SAVE_GRACE_SECONDS at STALL for what an exit save's test is about: the timeout
+    made of it (STALL past a deadline come), and while the link carries a body at its slow
+    rate (each pause in its bytes is held to it); the real one otherwise. At STALL
+    throughout, a loaded moto's answers to the save's claim, its upload's creation and the
+    commit's requests, which move no byte, came later than STALL and the save was given up
+    ("moves nothing") outside the slow link the tests are about."""
+
+    def grace(seconds: float) -> None:
+        monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", seconds)
+
+    grace(STALL)
+    flush = store.flush
+
+    def flush_with_the_real_grace(*args: Any, **kwargs: Any) -> Any:
+        grace(REAL_GRACE)  # its timeout is made, of STALL
+        return flush(*args, **kwargs)
+
+    monkeypatch.setattr(store, "flush", flush_with_the_real_grace)
+    link.on_bodies = lambda moving: grace(STALL if moving else REAL_GRACE)
+
+
 @pytest.fixture
 def link(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowLink]:
     small_send_buffers(monkeypatch)
@@ -62,12 +90,12 @@ def test_a_final_save_still_moving_past_its_deadline_and_grace_is_waited_for(
     saying the storage had stopped answering (the guard's ERROR repeated it), and the process
     exited without the state of the exit, on a machine that often stays past its deadline.
     Past that point it is now waited for while its bytes move, saying it is not durable yet."""
-    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", STALL)
     store = CheckpointStore(
         f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
     )
     saver = BackgroundSaver(store)
     assert store.latest() is None  # the client is made before the link slows and the clock runs
+    grace_at_stall_while_bodies_move(link, store, monkeypatch)
     link.rate = RATE  # the 5 MiB part takes twice the grace
     with caplog.at_level(logging.WARNING, logger="forewarn.checkpoint"):
         final = saver.final(9, {"w": os.urandom(MIN_PART + (1 << 20))}, seconds_left=0.0)
@@ -93,7 +121,6 @@ def test_a_guards_synchronous_exit_save_still_moving_past_its_deadline_and_grace
     from forewarn.clients import CheckpointGuard
     from forewarn.clients.event import Event
 
-    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", STALL)
     store = CheckpointStore(
         f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
     )
@@ -113,6 +140,7 @@ def test_a_guards_synchronous_exit_save_still_moving_past_its_deadline_and_grace
     )
     assert guard.due(9) and guard.should_exit
     assert store.latest() is None  # the client is made before the link slows and the clock runs
+    grace_at_stall_while_bodies_move(link, store, monkeypatch)
     link.rate = RATE  # the 5 MiB part takes twice the grace
     state = {"w": torch.frombuffer(bytearray(os.urandom(MIN_PART + (1 << 20))), dtype=torch.uint8)}
     result = guard.save_state(9, state)
@@ -134,7 +162,6 @@ def test_a_guards_exit_save_of_the_users_files_still_moving_past_the_grace_is_wa
     bytes still flowed over a slow link (CommitTimeout, exit code 1, the exit's state lost)."""
     from forewarn.clients import CheckpointGuard
 
-    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", STALL)
     store = CheckpointStore(
         f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
     )
@@ -142,6 +169,7 @@ def test_a_guards_exit_save_of_the_users_files_still_moving_past_the_grace_is_wa
     guard._on_event(_passed_terminate("aws/spot-itn/slow-files"))
     assert guard.due(9) and guard.should_exit
     assert store.latest() is None  # the client is made before the link slows and the clock runs
+    grace_at_stall_while_bodies_move(link, store, monkeypatch)
     link.rate = RATE  # the 5 MiB part takes twice the grace
     model = os.urandom(MIN_PART + (1 << 20))
     result = guard.save(9, lambda gen: gen.write_bytes("model.pt", model))
@@ -181,12 +209,12 @@ def test_a_final_save_of_a_file_smaller_than_a_part_still_moving_past_the_grace_
     they moved (only a multipart upload's parts were): over a link slow enough, a final save
     of a small model (under the 8 MiB default part) was given up a grace past the deadline
     with its bytes still flowing, as if the storage had stopped answering."""
-    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", STALL)
     store = CheckpointStore(
         f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
     )
     saver = BackgroundSaver(store)
     assert store.latest() is None  # the client is made before the link slows and the clock runs
+    grace_at_stall_while_bodies_move(link, store, monkeypatch)
     link.rate = RATE  # the 4 MiB file takes 1.6 times the grace
     final = saver.final(9, {"w": os.urandom(4 << 20)}, seconds_left=0.0)
     assert final.generation.step == 9
