@@ -107,6 +107,9 @@ def test_a_final_save_still_moving_past_its_deadline_and_grace_is_waited_for(
     store.close()
 
 
+# It imports torch, the worker's first time maybe (over 20 s beside busy loops), and waits
+# for its save while that moves on a loaded machine: over 120 s once, load 22.
+@pytest.mark.timeout(300)
 def test_a_guards_synchronous_exit_save_still_moving_past_its_deadline_and_grace_is_waited_for(
     link: SlowLink, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
