@@ -13,21 +13,37 @@ from forewarn.protocol.wire import TOPIC_HEARTBEAT, TOPIC_NOTICE, allow_ipv6
 # What a replay changes: the agent sends each active notice again, numbered and stamped anew,
 # to every subscriber when one joins.
 _RESENT = ("seq", "sent_at")
+# The detail key of the skew a provider's times were moved by (providers.skew.CLOCK_AHEAD,
+# not imported: this module needs only the standard library and pyzmq). The agent sends
+# nothing when only it changes, and keeps the new one for a replay.
+_CLOCK_AHEAD = "clock_ahead_seconds"
+
+
+def _as_sent(notice: dict[str, Any]) -> dict[str, Any]:
+    """`notice` less what a replay of it may change without the agent sending it as news."""
+    kept = {key: value for key, value in notice.items() if key not in _RESENT}
+    detail = kept.get("detail")
+    if isinstance(detail, dict):
+        kept["detail"] = {key: value for key, value in detail.items() if key != _CLOCK_AHEAD}
+    return kept
 
 
 def _replays(message: dict[str, Any], last: dict[str, Any] | None) -> bool:
-    """`message` is the last notice of its id sent again unchanged, not news."""
-    if last is None:
-        return False
-    return {k: v for k, v in message.items() if k not in _RESENT} == {
-        k: v for k, v in last.items() if k not in _RESENT
-    }
+    """`message`, in the place of a replay's notice, is the last notice of its id sent again,
+    not news: news where the recorder missed it (it joined after it), or where a change came
+    just after a periodic heartbeat, where a replay would be."""
+    return last is not None and _as_sent(message) == _as_sent(last)
 
 
 class EventRecorder:
     """A SUB socket on the agent's events endpoint. `notices` holds every notice in the order
-    received, less replays (a notice sent again unchanged because a subscriber joined: a
-    guard created just before a `notify`, a second rank, listed it twice); `first_heartbeat`
+    received, less replays (a notice sent again because a subscriber joined: a guard created
+    just before a `notify`, a second rank, listed it twice). A replay is told by the heartbeat
+    that starts it (the notices its `active` lists follow it, each with the next `seq`; its
+    `replay_for` names only the subscribers that sent a replay token, so a raw SUB's replay
+    starts with one like the periodic ones) and by its content less what a replay may change
+    unsent: after NTP's step a replay carried a drain's new `clock_ahead_seconds`, which the
+    agent sends to no one, and the recorder listed the drain twice. `first_heartbeat`
     is set once the agent has answered the subscription (it beats at once for each new
     subscriber), from when on nothing it publishes is missed."""
 
@@ -35,6 +51,9 @@ class EventRecorder:
         self.endpoint = endpoint
         self.notices: list[dict[str, Any]] = []
         self._last: dict[str, dict[str, Any]] = {}  # the last notice of each id
+        # The ids of the replay under way still to come, and the `seq` the next one takes.
+        self._replaying: list[str] = []
+        self._replay_seq = -1
         self.heartbeats = 0
         self.last_heartbeat: dict[str, Any] | None = None
         self.first_heartbeat = threading.Event()
@@ -65,17 +84,45 @@ class EventRecorder:
                     continue
                 topic, payload = sock.recv_multipart()
                 message = json.loads(payload)
-                with self.changed:
-                    if topic.decode() == TOPIC_HEARTBEAT:
-                        self.heartbeats += 1
-                        self.last_heartbeat = message
-                        self.first_heartbeat.set()
-                    elif not _replays(message, self._last.get(message.get("id"))):
-                        self._last[message.get("id")] = message
-                        self.notices.append(message)
-                    self.changed.notify_all()
+                self.record(topic.decode(), message)
         finally:
             sock.close()
+
+    def record(self, topic: str, message: dict[str, Any]) -> None:
+        """Take one message as received on `topic` (the thread's, or a test's own)."""
+        with self.changed:
+            if topic == TOPIC_HEARTBEAT:
+                self._heartbeat(message)
+            else:
+                self._notice(message)
+            self.changed.notify_all()
+
+    def _heartbeat(self, beat: dict[str, Any]) -> None:
+        self.heartbeats += 1
+        self.last_heartbeat = beat
+        self.first_heartbeat.set()
+        # Any heartbeat may start a replay: its notices follow it at once.
+        active, seq = beat.get("active"), beat.get("seq")
+        if isinstance(active, list) and isinstance(seq, int):
+            self._replaying, self._replay_seq = [str(notice_id) for notice_id in active], seq + 1
+        else:
+            self._replaying = []
+
+    def _notice(self, message: dict[str, Any]) -> None:
+        notice_id = str(message.get("id"))
+        replayed = bool(self._replaying) and (notice_id, message.get("seq")) == (
+            self._replaying[0],
+            self._replay_seq,
+        )
+        if replayed:
+            self._replaying.pop(0)
+            self._replay_seq += 1
+        else:
+            self._replaying = []  # a replay is over at the first notice that is not of it
+        if replayed and _replays(message, self._last.get(notice_id)):
+            return
+        self._last[notice_id] = message
+        self.notices.append(message)
 
     def wait(self, match: dict[str, Any], start: int, timeout: float) -> dict[str, Any] | None:
         """The first notice from index `start` on whose fields equal `match`, or None."""

@@ -16,7 +16,8 @@ from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.boot import boot_id
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, eventually, shifted_wall_clock
+from forewarn.testing.events import EventRecorder
+from support import AgentProcess, Subscriber, eventually, shifted_wall_clock
 from test_kubernetes_agent import _kubernetes_env, control, wait_for_watch
 
 NODE = "agent-node"
@@ -156,3 +157,86 @@ def test_a_step_that_makes_a_right_clock_wrong_sends_karpenters_drains_once_and_
             left = parse_time(str(notice["deadline"])) - utcnow() - timedelta(hours=2)
             assert abs(left - timedelta(minutes=30)) < timedelta(minutes=1), notice
     assert "expired" not in agent.output(), agent.output()
+
+
+def _live_notices(sub: Subscriber, quiet: float) -> tuple[list[dict[str, Any]], int]:
+    """The notices `sub` (taking heartbeats too) receives until `quiet` seconds pass with none,
+    less those of a replay (each notice listed by a heartbeat naming a replay token, at the
+    seq after it), and the seq of the last heartbeat read."""
+    live: list[dict[str, Any]] = []
+    replayed: list[str] = []
+    next_seq = -1
+    last_beat = -1
+    until = time.monotonic() + quiet  # heartbeats come every second: they do not count
+    while True:
+        try:
+            topic, message = sub.recv(max(0.0, until - time.monotonic()))
+        except TimeoutError:
+            return live, last_beat
+        if topic == "notice":
+            until = time.monotonic() + quiet
+        if topic == "heartbeat":
+            last_beat = message["seq"]
+            if message.get("replay_for"):
+                replayed, next_seq = list(message["active"]), message["seq"] + 1
+            continue
+        if replayed and (message["id"], message["seq"]) == (replayed[0], next_seq):
+            replayed.pop(0)
+            next_seq += 1
+            continue
+        live.append(message)
+
+
+def test_a_replay_after_ntps_step_is_no_second_event_to_the_recorder(tmp_path: Path) -> None:
+    """forewarn.testing's recorder (`agent.events`) beside a reconnecting subscriber, after
+    NTP's step: the watcher's report of the new skew changed only the drains'
+    `clock_ahead_seconds`, which the agent keeps for a replay and sends to nobody. The next
+    replay (a subscriber that joined, one that reconnected) carried it, and the recorder,
+    telling a replay from news by its content, listed each drain a second time: a user's
+    `assert len(agent.events) == 2` failed where the job had been sent nothing new."""
+    shifted, offset = shifted_wall_clock(tmp_path, timedelta(hours=-2).total_seconds())
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    with SimServer(sim) as server:
+        env = {**_kubernetes_env(tmp_path, server), **shifted}
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with agent, agent.subscriber(topics=("notice", "heartbeat")) as sub:
+            recorder = EventRecorder(agent.events).start()
+            try:
+                assert recorder.first_heartbeat.wait(10), "the recorder heard no heartbeat"
+                wait_for_watch(server)
+                termination = (utcnow() + timedelta(minutes=30)).replace(microsecond=0)
+                control(server, "karpenter", termination=termination.isoformat())
+
+                def skewed() -> bool:
+                    active = agent.control({"op": "status"})["active"]
+                    return len(active) == 2 and all(
+                        n["deadline"] and "clock_ahead_seconds" in n["detail"] for n in active
+                    )
+
+                eventually(skewed, what="Karpenter's drains on the node's clock")
+                offset.write_text("0")  # NTP's step: the agent's wall clock is 2 h on
+                eventually(
+                    lambda: all(
+                        "clock_ahead_seconds" not in n["detail"]
+                        for n in agent.control({"op": "status"})["active"]
+                    ),
+                    timeout=20,
+                    what="the watcher's report of the new skew",
+                )
+                for _ in range(2):  # a subscriber that reconnects: a replay each time
+                    with agent.subscriber() as late:
+                        assert late.answers == 1
+                # Past the replays' last notice: a heartbeat every second.
+                live, last_beat = _live_notices(sub, 1.5)
+                eventually(
+                    lambda: (recorder.last_heartbeat or {}).get("seq", -1) >= last_beat,
+                    what="the recorder's heartbeat after the replays",
+                )
+                with recorder.changed:
+                    recorded = list(recorder.notices)
+            finally:
+                recorder.close()
+        assert len(live) >= 2, live
+        assert [(n["action"], n["id"], n["seq"]) for n in recorded] == [
+            (n["action"], n["id"], n["seq"]) for n in live
+        ]
