@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.ages import status_ages
+from forewarn.protocol.fields import CLOCK_AHEAD
 from forewarn.protocol.seqgap import SeqGaps
 from forewarn.protocol.timefmt import time_or_none, utcnow
 from forewarn.protocol.wire import (
@@ -752,7 +753,12 @@ class Notices:
         # stop) was dropped here as a repeat, and `active` kept the old one.
         repeat = known is not None and _as_sent(known) == _as_sent(event)
         if event.action != "clear" and repeat:
-            return  # a replay for a later subscriber, or a repeat: nothing new
+            # A replay for a later subscriber, or a repeat: nothing new. One carrying a skew
+            # the agent kept since (it sends none for that alone) is kept as true, silently.
+            if known is not None and known.detail != event.detail:
+                with self._changed:
+                    self.active = {**self.active, event.id: event}
+            return
         with self._changed:
             active = dict(self.active)
             if event.action == "clear":
@@ -893,8 +899,11 @@ os.register_at_fork(after_in_child=_let_go_of_the_agent)
 
 def _as_sent(event: Event) -> tuple[Any, ...]:
     """What the agent sends a notice again for; a replay differs only in `seq` and `sent_at`
-    (and a restarted agent's in `noticed_at`)."""
-    return (event.action, event.reason, event.deadline, event.detail)
+    (a restarted agent's in `noticed_at`), and in the detail's CLOCK_AHEAD, which the agent
+    keeps for replays and sends to no one when only it changes: after NTP's step, a client
+    joining made every other client's listeners hear each drain again."""
+    detail = {key: value for key, value in event.detail.items() if key != CLOCK_AHEAD}
+    return (event.action, event.reason, event.deadline, detail)
 
 
 __all__ = ["Notices"]

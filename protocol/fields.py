@@ -53,6 +53,11 @@ HEARTBEAT_FIELDS: tuple[str, ...] = (
     "acked_by",
     "replay_for",
 )
+# The detail key of a notice whose provider times were moved onto this machine's clock (the
+# watchers' `providers.skew`): by how many seconds that clock was ahead of the provider's.
+# The agent sends nothing when only it changes, and keeps the new one for replays and
+# `status`; so a replay may differ from what was sent in it alone, and that is no news.
+CLOCK_AHEAD = "clock_ahead_seconds"
 
 
 def stable_id(provider: str, kind: str, payload: Any) -> str:
@@ -63,6 +68,7 @@ def stable_id(provider: str, kind: str, payload: Any) -> str:
 
 __all__ = [
     "ACTIONS",
+    "CLOCK_AHEAD",
     "HEARTBEAT_FIELDS",
     "NOTICE_FIELDS",
     "REASONS",

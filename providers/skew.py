@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from forewarn.protocol.fields import CLOCK_AHEAD
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.report import Report
 
@@ -30,8 +31,8 @@ from .httpdate import parse_http_date
 # `Date` has whole seconds and comes after a request's round trip.
 TRUSTED_SKEW = timedelta(minutes=5)
 # The detail key of a notice whose times were moved onto this machine's clock: by how many
-# seconds that clock was ahead of the service's (negative: behind).
-CLOCK_AHEAD = "clock_ahead_seconds"
+# seconds that clock was ahead of the service's (negative: behind). In the protocol, where a
+# client reads it too.
 # How much the skew must change (NTP setting the clock right) before the times are moved
 # again: a deadline a minute off is within the board's margins.
 CLOCK_MOVED = timedelta(minutes=1)

@@ -8,15 +8,12 @@ import time
 from typing import Any
 
 import zmq
+from forewarn.protocol.fields import CLOCK_AHEAD
 from forewarn.protocol.wire import TOPIC_HEARTBEAT, TOPIC_NOTICE, allow_ipv6
 
 # What a replay changes: the agent sends each active notice again, numbered and stamped anew,
 # to every subscriber when one joins.
 _RESENT = ("seq", "sent_at")
-# The detail key of the skew a provider's times were moved by (providers.skew.CLOCK_AHEAD,
-# not imported: this module needs only the standard library and pyzmq). The agent sends
-# nothing when only it changes, and keeps the new one for a replay.
-_CLOCK_AHEAD = "clock_ahead_seconds"
 
 
 def _as_sent(notice: dict[str, Any]) -> dict[str, Any]:
@@ -24,7 +21,7 @@ def _as_sent(notice: dict[str, Any]) -> dict[str, Any]:
     kept = {key: value for key, value in notice.items() if key not in _RESENT}
     detail = kept.get("detail")
     if isinstance(detail, dict):
-        kept["detail"] = {key: value for key, value in detail.items() if key != _CLOCK_AHEAD}
+        kept["detail"] = {key: value for key, value in detail.items() if key != CLOCK_AHEAD}
     return kept
 
 

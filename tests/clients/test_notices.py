@@ -15,9 +15,9 @@ import pytest
 from forewarn.clients import CheckpointGuard, Notices
 from forewarn.clients.notices import parse_heartbeat
 from forewarn.protocol.timefmt import format_time, utcnow
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, agent_env, eventually
+from support import AgentProcess, agent_env, eventually, examples
 
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
 # tests/conftest.py); the client is what these tests check.
@@ -1225,3 +1225,31 @@ def test_notices_hear_an_agent_on_ipv6_loopback(tmp_path: Path) -> None:
             assert eventually(lambda: "local/v6" in notices.active, timeout=20), notices.alive
         finally:
             notices.close()
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(("taint", "node", "uid")), st.text(max_size=5), max_size=3),
+    st.lists(st.one_of(st.none(), st.floats(-1e6, 1e6)), min_size=2, max_size=4),
+    st.booleans(),
+)
+def test_a_replay_is_news_to_listeners_only_where_more_than_its_skew_changed(
+    detail: dict[str, str], skews: list[float | None], other_change: bool
+) -> None:
+    """The same drain received again (a replay) with any `clock_ahead_seconds` (or none) is no
+    news: listeners hear it once, and `active` holds the detail last received. A change of
+    any other detail is news, heard again."""
+    notices = Notices("ipc:///nonexistent/events", "ipc:///nonexistent/control", start=False)
+    heard: list[int] = []
+    notices.add_listener(lambda event: heard.append(event.seq))
+    sent = format_time(utcnow())
+    for seq, skew in enumerate(skews, start=1):
+        shown = dict(detail) if skew is None else {**detail, "clock_ahead_seconds": skew}
+        if other_change and seq == len(skews):
+            shown["changed"] = "yes"
+        notice = {"v": 1, "id": "kubernetes/n/cordon", "seq": seq, "action": "drain"}
+        notice.update(reason="node-drain", provider="kubernetes", deadline=None)
+        notice.update(noticed_at=sent, sent_at=sent, detail=shown)
+        notices._message([b"notice", json.dumps(notice).encode()])
+    assert heard == ([1, len(skews)] if other_change else [1])
+    assert notices.active["kubernetes/n/cordon"].detail == shown

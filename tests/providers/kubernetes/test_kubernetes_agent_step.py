@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from forewarn.clients import Notices
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.boot import boot_id
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
@@ -159,6 +160,34 @@ def test_a_step_that_makes_a_right_clock_wrong_sends_karpenters_drains_once_and_
     assert "expired" not in agent.output(), agent.output()
 
 
+def _karpenters_drains_through_ntps_step(
+    agent: AgentProcess, server: SimServer, offset: Path
+) -> None:
+    """Karpenter's two drains raised on a node clock 2 h behind the API server's (each with
+    its `clock_ahead_seconds`), then NTP's step of the agent's clock to right, until the
+    watcher's report of the new skew has reached the board (no skew in `status`)."""
+    wait_for_watch(server)
+    termination = (utcnow() + timedelta(minutes=30)).replace(microsecond=0)
+    control(server, "karpenter", termination=termination.isoformat())
+
+    def skewed() -> bool:
+        active = agent.control({"op": "status"})["active"]
+        return len(active) == 2 and all(
+            n["deadline"] and "clock_ahead_seconds" in n["detail"] for n in active
+        )
+
+    eventually(skewed, what="Karpenter's drains on the node's clock")
+    offset.write_text("0")  # NTP's step: the agent's wall clock is 2 h on
+    eventually(
+        lambda: all(
+            "clock_ahead_seconds" not in n["detail"]
+            for n in agent.control({"op": "status"})["active"]
+        ),
+        timeout=20,
+        what="the watcher's report of the new skew",
+    )
+
+
 def _live_notices(sub: Subscriber, quiet: float) -> tuple[list[dict[str, Any]], int]:
     """The notices `sub` (taking heartbeats too) receives until `quiet` seconds pass with none,
     less those of a replay (each notice listed by a heartbeat naming a replay token, at the
@@ -203,26 +232,7 @@ def test_a_replay_after_ntps_step_is_no_second_event_to_the_recorder(tmp_path: P
             recorder = EventRecorder(agent.events).start()
             try:
                 assert recorder.first_heartbeat.wait(10), "the recorder heard no heartbeat"
-                wait_for_watch(server)
-                termination = (utcnow() + timedelta(minutes=30)).replace(microsecond=0)
-                control(server, "karpenter", termination=termination.isoformat())
-
-                def skewed() -> bool:
-                    active = agent.control({"op": "status"})["active"]
-                    return len(active) == 2 and all(
-                        n["deadline"] and "clock_ahead_seconds" in n["detail"] for n in active
-                    )
-
-                eventually(skewed, what="Karpenter's drains on the node's clock")
-                offset.write_text("0")  # NTP's step: the agent's wall clock is 2 h on
-                eventually(
-                    lambda: all(
-                        "clock_ahead_seconds" not in n["detail"]
-                        for n in agent.control({"op": "status"})["active"]
-                    ),
-                    timeout=20,
-                    what="the watcher's report of the new skew",
-                )
+                _karpenters_drains_through_ntps_step(agent, server, offset)
                 for _ in range(2):  # a subscriber that reconnects: a replay each time
                     with agent.subscriber() as late:
                         assert late.answers == 1
@@ -240,3 +250,36 @@ def test_a_replay_after_ntps_step_is_no_second_event_to_the_recorder(tmp_path: P
         assert [(n["action"], n["id"], n["seq"]) for n in recorded] == [
             (n["action"], n["id"], n["seq"]) for n in live
         ]
+
+
+def test_a_replay_after_ntps_step_is_no_second_event_to_a_clients_listener(
+    tmp_path: Path,
+) -> None:
+    """The client library (`Notices`, which `CheckpointGuard` and a user's listener read)
+    after NTP's step, when another client joins: the replay carried the drains' new
+    `clock_ahead_seconds` (kept by the agent for replays, sent to no one), and the client,
+    telling a repeat by the whole detail, took each drain as changed: `latest` was replaced
+    and every listener was called a second time for a notice the agent never re-sent."""
+    shifted, offset = shifted_wall_clock(tmp_path, timedelta(hours=-2).total_seconds())
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    with SimServer(sim) as server:
+        env = {**_kubernetes_env(tmp_path, server), **shifted}
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        heard: list[tuple[str, str, int]] = []
+        with (
+            agent,
+            agent.subscriber(topics=("notice", "heartbeat")) as sub,
+            Notices(agent.events, agent.control_endpoint, client_id="listener") as notices,
+        ):
+            notices.add_listener(lambda event: heard.append((event.action, event.id, event.seq)))
+            eventually(lambda: notices.alive, what="the client's first heartbeat")
+            _karpenters_drains_through_ntps_step(agent, server, offset)
+            with agent.subscriber() as late:  # another client joins: a replay to every one
+                assert late.answers == 1
+            live, last_beat = _live_notices(sub, 1.5)
+            eventually(
+                lambda: (notices.agent or {}).get("seq", -1) >= last_beat,
+                what="the client's heartbeat after the replay",
+            )
+        assert len(live) >= 2, live
+        assert heard == [(n["action"], n["id"], n["seq"]) for n in live]
