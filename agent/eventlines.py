@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from forewarn.protocol.fields import CLOCK_AHEAD
 from forewarn.protocol.timefmt import format_time, parse_time, time_or_none, utcnow
 
 # A note is free text from whoever ran `forewarn notify`: show all of it, on one line, with
@@ -77,10 +78,11 @@ class ReplayTracker:
     """Marks each notice a watcher receives as news or replay.
 
     A notice is a replay when this watcher already showed it with the same action, reason,
-    deadline and detail, or when it was active before the watcher first saw it (listed by the
-    heartbeat that precedes every replay), unless the heartbeats began to list it while this
-    watcher listened and it never arrived (`missed`). A changed notice (an escalation, a moved
-    deadline, a new note) is news, and so is one raised again after its clear.
+    deadline and detail (less `clock_ahead_seconds`, which the agent sends nothing for), or
+    when it was active before the watcher first saw it (listed by the heartbeat that precedes
+    every replay), unless the heartbeats began to list it while this watcher listened and it
+    never arrived (`missed`). A changed notice (an escalation, a moved deadline, a new note)
+    is news, and so is one raised again after its clear.
     """
 
     def __init__(self) -> None:
@@ -174,7 +176,12 @@ class ReplayTracker:
             return False
         # The detail too, as the client library and the C subscriber compare: a notice sent
         # again for its detail alone (a new note, AWS's spot action turned `stop`) is news.
-        key = (notice["action"], notice.get("reason"), notice.get("deadline"), notice.get("detail"))
+        # Not its CLOCK_AHEAD: the agent keeps a new skew for replays and sends nothing for
+        # it, and after NTP's step a client joining had each drain printed again as news.
+        detail = notice.get("detail")
+        if isinstance(detail, dict):
+            detail = {key: value for key, value in detail.items() if key != CLOCK_AHEAD}
+        key = (notice["action"], notice.get("reason"), notice.get("deadline"), detail)
         known = self._shown.get(notice_id)
         self._shown[notice_id] = key
         self._notices[notice_id] = notice

@@ -163,6 +163,28 @@ def test_a_notice_in_force_since_the_join_is_a_replay_however_late_it_comes(
             assert replay is False, notice_id
 
 
+@given(
+    detail=st.dictionaries(st.sampled_from(("note", "taint")), st.text(max_size=5), max_size=2),
+    skews=st.lists(st.one_of(st.none(), st.floats(-1e6, 1e6)), min_size=2, max_size=4),
+    other_change=st.booleans(),
+)
+def test_a_notice_again_with_only_another_skew_is_a_replay(
+    detail: dict[str, str], skews: list[float | None], other_change: bool
+) -> None:
+    """The same notice shown again with any `clock_ahead_seconds` (or none: the skew the
+    agent keeps for replays and sends nothing for) is a replay; a change of any other detail
+    is news."""
+    tracker = ReplayTracker()
+    tracker.heartbeat({"active": []})
+    marks = []
+    for index, skew in enumerate(skews):
+        shown = dict(detail) if skew is None else {**detail, "clock_ahead_seconds": skew}
+        if other_change and index == len(skews) - 1:
+            shown["changed"] = "yes"
+        marks.append(tracker.is_replay(_notice(detail=shown)))
+    assert marks == [False, *[True] * (len(skews) - 2), not other_change]
+
+
 def test_describe_clear_and_expiry() -> None:
     clear = describe(_notice("clear", detail={"expired": "overdue by 5m"}))
     assert "deadline" not in clear and 'expired: "overdue by 5m"' in clear

@@ -5,6 +5,10 @@ sync); the simulator's `Date` is the machine's own clock, as the API server's is
 
 from __future__ import annotations
 
+import json
+import queue
+import subprocess
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +22,7 @@ from forewarn.providers.boot import boot_id
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from forewarn.testing.events import EventRecorder
-from support import AgentProcess, Subscriber, eventually, shifted_wall_clock
+from support import AgentProcess, Subscriber, eventually, forewarn_cmd, shifted_wall_clock
 from test_kubernetes_agent import _kubernetes_env, control, wait_for_watch
 
 NODE = "agent-node"
@@ -283,3 +287,48 @@ def test_a_replay_after_ntps_step_is_no_second_event_to_a_clients_listener(
             )
         assert len(live) >= 2, live
         assert heard == [(n["action"], n["id"], n["seq"]) for n in live]
+
+
+def test_a_replay_after_ntps_step_is_marked_a_replay_by_watch(tmp_path: Path) -> None:
+    """`forewarn watch --json` after NTP's step, when another client joins: the replay
+    carried the drains' new `clock_ahead_seconds` (kept by the agent for replays, sent to no
+    one) and watch printed each drain again as news (`"replay": false`; without `--json`, no
+    `[replay]`), which a script reading it took for a changed notice."""
+    shifted, offset = shifted_wall_clock(tmp_path, timedelta(hours=-2).total_seconds())
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    with SimServer(sim) as server:
+        env = {**_kubernetes_env(tmp_path, server), **shifted}
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        # The watcher on the machine's clock: only the agent's is stepped.
+        watch_env = {k: v for k, v in env.items() if k not in shifted}
+        with agent, agent.subscriber(topics=("notice", "heartbeat")) as sub:
+            watch = subprocess.Popen(
+                forewarn_cmd("watch", "--json", "--heartbeats"),
+                env=watch_env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert watch.stdout is not None
+                lines: queue.Queue[str] = queue.Queue()
+                reader = threading.Thread(
+                    target=lambda: [lines.put(line) for line in watch.stdout or ()], daemon=True
+                )
+                reader.start()
+                first = json.loads(lines.get(timeout=10))
+                assert first["topic"] == "heartbeat", first
+                _karpenters_drains_through_ntps_step(agent, server, offset)
+                with agent.subscriber() as late:  # another client joins: a replay to all
+                    assert late.answers == 1
+                live, last_beat = _live_notices(sub, 1.5)
+                printed: list[dict[str, Any]] = []
+                while not any(m["topic"] == "heartbeat" and m["seq"] >= last_beat for m in printed):
+                    printed.append(json.loads(lines.get(timeout=10)))
+            finally:
+                watch.terminate()
+                watch.wait(10)
+        news = [m for m in printed if m["topic"] == "notice" and not m["replay"]]
+        assert len(live) >= 2, live
+        assert [(n["action"], n["id"], n["seq"]) for n in news] == [
+            (n["action"], n["id"], n["seq"]) for n in live
+        ]
