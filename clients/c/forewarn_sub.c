@@ -15,7 +15,8 @@
  * drain, terminate or clear. Each notice is printed once: the agent sends every active notice
  * again to every subscriber whenever one joins, and such a replay (the same id, action,
  * reason, deadline and detail as one printed already; only seq, sent_at and noticed_at may
- * differ) is not printed again, unless --replays. A notice that comes back after its clear (or
+ * differ, and the detail's clock_ahead_seconds, a skew the agent sends nothing for) is not
+ * printed again, unless --replays. A notice that comes back after its clear (or
  * after the heartbeats stopped listing it) is printed again. --count counts printed notices.
  *
  * A notice withdrawn while no agent was connected (across an agent restart) never gets a
@@ -902,15 +903,54 @@ static void note_received(tracker *t, const char *body, size_t size, int jumped)
         set_add(&t->restart_ids, id, len);
 }
 
+/* The detail key of the skew a provider's times were moved by: the agent sends nothing when
+ * only it changes and keeps the new one for replays, so it is no part of a fingerprint. */
+#define CLOCK_AHEAD "clock_ahead_seconds"
+
+static unsigned long long hash_span(unsigned long long hash, const char *p, const char *stop) {
+    for (; p && p < stop; p++)
+        hash = (hash ^ (unsigned char)*p) * 1099511628211ULL;
+    return hash;
+}
+
+/* The detail object in [p, stop), member by member, less CLOCK_AHEAD: after NTP's step a
+ * replay carried a new skew alone, and each drain was printed again when a job joined. Text
+ * this scanner cannot read is hashed whole, as before. */
+static unsigned long long hash_detail(unsigned long long hash, const char *p, const char *stop) {
+    const char *q = skip_space(p, stop);
+    if (!p || q >= stop || *q != '{')
+        return hash_span(hash, p, stop);
+    q = skip_space(q + 1, stop);
+    while (q < stop && *q == '"') {
+        const char *name = q + 1, *after = skip_string(q, stop);
+        const char *colon = after ? skip_space(after, stop) : NULL;
+        if (!colon || colon >= stop || *colon != ':')
+            return hash_span(hash, p, stop);
+        const char *value = skip_space(colon + 1, stop), *value_end = skip_value(value, stop);
+        if (!value_end)
+            return hash_span(hash, p, stop);
+        size_t len = (size_t)(after - 1 - name);
+        if (len != sizeof CLOCK_AHEAD - 1 || memcmp(name, CLOCK_AHEAD, len) != 0)
+            hash = (hash_span(hash, q, value_end) ^ 0xfe) * 1099511628211ULL;
+        q = skip_space(value_end, stop);
+        if (q < stop && *q == ',')
+            q = skip_space(q + 1, stop);
+    }
+    return hash;
+}
+
 /* What makes a notice the same one sent again: its action, reason, deadline and detail (a
- * replay differs in seq and sent_at, and in noticed_at after an agent restart). FNV-1a. */
+ * replay differs in seq and sent_at, in noticed_at after an agent restart, and in the
+ * detail's CLOCK_AHEAD). FNV-1a. */
 static unsigned long long fingerprint(const char *body, const char *end) {
     static const char *const keys[] = {"action", "reason", "deadline", "detail"};
     unsigned long long hash = 14695981039346656037ULL;
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         const char *stop = NULL, *value = member(body, end, keys[k], &stop);
-        for (const char *p = value; p && p < stop; p++)
-            hash = (hash ^ (unsigned char)*p) * 1099511628211ULL;
+        if (strcmp(keys[k], "detail") == 0)
+            hash = hash_detail(hash, value, stop);
+        else
+            hash = hash_span(hash, value, stop);
         hash = (hash ^ 0xff) * 1099511628211ULL; /* a separator no JSON text holds */
     }
     return hash ? hash : 1;

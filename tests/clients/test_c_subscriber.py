@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from forewarn.clients.event import Event
 from forewarn.protocol.timefmt import time_or_none
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, eventually, examples, forewarn_cmd
+from support import AgentProcess, agent_env, eventually, examples, forewarn_cmd, shifted_wall_clock
 
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
 # tests/conftest.py); the C subscriber is what these tests check.
@@ -1601,3 +1601,75 @@ def test_c_subscriber_prints_a_notice_whose_json_escapes_the_python_client_reads
     # the last: the same notice again after its clear, printed (not a replay of one printed)
     assert printed == [(e.id, e.action) for e in python_reads], err
     assert "dropped" not in err, err
+
+
+def test_c_subscriber_prints_no_replay_whose_detail_differs_only_in_its_skew(
+    tmp_path: Path, binary: Path
+) -> None:
+    """After NTP's step on a node whose clock was 2 h behind the API server, the watcher's
+    report of the new skew changed only Karpenter's drains' `clock_ahead_seconds`, which the
+    agent keeps for replays and sends to no one. When another job joined, the replay carried
+    it, and the C subscriber, hashing the detail as written, printed each drain again: a
+    handler reading its lines took it for a changed notice."""
+    import httpx
+    from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+    from forewarn.providers.simulator import SimServer
+
+    node = "agent-node"
+    shifted, offset = shifted_wall_clock(tmp_path, -7200.0)
+    sim = KubernetesSimulator(node=node, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    (tmp_path / "token").write_text("t1")
+    with SimServer(sim) as server:
+        env = agent_env(
+            tmp_path,
+            FOREWARN_KUBERNETES_URL=server.url,
+            FOREWARN_KUBERNETES_TOKEN_FILE=str(tmp_path / "token"),
+            NODE_NAME=node,
+        )
+        agent = AgentProcess(tmp_path, providers=("kubernetes", "local"), env={**env, **shifted})
+        with agent:
+            sub = subprocess.Popen(
+                [str(binary), "--count", "100"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            lines = _Lines(sub)
+            try:
+                agent.control({"op": "notify", "action": "drain", "id": "local/first"})
+                lines.until("local/first", "drain")  # the subscriber hears the agent
+                termination = datetime.now().astimezone() + timedelta(minutes=30)
+                raised = httpx.post(
+                    f"{server.url}/_sim/notices",
+                    json={"kind": "karpenter", "termination": termination.isoformat()},
+                    trust_env=False,
+                    timeout=5,
+                )
+                assert raised.status_code == 201, raised.text
+
+                def skews() -> list[bool]:
+                    active = agent.control({"op": "status"})["active"]
+                    return [
+                        "clock_ahead_seconds" in n["detail"]
+                        for n in active
+                        if n["provider"] == "kubernetes" and n["deadline"]
+                    ]
+
+                eventually(lambda: skews() == [True, True], what="the drains on the node's clock")
+                offset.write_text("0")  # NTP's step: the agent's wall clock is 2 h on
+                eventually(lambda: skews() == [False, False], timeout=20, what="the new skew")
+                agent.control({"op": "notify", "action": "drain", "id": "local/mid"})
+                before = len(lines.until("local/mid", "drain"))
+                with agent.subscriber():  # another job joins: a replay to every subscriber
+                    pass
+                agent.control({"op": "notify", "action": "drain", "id": "local/last"})
+                printed = lines.until("local/last", "drain")
+            finally:
+                sub.terminate()
+                sub.wait(10)
+        # The replay for the join: nothing new, nothing printed but the notice after it.
+        assert [n["id"] for n in printed[before:]] == ["local/last"], printed[before:]
+        assert {n["id"] for n in printed[:before] if n["provider"] == "kubernetes"} == {
+            "kubernetes/agent-node/taint/karpenter.sh/disrupted",
+            "kubernetes/agent-node/deleting",
+        }
