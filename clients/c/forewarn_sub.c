@@ -917,8 +917,10 @@ static unsigned long long hash_span(unsigned long long hash, const char *p, cons
  * replay carried a new skew alone, and each drain was printed again when a job joined. Text
  * this scanner cannot read is hashed whole, as before. */
 static unsigned long long hash_detail(unsigned long long hash, const char *p, const char *stop) {
+    if (!p)
+        return hash; /* no detail: as hash_span hashes none */
     const char *q = skip_space(p, stop);
-    if (!p || q >= stop || *q != '{')
+    if (q >= stop || *q != '{')
         return hash_span(hash, p, stop);
     q = skip_space(q + 1, stop);
     while (q < stop && *q == '"') {
