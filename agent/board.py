@@ -507,6 +507,8 @@ class NoticeBoard:
         (it then follows a step of the wall clock)."""
         if report.action == "clear":
             return self.clear(report.id, detail=report.detail)
+        # A step since the board last looked is seen before this report is judged by it.
+        self._settle_after_a_step(self.now(), self.clock())
         entry = self.entries.get(report.id)
         if deadline_clock is None and report.deadline_is_duration and report.deadline:
             report, deadline_clock = self._on_clock(report, entry)
@@ -546,9 +548,15 @@ class NoticeBoard:
                     self.flushed_at_raise.append(report.id)
             self.entries[report.id] = entry
             return notice
-        entry.restored = False
-        entry.step_settle = None  # its watcher has spoken since the step
-        entry.reported_clock = self._reading_of(report, entry)
+        if self._settling(entry) and not self._retimed(entry, report):
+            # Made before its watcher saw the step (a node event within its CLOCK_CHECK of
+            # it): still on the skew from before, so no word on the step. Taken as one, it
+            # ended the settle and went out as terminate, 90 min past by a clock 2 h ahead.
+            action = self._action_for(report, entry)
+        else:
+            entry.restored = False
+            entry.step_settle = None  # its watcher has spoken since the step
+            entry.reported_clock = self._reading_of(report, entry)
         # A drain sent as terminate stays terminate while its deadline stands, even when the
         # margin has shrunk since (faster flushes): its clients may be exiting already. Also
         # when it is re-sent for its reason or detail alone (an Azure event's Resources).
@@ -1176,6 +1184,13 @@ class NoticeBoard:
         if not entry.restored and not self._settling(entry):
             return deadline
         return max(deadline, self._on_the_clock(entry.reported_clock))
+
+    @staticmethod
+    def _retimed(entry: Entry, report: Report) -> bool:
+        """Whether `report` re-times `entry`'s deadline: moved, or on another skew."""
+        if _deadline_moved(entry.report.deadline, report.deadline):
+            return True
+        return bool(entry.report.detail.get(CLOCK_AHEAD) != report.detail.get(CLOCK_AHEAD))
 
     def _settling(self, entry: Entry) -> bool:
         """Whether `entry` is judged on its boot-clock reading after a step (`step_settle`)."""

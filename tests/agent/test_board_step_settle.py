@@ -78,6 +78,34 @@ def test_a_step_into_the_exit_margin_sends_no_terminate_before_the_watcher_speak
     assert board.due() == ([], [])
 
 
+def test_a_report_its_watcher_made_before_it_saw_the_step_sends_no_terminate() -> None:
+    """Karpenter's termination 30 min away on a right clock; a step 2 h forward; within the
+    watcher's CLOCK_CHECK (5 s) of it, a node event re-sends the drain with a new detail,
+    its deadline still moved by the skew from before the step. Taken as the watcher's word
+    on the step, that report ended the settle and went out as terminate, 90 min past its
+    deadline by the stepped clock (seen under load in
+    test_a_step_that_makes_a_right_clock_wrong_sends_karpenters_drains_once_and_no_clear):
+    the job exited half an hour early. Before the board has looked at its clocks, or after."""
+    for looked_first in (False, True):
+        board, clocks = _board()
+        written = T0 + timedelta(minutes=30)
+        assert board.report(_karpenter(written)) is not None
+        clocks.run(10)
+        clocks.step(timedelta(hours=2).total_seconds())
+        clocks.run(1)
+        if looked_first:
+            assert board.due() == ([], [])
+        stale = board.report(_karpenter(written, nodeclaim="default-x7k2p"))
+        assert stale is not None and stale.action == "drain", (looked_first, stale)
+        assert board.due() == ([], []), looked_first
+        moved = written + timedelta(hours=2)
+        resent = board.report(
+            _karpenter(moved, nodeclaim="default-x7k2p", clock_ahead_seconds=7200.0)
+        )
+        assert resent is not None and (resent.action, resent.deadline) == ("drain", moved)
+        assert board.due() == ([], []), looked_first
+
+
 def test_a_step_past_deadline_and_grace_retires_nothing_before_the_watcher_speaks() -> None:
     board, clocks = _board()
     board.report(_karpenter(T0 + timedelta(minutes=30)))
