@@ -19,6 +19,7 @@ import pytest
 from forewarn.clients import Notices
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.boot import boot_id
+from forewarn.providers.httpdate import format_http_date
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from forewarn.testing.events import EventRecorder
@@ -332,3 +333,37 @@ def test_a_replay_after_ntps_step_is_marked_a_replay_by_watch(tmp_path: Path) ->
         assert [(n["action"], n["id"], n["seq"]) for n in news] == [
             (n["action"], n["id"], n["seq"]) for n in live
         ]
+
+
+def test_a_vm_event_raised_just_after_a_step_goes_out_on_the_stepped_clock(
+    tmp_path: Path,
+) -> None:
+    """This node's clock right; a step puts it 2 h ahead, and before the watcher's next look
+    at the clock (CLOCK_CHECK, 5 s) AKS's node-problem-detector sets a Reboot 20 min away
+    (`VMEventScheduled`, NotBefore on the cluster's clock). The watcher moved it by the skew
+    from before the step (none) and the board, raising it afresh, had no earlier reading on
+    the boot clock to hold: 100 min past by the stepped clock, it went out as terminate at
+    once (the job out 20 min early), and as a drain again at the watcher's next look. The
+    watcher reads its skew from the API server's clock, carried on the boot clock, as it
+    reports: a drain, once, 20 min out by the node's clock."""
+    shifted, offset = shifted_wall_clock(tmp_path, 0.0)
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    reboot = f"kubernetes/{NODE}/vm-event/Reboot"
+    with SimServer(sim) as server:
+        env = {**_kubernetes_env(tmp_path, server), **shifted}
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with agent, agent.subscriber() as sub:
+            wait_for_watch(server)
+            not_before = (utcnow() + timedelta(minutes=20)).replace(microsecond=0)
+            offset.write_text(str(timedelta(hours=2).total_seconds()))  # the bad step
+            control(server, "vm-event", event="Reboot", not_before=format_http_date(not_before))
+            first = sub.notice(timeout=10)
+            # Past the watcher's next look at the clock.
+            after = [first, *sub.drain(6.0)]
+            status = agent.control({"op": "status"})["active"]
+        sent = [(n["action"], n["id"]) for n in after]
+        assert sent == [("drain", reboot)], sent
+        [active] = status
+        left = parse_time(str(active["deadline"])) - utcnow() - timedelta(hours=2)
+        assert abs(left - timedelta(minutes=20)) < timedelta(minutes=1), active
+    assert "expired" not in agent.output(), agent.output()
