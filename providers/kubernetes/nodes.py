@@ -377,6 +377,14 @@ def _vm_event_condition(status: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def node_vm_event(node: Any) -> VmEvent | None:
+    """The Scheduled Event a Node's condition shows (the one `node_reports` acts on), None
+    when it shows none. Raises ParseError where `node_reports` does."""
+    status = _optional_object(_object(node, "node"), "status", "node status")
+    condition = _vm_event_condition(status)
+    return vm_event(condition) if condition is not None else None
+
+
 def deleted_report(node_name: str, uid: str | None = None) -> Report:
     """The Node object is gone: pods bound to it are being deleted too."""
     return Report(
@@ -511,6 +519,7 @@ __all__ = [
     "node_name_of",
     "node_reports",
     "node_uid",
+    "node_vm_event",
     "notice_id",
     "parse_event",
     "parse_list",

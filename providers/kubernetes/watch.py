@@ -32,6 +32,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import ClassVar
 
 import httpx
@@ -44,6 +45,7 @@ from ..fetch import within
 from ..httpdate import format_http_date
 from ..skew import ServiceClock, report_on_clock, resume_skew, sent_skew, take_skew
 from .api import REQUEST_TIMEOUT, ApiError, Gone, NodeApi, TooLarge, read_margin
+from .boots import BOOT_FILE, VmEventBoots
 from .config import ConfigError, host_boot, node_name, resolve
 from .karpenter import KARPENTER_TAINTS, being_disrupted, nodeclaim_name, termination_deadline
 from .kubeconfig import off_loop
@@ -55,6 +57,7 @@ from .nodes import (
     deleted_report,
     node_reports,
     node_uid,
+    node_vm_event,
     notice_id,
     parse_event,
     parse_list,
@@ -149,6 +152,9 @@ class KubernetesWatcher:
         self.seen_node = False
         self.node_uid: str | None = None  # the Node object last seen (kept past its deletion)
         self.host: HostBoot | None = None  # this host's boot, read on connect
+        # The AKS VM event types published in this boot, and the one that ended the boot
+        # before (Azure shows a Started Reboot for minutes after the reboot): with `host`.
+        self.boots: VmEventBoots | None = None
         self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
         self.delivered = False  # the current stream has delivered an event
@@ -204,6 +210,13 @@ class KubernetesWatcher:
         if self.api is None:
             name = node_name(self.settings, self.env)
             self.host = host_boot(self.settings, self.env)
+            if self.host is not None and self.boots is None:
+                self.boots = VmEventBoots(
+                    Path(self.context.state_dir) / BOOT_FILE,
+                    self.host.boot_id,
+                    self.host.booted_at,
+                    self.health,
+                )
             # In a thread: a kubeconfig's exec plugin runs here (a cloud CLI, seconds).
             cluster = await off_loop(lambda: resolve(self.settings, self.env))
             self.node_name = name
@@ -601,6 +614,7 @@ class KubernetesWatcher:
         # The deadlines are on the cluster's clock; the board and the job time them by this
         # node's: 2 h behind, Karpenter's forced termination came 2 h before the terminate.
         current = [self._on_node_clock(r) if r.deadline is not None else r for r in current]
+        current = self._not_the_last_boots_end(node, name, current)
         again = readded(previous, current) if relisted else []
         for clear in again:
             log.info("kubernetes: clear %s (its taint was added again)", clear.id)
@@ -616,6 +630,23 @@ class KubernetesWatcher:
         self.node_uid = uid or self.node_uid
         self.seen_node = True
         self.node_object = node
+
+    def _not_the_last_boots_end(
+        self, node: object, name: str, current: list[Report]
+    ) -> list[Report]:
+        """`current` less the VM event that ended this node's previous boot, still shown
+        Started (`boots.py`): published, its terminate stopped the job resumed after the
+        reboot, at each restart while the condition showed it."""
+        if self.boots is None:
+            return current
+        event = node_vm_event(node)
+        held = self.boots.held_back(event)
+        shown = notice_id(name, "vm-event", event.type) if event is not None else None
+        if held:
+            current = [report for report in current if report.id != shown]
+        published = not held and any(report.id == shown for report in current)
+        self.boots.published(event if published else None)
+        return current
 
     def _on_node_clock(self, report: Report) -> Report:
         """`report`'s times as this node's clock reads them (`report_on_clock`). Moved by a

@@ -1,0 +1,125 @@
+"""Which AKS VM event ended this node's previous boot (`kubernetes-boot.json`).
+
+AKS's node-problem-detector copies the VM's Scheduled Event into the Node's
+`VMEventScheduled` condition, and Azure lists an event as `Started` for about ten minutes
+after it started while its impact lasts seconds: a `Reboot` or `Redeploy` that restarted the
+node is still shown, Started, when the node is back. Read afresh after the reboot, it was an
+event under way *now*: a terminate, and the job resumed after the reboot exited, again at each
+restart while the condition showed it.
+
+So the watcher keeps, in the state directory, the boot it runs in and the boot-ending event
+types (`BOOT_ENDING`) it published in it. At the first Node read after the node booted again,
+such a type of the boot before that is shown `Started` is the event that ended that boot: it
+is not published while it stays shown Started. One shown `Scheduled` is this boot's event (the
+node restarted for another cause) and is published as usual, as is every type the watcher had
+not published before the reboot. The condition names no EventId, so the event type stands for
+it (one condition shows one event at a time). Without this host's boot (the agent not on the
+node: `kubernetes.boot_id_file`) or a state directory, nothing is held back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+
+from forewarn.protocol.timefmt import format_time
+
+from ..boot import same_boot
+from ..health import PollHealth
+from ..persist import read_state_object, write_or_report
+from .nodes import VmEvent
+
+log = logging.getLogger("forewarn.providers.kubernetes")
+
+BOOT_FILE = "kubernetes-boot.json"
+# Events whose impact ends the boot: a Freeze pauses the VM and keeps it running.
+BOOT_ENDING = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})
+# A file lists a few types; anything past this is not a list of ours.
+MAX_TYPES = 16
+
+
+def _types(value: object) -> set[str]:
+    if not isinstance(value, list):
+        return set()
+    return {item for item in value[:MAX_TYPES] if isinstance(item, str) and item in BOOT_ENDING}
+
+
+class VmEventBoots:
+    """The boot-ending event types published in this boot, and the one that ended the boot
+    before while it is still shown."""
+
+    def __init__(
+        self,
+        path: Path | None,
+        boot_id: str | None,
+        booted: datetime | None,
+        health: PollHealth | None = None,
+    ) -> None:
+        self.path = path if boot_id is not None or booted is not None else None
+        self.boot_id = boot_id
+        self.booted = booted
+        self.health = health
+        self.seen: set[str] = set()  # published in this boot
+        self.ended: set[str] = set()  # Started before this boot: held back while shown
+        # Published in the boot before this one, until the first Node read of this boot says
+        # whether it ended it (Started) or is still to come (Scheduled).
+        self.before: set[str] | None = None
+        self._unsaved = False
+        payload = read_state_object(self.path, "kubernetes") if self.path is not None else None
+        if payload is None:
+            return
+        seen, ended = _types(payload.get("seen")), _types(payload.get("ended"))
+        same = same_boot(payload, self.boot_id, self.booted)
+        if same:
+            self.seen, self.ended = seen, ended
+        elif same is not None:
+            self.before = seen | ended
+
+    def held_back(self, event: VmEvent | None) -> bool:
+        """Whether `event` (the one the Node shows now) ended an earlier boot. The first read
+        after a reboot decides; later ones only let it go once it is no longer shown Started."""
+        before, self.before = self.before, None
+        shown = event.type if event is not None and event.status == "Started" else None
+        if before is not None and shown in before:
+            log.warning(
+                "kubernetes: the node's %s event was Started before this boot began: it is "
+                "what ended the last one, not published while it stays shown",
+                shown,
+            )
+            ended = {shown}
+        else:
+            ended = self.ended & ({shown} if shown else set())
+        if ended != self.ended or before:
+            self._unsaved = True
+        self.ended = ended
+        return shown is not None and shown in self.ended
+
+    def published(self, event: VmEvent | None) -> None:
+        """The event published from the current Node read (None: none): a boot-ending one is
+        what the next boot checks."""
+        seen = {event.type} if event is not None and event.type in BOOT_ENDING else set()
+        if seen != self.seen:
+            self.seen = seen
+            self._unsaved = True
+        if self._unsaved:
+            self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            self._unsaved = False
+            return
+        text = json.dumps(
+            {
+                "boot_id": self.boot_id,
+                "booted": format_time(self.booted) if self.booted is not None else None,
+                "seen": sorted(self.seen),
+                "ended": sorted(self.ended),
+            },
+            indent=1,
+        )
+        self._unsaved = not write_or_report(self.path, text + "\n", self.health)
+
+
+__all__ = ["BOOT_ENDING", "BOOT_FILE", "VmEventBoots"]
