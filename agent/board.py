@@ -694,6 +694,22 @@ class NoticeBoard:
                 found[notice_id] = sorted(missing)
         return found
 
+    def gone_past_deadline(self) -> dict[str, list[str]]:
+        """Of the clients `unacked_past_deadline` names, those that left before their ack (a
+        subscriber gone, a hold whose process ended), by id (sorted): the agent's warning
+        says so of each, and `status` said only "its deadline passed", as if the job were
+        still there and late. Not kept across a restart (nor is who left)."""
+        now = self.now()
+        found: dict[str, list[str]] = {}
+        for notice_id, entry in self.entries.items():
+            deadline = self._judged_deadline(entry)
+            if entry.notice.action != "terminate" or deadline is None or now < deadline:
+                continue
+            gone = entry.gone & self._unacked(entry)
+            if gone:
+                found[notice_id] = sorted(gone)
+        return found
+
     def received_by(self) -> dict[str, set[str]]:
         """The clients that received each notice not flushed yet and have not acked it (this
         run's and those restored), saved so that a restarted agent still names them when its

@@ -1480,6 +1480,7 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     held_for = reply.get("held_for") or {}  # none from an agent older than holds in status
     unacked = reply.get("unacked_past_deadline") or {}  # none from an older agent
     unknown = reply.get("past_deadline_receivers_unknown") or []  # none from an older agent
+    gone_before_ack = reply.get("gone_before_ack") or {}  # none from an older agent
     for notice in reply["active"]:
         line = "active     " + describe(notice, noticed=True)
         clients = acked_by.get(notice["id"]) if isinstance(acked_by, dict) else None
@@ -1487,7 +1488,8 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
             line += "  acked by " + ", ".join(str(client) for client in clients)
         held = held_for.get(notice["id"]) if isinstance(held_for, dict) else None
         late = unacked.get(notice["id"]) if isinstance(unacked, dict) else None
-        line += _waited_for(held, late)
+        gone = gone_before_ack.get(notice["id"]) if isinstance(gone_before_ack, dict) else None
+        line += _waited_for(held, late, gone)
         if isinstance(unknown, list) and notice["id"] in unknown:
             line += (
                 "  its deadline passed; the clients that received it before the agent "
@@ -1497,12 +1499,14 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _waited_for(held: object, late: object) -> str:
+def _waited_for(held: object, late: object, gone: object = None) -> str:
     """The clients a notice still waits for, each named once: a held client past the deadline
     is in both `held_for` and `unacked_past_deadline`, and the line named it twice ("waiting for
-    loop (pid 7)  not acked by loop (its deadline passed)"), as if two jobs were late."""
+    loop (pid 7)  not acked by loop (its deadline passed)"), as if two jobs were late. One
+    that left before its ack is said so, as the agent's warning says it."""
     pids = {str(c): pid for c, pid in held.items()} if isinstance(held, dict) else {}
     overdue = [str(client) for client in late] if isinstance(late, list) else []
+    left = {str(client) for client in gone} if isinstance(gone, list) else set()
 
     def named(client: str) -> str:
         pid = pids.get(client)
@@ -1510,7 +1514,7 @@ def _waited_for(held: object, late: object) -> str:
 
     def named_late(client: str) -> str:
         if client not in pids:
-            return client
+            return f"{client} (gone before its ack)" if client in left else client
         pid = pids[client]
         return f"{client} (still held)" if pid is None else f"{client} (still held, pid {pid})"
 

@@ -1216,6 +1216,10 @@ class Agent:
             subscribers=len(self.board.clients),
             conditions={**self.observers.conditions(), **self._unsaved},
         )
+        unacked = {
+            notice_id: clients[:ACKED_BY_LISTED]
+            for notice_id, clients in self.board.unacked_past_deadline().items()
+        }
         return StatusReply(
             agent=info,
             active=self.board.active(),
@@ -1230,12 +1234,19 @@ class Agent:
             ended=list(self._ended),
             raised=self.board.raised(),
             ages=self.board.ages(),
-            unacked_past_deadline={
-                notice_id: clients[:ACKED_BY_LISTED]
-                for notice_id, clients in self.board.unacked_past_deadline().items()
-            },
+            unacked_past_deadline=unacked,
             past_deadline_receivers_unknown=self.board.receivers_unknown_past_deadline(),
+            gone_before_ack=self._gone_before_ack(unacked),
         )
+
+    def _gone_before_ack(self, unacked: dict[str, list[str]]) -> dict[str, list[str]]:
+        """The clients of `unacked` (as listed) that left before their ack."""
+        found = {}
+        for notice_id, gone in self.board.gone_past_deadline().items():
+            listed = [client for client in gone if client in unacked.get(notice_id, [])]
+            if listed:
+                found[notice_id] = listed
+        return found
 
     def _held_for(self) -> dict[str, dict[str, int | None]]:
         """The clients each active notice waits for by a hold, not acked yet, with the

@@ -21,17 +21,27 @@ _CLIENTS = st.text("abcde", min_size=1, max_size=2)
 @given(
     held=st.dictionaries(_CLIENTS, st.none() | st.integers(1, 2**31 - 1), max_size=4),
     late=st.lists(_CLIENTS, max_size=4, unique=True),
+    gone=st.lists(_CLIENTS, max_size=4, unique=True),
 )
-def test_each_client_is_named_once(held: dict[str, int | None], late: list[str]) -> None:
-    said = _waited_for(held, late)
+def test_each_client_is_named_once(
+    held: dict[str, int | None], late: list[str], gone: list[str]
+) -> None:
+    said = _waited_for(held, late, gone)
     names = [part for part in said.replace(",", " ").split() if part in {*held, *late}]
     assert sorted(names) == sorted({*held, *late}), said
     assert ("waiting for" in said) == bool(set(held) - set(late)), said
     assert ("not acked by" in said) == bool(late), said
+    # One that left before its ack is said so, as the agent's warning says it; only such one.
+    left = {client for client in late if client in gone and client not in held}
+    assert said.count("(gone before its ack)") == len(left), said
+    for client in left:
+        assert f" {client} (gone before its ack)" in said, said
 
 
-@given(held=_ANY, late=_ANY, unknown=_ANY, acked=_ANY)
-def test_any_reply_gives_lines(held: object, late: object, unknown: object, acked: object) -> None:
+@given(held=_ANY, late=_ANY, unknown=_ANY, acked=_ANY, gone=_ANY)
+def test_any_reply_gives_lines(
+    held: object, late: object, unknown: object, acked: object, gone: object
+) -> None:
     notice = wire_notice()
     reply: dict[str, Any] = {
         "agent": {
@@ -50,6 +60,7 @@ def test_any_reply_gives_lines(held: object, late: object, unknown: object, acke
         "unacked_past_deadline": {notice["id"]: late},
         "past_deadline_receivers_unknown": unknown,
         "acked_by": acked,
+        "gone_before_ack": gone,
     }
     lines = _status_lines(reply)
     assert any(notice["id"] in line for line in lines)

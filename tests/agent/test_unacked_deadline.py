@@ -138,9 +138,11 @@ def test_a_client_gone_before_its_ack_is_named_when_the_deadline_passes(tmp_path
         assert "trainer (gone before its ack)" in line and "saver" not in line, line
         reply = agent.control({"op": "status"})
         assert reply["unacked_past_deadline"] == {notice_id: ["trainer"]}
+        # `status` says what the warning says: the job left before its ack, not that it is late.
+        assert reply["gone_before_ack"] == {notice_id: ["trainer"]}
         status = run_forewarn("status", env=env)
         (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
-        assert "not acked by trainer (its deadline passed)" in shown, shown
+        assert "not acked by trainer (gone before its ack) (its deadline passed)" in shown, shown
 
 
 def test_a_held_client_past_the_deadline_is_named_once(tmp_path: Path) -> None:
@@ -184,6 +186,7 @@ def test_a_held_client_past_the_deadline_is_named_once(tmp_path: Path) -> None:
         reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
         assert reply["held_for"] == {notice_id: {"loop": os.getpid(), "other": None}}
         assert reply["unacked_past_deadline"] == {notice_id: ["loop", "other", "trainer"]}
+        assert reply["gone_before_ack"] == {}  # each still there
 
 
 def _warned(agent: AgentProcess, notice_id: str) -> re.Match[str]:
