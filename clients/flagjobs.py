@@ -133,7 +133,35 @@ class FlagJobs:
                 temporary.unlink()
             return False
         self._fd, self._name = fd, name
+        self._remove_ended()
         return True
+
+    def _remove_ended(self) -> None:
+        """Remove the places of jobs that ended without leaving (killed, crashed): they no
+        longer counted, yet stayed in the directory for ever, one a killed job, and kept it
+        after the last live job left. Told by the lock, which goes with its process, not by
+        the pid in the name, which another process may have since."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(".") or name == self._name:
+                continue  # a record, a place being made, or this job's own
+            path = self.directory / name
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # gone meanwhile, or another user's that cannot be read
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its job holds it (or it cannot be locked to tell)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            finally:
+                os.close(fd)
 
     def saved_for(self, identity: Identity) -> None:
         """Note that this job saved for the flag `identity`."""
@@ -197,6 +225,7 @@ class FlagJobs:
         with contextlib.suppress(OSError):
             (self.directory / name).unlink()
         os.close(fd)
+        self._remove_ended()  # so that the last live job to leave removes the directory
         # A deadline kept there for the jobs that start later stays until it is dead.
         KeptDeadlines(self.directory).prune()
         with contextlib.suppress(OSError):
