@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,12 +28,13 @@ from forewarn.protocol.flagfile import (
     unread_deadline,
     written_anchor,
 )
-from forewarn.protocol.flagkept import KeptDeadline, KeptDeadlines, this_boot
+from forewarn.protocol.flagkept import GRACE_SECONDS, KeptDeadline, KeptDeadlines, this_boot
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import runtime_dir
 
 from .event import Event
 from .flagjobs import FlagJobs, Identity
+from .guard_report import FLAG_DEADLINE
 from .guard_state import GuardState
 from .proctime import boot_seconds, steady_seconds
 
@@ -41,7 +42,6 @@ log = logging.getLogger("forewarn.clients")
 
 FLAG_NAME = "checkpoint-now"
 # The reason a save answers when a flag file's deadline came within the exit margin.
-FLAG_DEADLINE = "flag deadline"
 
 
 class FlagFileRequests(GuardState):
@@ -392,9 +392,10 @@ class FlagFileRequests(GuardState):
             return
         log.warning(
             "forewarn: the flag file %s was handled before this job started and its deadline "
-            "%s stands: saving, and exiting within the exit margin of it",
+            "%s stands: saving, and exiting within the exit margin of it (%s)",
             self.flag_file,
             kept.deadline.isoformat(),
+            self._withdraw_hint(kept.deadline),
         )
         at = None
         if kept.boot_deadline is not None:
@@ -412,6 +413,18 @@ class FlagFileRequests(GuardState):
             self._pending["flag"] = None
             self._wake = True
 
+    def _withdraw_hint(self, deadline: datetime) -> str:
+        """How an operator withdraws a flag's deadline that stands for every job started until
+        it is dead (the machine was not taken; a job under a restart policy exits at each
+        start): the flag file written again without one, a new request, as the agent clears
+        the drain then. No ";" in it: the exit line's causes end at the first."""
+        dead = format_time(deadline + timedelta(seconds=GRACE_SECONDS))
+        return (
+            f"every job started before {dead} exits for it too: if the machine is not being "
+            f"taken, write {self.flag_file} again without a deadline (`touch` it) to withdraw "
+            "it, and each job saves once and trains on"
+        )
+
     def _check_flag_deadline(self) -> None:
         deadline = self._flag_deadline
         if deadline is None or self._exit:
@@ -426,7 +439,11 @@ class FlagFileRequests(GuardState):
         )
         with self._lock:
             self._flag_deadline = None
-            self._pending[FLAG_DEADLINE] = None
+            # Said in the exit line: a job restarted on a machine that was not taken exits for
+            # the kept deadline until it is dead, and the operator reads the line for why.
+            self._pending[FLAG_DEADLINE] = (
+                f"{format_time(deadline)} ({self._withdraw_hint(deadline)})"
+            )
             self._exit_by.add(FLAG_DEADLINE)
             self._exit = True
             self._wake = True

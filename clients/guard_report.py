@@ -18,6 +18,10 @@ from .saveresult import SaveResult
 
 log = logging.getLogger("forewarn.clients")
 
+# The reason of an exit for a flag file's deadline, its detail the deadline and how an
+# operator withdraws it (guard_flag.FLAG_DEADLINE).
+FLAG_DEADLINE = "flag deadline"
+
 # An exit's save still running says so this often: after a SIGTERM, or without a store, nothing
 # bounds it, and a hung one (a stalled network filesystem) said nothing until the SIGKILL.
 EXIT_SAVE_WARN_SECONDS = 30.0
@@ -198,7 +202,12 @@ def exit_causes(reasons: dict[str, str | None], events: list[Event]) -> str:
         # The signal's name, or none when code asked with request("signal", exit=True), as
         # the guard's own warning about a replaced handler suggests.
         return reasons["signal"] or "signal"
-    return ", ".join(reasons) or "a request"
+    # A flag file's deadline says which and how to withdraw it (guard_flag).
+    named = [
+        f"{reason} {detail}" if reason == FLAG_DEADLINE and detail else reason
+        for reason, detail in reasons.items()
+    ]
+    return ", ".join(named) or "a request"
 
 
 __all__ = ["EXIT_SAVE_WARN_SECONDS", "ExitReporting", "exit_causes", "exit_line"]
