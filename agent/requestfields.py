@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from .protocol import AckRequest, ClearRequest, NotifyRequest, StatusRequest
+from .protocol import AckRequest, ClearRequest, HoldRequest, NotifyRequest, StatusRequest
 
 log = logging.getLogger("forewarn.agent")
 
@@ -28,6 +28,9 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "notify": NotifyRequest,
     "clear": ClearRequest,
     "ack": AckRequest,
+    # Added with `forewarn wait --client`: missing here, a hold with a field of a newer
+    # `forewarn wait` was refused whole, and a misspelled field got no hint.
+    "hold": HoldRequest,
 }
 # A request names a later protocol with this: never ignored.
 VERSION_FIELD = "v"

@@ -62,9 +62,43 @@ def test_what_is_stripped_is_unknown_and_what_is_kept_is_the_models_or_refused(r
     from forewarn.agent.requestfields import UnknownFields
 
     fields = UnknownFields()
-    for op in ("status", "notify", "clear", "ack", "other", None):
+    for op in ("status", "notify", "clear", "ack", "hold", "other", None):
         request = {**raw, "op": op} if op is not None else raw
         kept = fields.strip(request)
         assert set(kept) <= set(request)
         for key in set(request) - set(kept):
             assert key not in fields.known(op) and key != "v"
+
+
+def test_a_hold_is_read_as_the_other_requests_are(tmp_path):
+    """`hold` (`forewarn wait --client`) came after the ops' tables: a hold with a field of a
+    newer `forewarn wait` was refused whole (the loop's hold lost), a misspelled field got no
+    hint, and a request with a bad op listed every op but `hold`."""
+    with AgentProcess(tmp_path) as agent:
+        notice = agent.control({"op": "notify", "action": "terminate", "deadline_in": 600})
+        hold = {"op": "hold", "notice_id": notice["notice"]["id"], "client": "loop"}
+        reply = agent.control({**hold, "later_field": 1})
+        assert reply["ok"] and reply["held"] is True, reply
+        reply = agent.control({**hold, "clent": "loop"})
+        assert (
+            reply["ok"] is False
+            and "clent: not a field of a hold request (did you mean client?)" in reply["error"]
+        ), reply
+        reply = agent.control({"op": "HOLD"})
+        assert reply == {
+            "ok": False,
+            "error": "bad request: op: expected one of 'status', 'notify', 'clear', 'ack', "
+            "'hold', got \"HOLD\"",
+        }, reply
+    assert "ignored the field later_field of a hold request" in agent.output()
+
+
+def test_every_op_the_agent_reads_is_named_in_its_refusal():
+    from typing import get_args
+
+    from forewarn.agent.protocol import ControlRequest
+    from forewarn.agent.requesterrors import OPS
+
+    models = get_args(get_args(ControlRequest)[0])
+    ops = {get_args(model.model_fields["op"].annotation)[0] for model in models}
+    assert set(OPS) == ops
