@@ -29,7 +29,7 @@ from forewarn.clients.checkpoint import (
     StoreConfigError,
 )
 from forewarn.clients.checkpoint.generation import Generation, Verification, read_generation
-from forewarn.clients.checkpoint.manifest import COMMIT, generation_name
+from forewarn.clients.checkpoint.manifest import COMMIT, generation_name, parse_generation_name
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_duration, parse_time
 from forewarn.protocol.wholenumber import whole_number
@@ -51,6 +51,16 @@ _step = whole_number(
     not_whole="{text!r} is not a step number",
     below="a step is not negative (got {value})",
 )
+
+
+def _generation_step(text: str) -> int:
+    """A step as a number, or as the generation's name that `show`, `verify`, `prune` and
+    the store's own listing print (`step-000000000040`): pasted from there it was refused,
+    "'step-000000000040' is not a step number"."""
+    step = parse_generation_name(text.strip())
+    return step if step is not None else _step(text)
+
+
 # Not as _step: `--keep -1` said 'a step is not negative', and --keep is a count.
 _keep = whole_number(
     minimum=1,
@@ -102,12 +112,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ls.set_defaults(action_func=run_ls)
 
     show = command("show", "one generation's manifest: files, sizes, checksums, metadata")
-    show.add_argument("step", nargs="?", type=_step, help="the step (default: the latest)")
+    show.add_argument(
+        "step",
+        nargs="?",
+        type=_generation_step,
+        help="the step, or its generation's name (default: the latest)",
+    )
     show.add_argument("--json", action="store_true", help="the manifest as JSON")
     show.set_defaults(action_func=run_show)
 
     verify = command("verify", "re-check checksums; exit 1 when a generation does not verify")
-    verify.add_argument("--step", type=_step, help="only this step (default: every one)")
+    verify.add_argument("--step", type=_generation_step, help="only this step (default: every one)")
     verify.add_argument(
         "--sizes-only", action="store_true", help="check presence and sizes, not checksums"
     )
@@ -115,7 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     get = command("get", "copy a generation's files out, verified")
     get.add_argument("destination", type=path_arg, help="a directory (created)")
-    get.add_argument("--step", type=_step, help="the step (default: the latest)")
+    get.add_argument("--step", type=_generation_step, help="the step (default: the latest)")
     get.add_argument("--prefix", default="", help="only the files under this prefix")
     get.add_argument(
         "--replace",

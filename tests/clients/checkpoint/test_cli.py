@@ -136,6 +136,12 @@ def test_ls_show_get_and_prune(make_store: Any, store_url: str, tmp_path: Path) 
     assert store.get(20).files["model.bin"].checksum in shown.stdout
     manifest = json.loads(forewarn("show", store_url, "--json").stdout)
     assert manifest["step"] == 30
+    # The generation's name as `show`, `verify` and `prune` print it, pasted from there.
+    named = forewarn("show", store_url, "step-000000000020", "--json")
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout)["step"] == 20
+    checked = forewarn("verify", store_url, "--step", "step-000000000010")
+    assert checked.returncode == 0 and "step-000000000010: ok" in checked.stdout, checked
 
     copied = forewarn("get", store_url, str(tmp_path / "out"), "--step", "10")
     assert copied.returncode == 0, copied.stderr
@@ -652,6 +658,32 @@ def test_a_waiting_get_copies_itself_when_the_first_fails_and_gives_up_at_its_bo
     assert second.wait(timeout=30) == 0, errors.read_text()
     assert second.stdout is not None and "copied 2 files" in second.stdout.read()
     assert (out / "model.bin").read_bytes() == CheckpointStore(url).get(30).read_bytes("model.bin")
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(
+    text=st.text(max_size=20)
+    | st.from_regex(r"\A\s?(step-)?-?[0-9]{1,14}\s?\Z")
+    | st.integers(0, 10**15).map(lambda step: f"step-{step:012d}")
+)
+def test_a_step_is_a_number_or_a_generations_name_or_named_as_refused(text: str) -> None:
+    """`show STEP`, `verify --step`, `get --step`: a step in digits, or its generation's name
+    as the commands print it; anything else an argparse error naming it, never an exception
+    out of the parser."""
+    import argparse
+
+    from forewarn.agent.checkpoint_cli import _generation_step
+    from forewarn.clients.checkpoint.manifest import generation_name
+
+    try:
+        step = _generation_step(text)
+    except argparse.ArgumentTypeError as error:
+        assert str(error)
+        assert not text.strip().startswith("step-") or generation_name(0) != text.strip()
+    else:
+        assert step >= 0
+        word = text.strip()
+        assert word in (str(step), generation_name(step)) or int(word) == step, text
 
 
 @settings(max_examples=examples(80), deadline=None)
