@@ -698,7 +698,7 @@ class NoticeBoard:
         """Of the clients `unacked_past_deadline` names, those that left before their ack (a
         subscriber gone, a hold whose process ended), by id (sorted): the agent's warning
         says so of each, and `status` said only "its deadline passed", as if the job were
-        still there and late. Not kept across a restart (nor is who left)."""
+        still there and late. Kept across a restart (`gone_to_save`)."""
         now = self.now()
         found: dict[str, list[str]] = {}
         for notice_id, entry in self.entries.items():
@@ -708,6 +708,18 @@ class NoticeBoard:
             gone = entry.gone & self._unacked(entry)
             if gone:
                 found[notice_id] = sorted(gone)
+        return found
+
+    def gone_to_save(self) -> dict[str, set[str]]:
+        """The clients that left each active terminate before their ack, by id: saved, so
+        that a restarted agent still names them, and says they left. Forgotten, a terminate
+        the clients left had flushed (saver acked, trainer gone) was shown after a restart
+        as if every job had answered, and one not flushed named trainer as if still late."""
+        found = {}
+        for notice_id, entry in self.entries.items():
+            gone = entry.gone - entry.acked
+            if gone and entry.notice.action == "terminate":
+                found[notice_id] = gone
         return found
 
     def received_by(self) -> dict[str, set[str]]:
@@ -981,6 +993,7 @@ class NoticeBoard:
         deadline_kind: Mapping[str, str] | None = None,
         received_by: Mapping[str, Iterable[str]] | None = None,
         overdue: Mapping[str, datetime] | None = None,
+        gone: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -1011,7 +1024,9 @@ class NoticeBoard:
         `received_by` are the clients that had received each notice not flushed and not
         acked it (`received_by()`): named when its deadline passes, reconnected or not; None
         (a file of an agent before it) leaves who they were unknown, which is said instead.
-        `overdue` are the deadlines each was told past at (`overdue_told()`): not told again."""
+        `overdue` are the deadlines each was told past at (`overdue_told()`): not told again.
+        `gone` are the clients that left each terminate before their ack (`gone_to_save()`):
+        named past its deadline as gone, unless they come back."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -1082,6 +1097,7 @@ class NoticeBoard:
                 entry.receivers_unknown = True
             elif not entry.flushed and received_by is not None:
                 entry.received_before = set(received_by.get(notice.id, ())) - entry.acked
+            entry.gone = set((gone or {}).get(notice.id, ())) - entry.acked
             held = set((held_by or {}).get(notice.id, ())) - entry.acked
             if held and not entry.flushed:
                 entry.held |= held

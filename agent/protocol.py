@@ -425,7 +425,7 @@ class StatusReply(_Message):
     unacked_past_deadline: dict[str, list[str]] = Field(default_factory=dict)
     # Of those, the clients that left before their ack (a subscriber gone, a hold whose
     # process ended; sorted, among the 16 listed): the job whose steps were lost, as the
-    # agent's warning names it. Not known of a client that left before an agent restart.
+    # agent's warning names it (kept across a restart of the agent).
     gone_before_ack: dict[str, list[str]] = Field(default_factory=dict)
     # The active terminates now past their deadline, not flushed, restored after a restart
     # from an older agent's state file, which did not say which clients had received them:

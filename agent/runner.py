@@ -452,6 +452,7 @@ class Agent:
             deadline_kind=state.deadline_kind,
             received_by=state.received_by,
             overdue=state.overdue,
+            gone=state.gone,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -942,9 +943,10 @@ class Agent:
             done = self.board.client_left(client)
             for notice_id in done:
                 self._flushed(notice_id, left=client)
-            if done or self.board.received_by():
+            if done or self.board.received_by() or self.board.gone_to_save():
                 # Flushed by the clients left: a restart must not undo it; or one fewer
-                # client that received a notice to name at its deadline.
+                # client that received a notice to name at its deadline, or one more that
+                # left before its ack.
                 self._save()
         self.observers.on_subscribers(len(self.board.clients))
 
@@ -1455,6 +1457,7 @@ class Agent:
             return
         held = self.board.held_by()
         done = []
+        went = False
         for key, holder in list(self._holders.items()):
             notice_id, client = key
             acked = self.board.acked_by(notice_id).get(notice_id, set())
@@ -1470,12 +1473,13 @@ class Agent:
                 notice_id,
                 holder.pid,
             )
+            went = True
             if self.board.let_go(notice_id, client):
                 done.append(notice_id)
         for notice_id in done:
             self._flushed(notice_id)
-        if done:
-            self._save()
+        if went:
+            self._save()  # flushed now, or a client gone before its ack to name after a restart
 
     def _release_lock(self) -> None:
         drop_room(self.state_dir)
@@ -1533,6 +1537,10 @@ class Agent:
                     for notice_id, clients in self.board.received_by().items()
                 },
                 self.board.overdue_told(),
+                {
+                    notice_id: sorted(clients)
+                    for notice_id, clients in self.board.gone_to_save().items()
+                },
             )
         )
 

@@ -112,6 +112,10 @@ class AgentState:
     # (`NoticeBoard.overdue`): a restarted agent that forgot them warned (and counted in
     # forewarn_unacked_terminates_total) of the same terminate's missed deadline again.
     overdue: dict[str, datetime] = field(default_factory=dict)
+    # The clients that left each active terminate before their ack, by id (the first
+    # MAX_EXPECTED_SAVED, sorted): a restarted agent that forgot them showed a terminate
+    # such a job never saved for as if every job had answered, once the others had acked.
+    gone: dict[str, list[str]] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -197,6 +201,7 @@ def load_state(path: Path) -> AgentState:
         deadline_kind=_deadline_kinds(raw.get("deadline_kind", {})),
         received_by=_acked_by(raw["received_by"]) if "received_by" in raw else None,
         overdue=_times(raw, "overdue", "overdue deadline", path),
+        gone=_acked_by(raw.get("gone_before_ack", {})),
     )
 
 
@@ -504,6 +509,10 @@ def encode_state(state: AgentState) -> bytes:
         "reported_clock": dict(state.reported_clock),
         "deadline_kind": dict(state.deadline_kind),
         "overdue": {notice_id: format_time(when) for notice_id, when in state.overdue.items()},
+        "gone_before_ack": {
+            notice_id: sorted(clients)[:MAX_EXPECTED_SAVED]
+            for notice_id, clients in state.gone.items()
+        },
     }
     if state.received_by is not None:
         payload["received_by"] = {

@@ -227,3 +227,30 @@ def test_a_state_files_overdue_deadlines_are_taken_only_as_times(raw: object) ->
     for notice_id, deadline in state.overdue.items():
         assert isinstance(raw, dict) and notice_id in raw
         assert deadline == parse_time(raw[notice_id])
+
+
+def test_a_state_files_clients_gone_before_their_ack_read_back_as_written(tmp_path: Path) -> None:
+    """The clients that left each terminate before their ack: read back, a restarted agent
+    still names them as gone; absent (a file of an agent before them), none."""
+    path = tmp_path / "state.json"
+    path.write_bytes(encode_state(AgentState(gone={"local/manual/1": ["trainer", "eval"]})))
+    assert load_state(path).gone == {"local/manual/1": ["eval", "trainer"]}
+    old = json.loads(path.read_text())
+    del old["gone_before_ack"]
+    path.write_text(json.dumps(old))
+    assert load_state(path).gone == {}
+
+
+@given(raw=_JSON)
+def test_a_state_files_clients_gone_are_taken_only_as_client_ids(raw: object) -> None:
+    """`gone_before_ack` as anything may have left it: never an error at the start; only
+    lists of ids an ack could name are taken."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "state.json"
+        path.write_text(json.dumps({"version": STATE_VERSION, "seq": 1, "gone_before_ack": raw}))
+        state = load_state(path)
+    for notice_id, clients in state.gone.items():
+        assert isinstance(raw, dict) and notice_id in raw
+        assert all(
+            isinstance(client, str) and client_id_problem(client) is None for client in clients
+        )

@@ -145,6 +145,45 @@ def test_a_client_gone_before_its_ack_is_named_when_the_deadline_passes(tmp_path
         assert "not acked by trainer (gone before its ack) (its deadline passed)" in shown, shown
 
 
+def test_a_client_gone_before_its_ack_is_still_named_so_after_a_restart(tmp_path: Path) -> None:
+    """Who left before its ack was not in the state file: after a restart, a terminate the
+    clients left had flushed (saver acked, trainer gone) was shown as if every job had
+    answered ("unacked_past_deadline": {}), the job whose steps were lost no longer named."""
+    env = agent_env(tmp_path)
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    saved = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+    with (
+        AgentProcess(tmp_path, args=args, env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/saver")).ready() as saver,
+    ):
+        trainer = Subscriber(agent.events, ("notice", "client/trainer")).ready()
+        notice_id, _ = _terminate(agent, 2)
+        assert trainer.notice()["id"] == notice_id and saver.notice()["id"] == notice_id
+        trainer.close()  # gone before its ack
+        eventually(
+            lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 1,
+            10,
+            "the agent to see the trainer leave",
+        )
+        ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+        _warned(agent, notice_id)
+        eventually(
+            lambda: notice_id in json.loads(saved.read_text()).get("overdue", {}),
+            10,
+            "the state saved after the warning",
+        )
+        assert agent.stop() == 0
+    with AgentProcess(tmp_path, args=args, env=env) as agent:
+        reply = agent.control({"op": "status"})
+        assert reply["unacked_past_deadline"] == {notice_id: ["trainer"]}, reply
+        assert reply["gone_before_ack"] == {notice_id: ["trainer"]}, reply
+        status = run_forewarn("status", env=env)
+        (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
+        assert "not acked by trainer (gone before its ack) (its deadline passed)" in shown, shown
+        assert WARNING not in agent.output(), "said again after the restart"
+
+
 def test_a_held_client_past_the_deadline_is_named_once(tmp_path: Path) -> None:
     """A shell job's hold (`forewarn wait --client loop --pid N`) past the deadline is both
     held and unacked: `status` named it twice on the notice's line, "waiting for loop (pid N)
