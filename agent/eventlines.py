@@ -56,11 +56,27 @@ def describe(notice: dict[str, Any], *, replay: bool = False, noticed: bool = Fa
     if isinstance(note, str) and note:
         line += f"  note {_visible(note)}"
     noticed_at = notice.get("noticed_at")
-    if noticed and noticed_at and noticed_at != notice.get("sent_at"):
+    if noticed and noticed_at and _apart(noticed_at, notice.get("sent_at")):
         line += f"  noticed {noticed_at}"
     if replay:
         line += "  [replay]"
     return line
+
+
+# Noticed and sent closer than this are one moment: the report's time and the send's, read
+# microseconds apart, fall on two milliseconds now and then, and `status` said "noticed
+# 11:45:35.236Z" of a drain sent at 11:45:35.237Z, as if it had stood before. A restored
+# notice's resend comes a restart later, never this soon.
+SAME_MOMENT_SECONDS = 0.01
+
+
+def _apart(noticed_at: object, sent_at: object) -> bool:
+    """Whether `noticed_at` is another moment than `sent_at` (text that is no time: unless
+    the same text)."""
+    noticed, sent = time_or_none(noticed_at), time_or_none(sent_at)
+    if noticed is None or sent is None:
+        return noticed_at != sent_at
+    return abs((sent - noticed).total_seconds()) >= SAME_MOMENT_SECONDS
 
 
 def _after(beat_seq: object, notice_seq: object) -> object:

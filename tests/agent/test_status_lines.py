@@ -3,9 +3,11 @@ peer that is not one): never a traceback, and each client named once on a notice
 
 from __future__ import annotations
 
+from datetime import timezone
 from typing import Any
 
 from forewarn.agent.cli import _status_lines, _waited_for
+from forewarn.protocol.timefmt import format_time
 from hypothesis import given
 from hypothesis import strategies as st
 from support import wire_notice
@@ -64,3 +66,36 @@ def test_any_reply_gives_lines(
     }
     lines = _status_lines(reply)
     assert any(notice["id"] in line for line in lines)
+
+
+def test_noticed_is_said_only_of_another_moment_than_the_send() -> None:
+    """The report's time and the send's, read microseconds apart, fell on two milliseconds
+    now and then: `status` said "noticed 11:45:35.236Z" of a drain sent at 11:45:35.237Z,
+    as if it had stood before. A restored notice, noticed long before its resend, still is."""
+    from forewarn.agent.eventlines import describe
+
+    moment = wire_notice(noticed_at="2026-12-06T11:45:35.236Z", sent_at="2026-12-06T11:45:35.237Z")
+    assert "noticed" not in describe(moment, noticed=True)
+    restored = wire_notice(
+        noticed_at="2026-12-06T11:40:00.000Z", sent_at="2026-12-06T11:45:35.237Z"
+    )
+    assert "noticed 2026-12-06T11:40:00.000Z" in describe(restored, noticed=True)
+
+
+_TIMES = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=30),
+    st.datetimes(timezones=st.just(timezone.utc)).map(lambda when: format_time(when)),
+    st.datetimes().map(lambda when: when.isoformat()),  # no offset: read as no time
+)
+
+
+@given(noticed_at=_TIMES, sent_at=_TIMES)
+def test_any_noticed_and_sent_times_give_one_line(noticed_at: object, sent_at: object) -> None:
+    from forewarn.agent.eventlines import describe
+
+    """Whatever a peer put in them: never a traceback; the same text, or none, is not said."""
+    line = describe(wire_notice(noticed_at=noticed_at, sent_at=sent_at), noticed=True)
+    if noticed_at == sent_at or not noticed_at:
+        assert "  noticed " not in line
