@@ -80,7 +80,9 @@ def read_flag(path: Path) -> tuple[int, str | None] | None:
         content = os.read(fd, MAX_FLAG_BYTES)
     finally:
         os.close(fd)
-    return found.st_mtime_ns, content.decode(errors="replace")
+    # Without a leading byte-order mark, which Windows editors and PowerShell's
+    # `Set-Content -Encoding utf8` write: "\ufeff5m" was no deadline, the drain had none.
+    return found.st_mtime_ns, content.decode("utf-8-sig", errors="replace")
 
 
 def flag_written(mtime_ns: int) -> datetime:

@@ -8,7 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, Subscriber, eventually, run_forewarn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import AgentProcess, Subscriber, eventually, examples, run_forewarn
 
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
 # tests/conftest.py).
@@ -196,3 +198,37 @@ def test_a_symlinked_flag_is_refused_with_a_line_that_says_what_to_do(tmp_path: 
         flag.write_text("")
         drain = sub.notice(timeout=5)  # the first notice: nothing was raised for the link
         assert drain["action"] == "drain" and drain["id"].startswith("local/flag/")
+
+
+def test_a_flag_written_with_a_byte_order_mark_and_crlf_keeps_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """A flag file from a Windows editor or PowerShell's `Set-Content -Encoding utf8` starts
+    with a byte-order mark: "\\ufeff5m" was no deadline (one warning), and the drain went out
+    without one, never escalated before the machine went."""
+    agent = AgentProcess(tmp_path)
+    with agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_bytes(b"\xef\xbb\xbf5m\r\n")
+        drain = sub.notice(timeout=5)
+        assert drain["action"] == "drain" and drain["deadline"] is not None, drain
+        assert "note" not in drain["detail"], drain
+    assert "not a deadline" not in agent.output() and "not an RFC 3339" not in agent.output()
+
+
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=st.binary(max_size=64))
+def test_a_flag_reads_the_same_with_or_without_a_byte_order_mark(
+    tmp_path: Path, content: bytes
+) -> None:
+    """Any bytes: read as text, never an error; a leading byte-order mark changes nothing."""
+    from forewarn.protocol.flagfile import read_flag
+
+    flag = tmp_path / "checkpoint-now"
+    flag.write_bytes(content)
+    plain = read_flag(flag)
+    flag.write_bytes(b"\xef\xbb\xbf" + content)
+    marked = read_flag(flag)
+    assert plain is not None and marked is not None
+    if not content.startswith(b"\xef\xbb\xbf"):
+        assert marked[1] == plain[1]
