@@ -246,7 +246,9 @@ def _notice_id(text: str) -> str:
         raise argparse.ArgumentTypeError(
             "empty; leave --id out for a new id (for clear: to clear all)"
         )
-    return text
+    # No id has space in it: `--id "$ID "` was refused by the agent (notify) or named no
+    # active notice (clear), where every other word of the command is read without it.
+    return text.strip(string.whitespace)
 
 
 def _acked_notice_id(text: str) -> str:
@@ -254,13 +256,16 @@ def _acked_notice_id(text: str) -> str:
         # `forewarn ack "$ID"` with ID unset: an ack of no notice would go out, releasing
         # nothing, while the script meant to release one.
         raise argparse.ArgumentTypeError("empty; leave NOTICE_ID out for an ack of no notice")
-    return text
+    return text.strip(string.whitespace)  # no id has space in it (see _notice_id)
 
 
 def _client_id(text: str) -> str:
     """An acking client's id as an ack carries it (`wait --client`, `ack --client`): the
-    agent names it in `acked_by` only so."""
-    if not text.strip(string.whitespace):
+    agent names it in `acked_by` only so. Without the space around it: `ack --client
+    " loop "` acked as another client than the `wait --client loop` it meant to release,
+    which still held the notice ("acked by  loop " in `status`)."""
+    text = text.strip(string.whitespace)
+    if not text:
         # `--client "$ID"` with ID unset: the loop's acks would name nobody.
         raise argparse.ArgumentTypeError("empty")
     if len(text) > MAX_ID_LENGTH:

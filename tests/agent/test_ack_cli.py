@@ -741,3 +741,38 @@ def test_a_notices_age_outlives_an_agent_restart_in_the_same_boot(tmp_path: Path
         assert loops.returncode == 0, loops.stderr
         assert loops.stdout.strip() == f"acked {drain['id']}: saved (flush 1s)", loops.stderr
         eventually(lambda: not flag.exists(), what="the flag file released")
+
+
+def test_ids_with_space_around_them_name_the_same_notice_and_client(
+    tmp_path: Path, ack_forked: Ack
+) -> None:
+    """`forewarn ack " ID " --client " loop "` (a variable with a stray space): the notice was
+    not found, and the client acked as " loop ", another than the `wait --client loop` it
+    meant to release ("acked by  loop " in `status`)."""
+    with AgentProcess(tmp_path) as agent:
+        notice_id = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
+        hold = {"op": "hold", "notice_id": notice_id, "client": "loop"}
+        assert agent.control(hold)["held"] is True
+        done = ack_forked(agent, f" {notice_id} ", "--client", " loop\t")
+        assert done.returncode == 0, done.stderr
+        status = agent.control({"op": "status"})
+        assert status["acked_by"].get(notice_id) == ["loop"], status
+        assert status["held_for"] == {}, status
+        cleared = run_forewarn("notify", "clear", "--id", f"{notice_id} ", env=agent.env)
+        assert cleared.returncode == 0, cleared.stderr
+
+
+@given(text=st.text(string.whitespace + "lo/p", max_size=8) | st.text(max_size=12))
+def test_an_id_is_read_without_the_space_around_it_or_refused_naming_why(text: str) -> None:
+    import argparse
+
+    from forewarn.agent.cli import _acked_notice_id, _client_id, _notice_id
+
+    for read in (_notice_id, _acked_notice_id, _client_id):
+        try:
+            value = read(text)
+        except argparse.ArgumentTypeError as error:
+            assert str(error)
+        else:
+            assert value == text.strip(string.whitespace) and value
+            assert read(f" {text}\n") == value
