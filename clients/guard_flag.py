@@ -417,12 +417,14 @@ class FlagFileRequests(GuardState):
         """How an operator withdraws a flag's deadline that stands for every job started until
         it is dead (the machine was not taken; a job under a restart policy exits at each
         start): the flag file written again without one, a new request, as the agent clears
-        the drain then. No ";" in it: the exit line's causes end at the first."""
+        the drain then. Empty, not touched: a file still there keeps its line, and `touch`
+        raised the same deadline again, counted from the touch. No ";" in it: the exit
+        line's causes end at the first."""
         dead = format_time(deadline + timedelta(seconds=GRACE_SECONDS))
         return (
             f"every job started before {dead} exits for it too: if the machine is not being "
-            f"taken, write {self.flag_file} again without a deadline (`touch` it) to withdraw "
-            "it, and each job saves once and trains on"
+            f"taken, write {self.flag_file} again, empty (`: > {self.flag_file}`), to "
+            "withdraw it, and each job saves once and trains on"
         )
 
     def _check_flag_deadline(self) -> None:

@@ -83,11 +83,11 @@ def test_a_kept_flag_deadline_says_how_to_withdraw_it_and_that_way_works(
         assert restarted.exited() == 143, restarted.log
         (exit_line,) = [line for line in restarted.log if "exiting at step" in line]
         assert "flag deadline" in exit_line, exit_line
-        assert f"write {flag} again without a deadline (`touch` it)" in exit_line, exit_line
+        assert f"write {flag} again, empty (`: > {flag}`), to withdraw it" in exit_line
         assert "every job started before " in exit_line, exit_line
 
         # The way the line says: the next job takes the new request, saves once, trains on.
-        flag.touch()
+        flag.write_bytes(b"")  # `: > FILE`
         fixed = Job(flag)
         jobs.append(fixed)
         eventually(lambda: fixed.saves(), timeout=30, what="the next job's save for the flag")
