@@ -349,3 +349,75 @@ def test_a_deadline_told_before_a_restart_is_not_told_again(tmp_path: Path) -> N
             periodic += beats.token not in beat.get("replay_for", [])
         assert agent.control({"op": "status"})["unacked_past_deadline"] == {notice_id: ["trainer"]}
         assert WARNING not in agent.output(), agent.output()
+
+
+def _terminate_a_job_left_unacked(tmp_path: Path, env: dict[str, str]) -> tuple[str, datetime]:
+    """An agent sends a terminate that `saver` acks and `trainer` received; `trainer`'s job
+    dies before its ack while the agent runs (the notice is then flushed by every client
+    left), and the agent stops before the deadline: the deadline passes while it is down."""
+    agent = AgentProcess(tmp_path, args=ARGS, env=env)
+    with agent, Subscriber(agent.events, ("notice", "client/saver")).ready() as saver:
+        trainer = Subscriber(agent.events, ("notice", "client/trainer")).ready()
+        notice_id, deadline = _terminate(agent, 3)
+        assert trainer.notice()["id"] == notice_id and saver.notice()["id"] == notice_id
+        trainer.close()  # gone before its ack
+        eventually(
+            lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 1,
+            10,
+            "the agent to see the trainer leave",
+        )
+        ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+        eventually(
+            lambda: f"notice {notice_id} flushed by every client" in agent.output(),
+            10,
+            "the flush by the clients left",
+        )
+        assert agent.stop() == 0
+        assert WARNING not in agent.output(), "warned before the deadline"
+    eventually(lambda: datetime.now(timezone.utc) > deadline, 10, "the deadline passed, agent down")
+    return notice_id, deadline
+
+
+def test_a_client_gone_before_its_ack_is_named_by_an_agent_restarted_since(
+    tmp_path: Path,
+) -> None:
+    """Found in a field walk (AWS spot, 2 min): a job that never acked was killed, the other
+    job's ack made the terminate flushed by every client left, and the agent restarted
+    before the deadline: the state file kept who received only notices not flushed, so the
+    restarted agent let the deadline pass in silence (no warning, nothing counted) and
+    `status` named nobody, for the one job whose steps were lost."""
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    notice_id, deadline = _terminate_a_job_left_unacked(tmp_path, env)
+    with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
+        line = _warned(agent, notice_id).group(0)
+        assert "trainer (gone before its ack)" in line and "saver" not in line, line
+        assert format_time(deadline)[:19] in line, line
+        status = run_forewarn("status", env=env)
+        (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
+        assert "acked by saver" in shown, shown
+        assert "not acked by trainer (gone before its ack) (its deadline passed)" in shown, shown
+        found = scrape_url(metrics_url(agent))
+        labels = {"provider": "local", "reason": "manual"}
+        assert value(found, "forewarn_unacked_terminates_total", **labels) == 1
+
+
+def test_a_client_gone_before_its_ack_stays_named_after_a_restart_past_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """Told at the deadline, `trainer (gone before its ack)`, and then the agent restarted:
+    `status` of the restarted agent showed the terminate past its deadline as if every job
+    had acked it, and named no one."""
+    env = agent_env(tmp_path)
+    notice_id, _ = _terminate_a_job_left_unacked(tmp_path, env)
+    with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
+        _warned(agent, notice_id)
+        saved = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+        eventually(lambda: notice_id in json.loads(saved.read_text()).get("overdue", {}), 10)
+        assert agent.stop() == 0
+    with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
+        assert agent.control({"op": "status"})["unacked_past_deadline"] == {notice_id: ["trainer"]}
+        status = run_forewarn("status", env=env)
+        (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
+        assert "not acked by trainer (gone before its ack) (its deadline passed)" in shown, shown
+        assert WARNING not in agent.output(), agent.output()
