@@ -133,6 +133,9 @@ class LocalWatcher:
         # whether it is to be reported again (handed back after an agent restart).
         self._kept = False
         self._report_again = False
+        # The flag notices the agent restored from its state (`restored`): one taken up from
+        # its kept deadline is no flag the jobs handled while no agent ran.
+        self._restored_flags: set[str] = set()
         # The deadline of `current` by `since_boot()`, where it was written as a duration:
         # whether it is still ahead is judged on it, which no step of the wall clock moves.
         self._deadline_at: float | None = None
@@ -299,14 +302,27 @@ class LocalWatcher:
         )
         self._flag = record.flag
         self._kept, self._report_again = True, False
-        log.warning(
-            "flag file %s was handled before this agent started (its deadline kept in %s): "
-            "drain %s raised again, deadline %s",
-            self.flag_file,
-            self.kept.directory,
-            self.current.id,
-            format_time(deadline),
-        )
+        if self.current.id in self._restored_flags:
+            # Past its deadline, so not taken up by `restored`: the agent before this one
+            # raised it, and it is in force already. Said as a flag the jobs took while no
+            # agent ran, each restart in its grace read as a new drain.
+            log.info(
+                "flag file %s: drain %s, restored from the state, stays in force (its "
+                "deadline %s kept in %s)",
+                self.flag_file,
+                self.current.id,
+                format_time(deadline),
+                self.kept.directory,
+            )
+        else:
+            log.warning(
+                "flag file %s was handled before this agent started (its deadline kept in %s): "
+                "drain %s raised again, deadline %s",
+                self.flag_file,
+                self.kept.directory,
+                self.current.id,
+                format_time(deadline),
+            )
         emit(self.current)
 
     def _withdraw_kept(self, mtime_ns: int) -> Identity:
@@ -347,6 +363,7 @@ class LocalWatcher:
         """After an agent restart: a flag's drain kept in force past its flush (its file
         removed, its deadline ahead) is taken up again. Otherwise the missing file read as a
         removal by hand, and the agent withdrew the notice: no terminate at its deadline."""
+        self._restored_flags = {r.id for r in reports if r.id.startswith("local/flag/")}
         if self.current is not None or os.path.lexists(self.flag_file):
             return  # a file there is read as ever: the same mtime is the same notice
         now = utcnow()

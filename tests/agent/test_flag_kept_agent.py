@@ -266,3 +266,38 @@ def test_a_restarted_agent_does_not_say_it_removed_a_flag_file_already_gone(
         status = second.control({"op": "status"})
         assert [n["id"] for n in status["active"]] == [drain["id"]], status["active"]
     assert "handled and removed" not in second.output(), second.output()
+
+
+def test_an_agent_restarted_past_a_kept_deadline_does_not_say_it_raised_the_drain_again(
+    tmp_path: Path,
+) -> None:
+    """Found in a field walk: a flag file's drain, flushed and its file removed, sent as
+    terminate and past its deadline (within the 300 s a kept deadline stands); the agent
+    restarted then restored it from its state file, and its local watcher then logged the
+    WARNING `flag file ... was handled before this agent started ...: drain ... raised
+    again` at every restart, of a terminate that had never left: the operator's read of a
+    flag the jobs took while no agent ran."""
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    first = AgentProcess(tmp_path, env=env)
+    with first, first.subscriber() as sub:
+        flag.write_text("2s\n")
+        notice = sub.notice(timeout=5)
+        assert first.control({"op": "ack", "notice_id": notice["id"]})["ok"]
+        eventually(lambda: not flag.exists(), timeout=5, what="the flag removed at the flush")
+        eventually(lambda: len(records(flag)) == 1, timeout=5, what="the kept deadline")
+    deadline = parse_time(notice["deadline"])
+    eventually(lambda: utcnow() > deadline, timeout=10, what="the deadline passed")
+    second = AgentProcess(tmp_path, env=env)
+    with second:
+        eventually(lambda: "restored from" in second.output(), timeout=5, what="the restore")
+        eventually(
+            lambda: second.control({"op": "status"})["health"][0]["polls"] > 1,
+            timeout=10,
+            what="the local watcher's looks",
+        )
+        status = second.control({"op": "status"})
+        assert [(n["id"], n["action"]) for n in status["active"]] == [
+            (notice["id"], "terminate")
+        ], status["active"]
+    assert "was handled before this agent started" not in second.output(), second.output()
