@@ -25,6 +25,12 @@ FLAG_DEADLINE = "flag deadline"
 # An exit's save still running says so this often: after a SIGTERM, or without a store, nothing
 # bounds it, and a hung one (a stalled network filesystem) said nothing until the SIGKILL.
 EXIT_SAVE_WARN_SECONDS = 30.0
+# An exit's save not ended this close to the terminate's deadline is said at once: the first
+# of the lines above came 30 s into the save, after a shorter lead's SIGKILL, and two torchrun
+# ranks stuck in their exit's save (one in a write, the other waiting for its part) were
+# killed at the deadline with nothing in their logs. The margin a save of several ranks
+# gives its S3 requests (EXIT_SAVE_MARGIN_SECONDS).
+EXIT_SAVE_LATE_SECONDS = 5.0
 # An exit waits for the loop's next `due` at most this long, or twice its longest recent step,
 # before the guard says the loop is late: below it a step boundary is near.
 UNANSWERED_MIN_SECONDS = 2.0
@@ -38,6 +44,8 @@ class ExitReporting(GuardState):
     # The `_due_since` of an exit's save with the number of EXIT_SAVE_WARN_SECONDS it was said
     # to be running for.
     _told_running: tuple[float, int]
+    # The `_due_since` of the exit's save last said not to have ended near its deadline.
+    _told_late: float | None
     # An exit no `due` has answered yet: when the ticker first saw it, and when it was last
     # said that the loop is late (0: not yet).
     _exit_waiting: tuple[float, float] | None
@@ -95,6 +103,7 @@ class ExitReporting(GuardState):
         with self._lock:
             if not self._answers_exit():
                 return  # a save past the exit's: the exit's own is made
+        self._check_exit_save_late(since)
         told = int((time.monotonic() - since) // EXIT_SAVE_WARN_SECONDS)
         last_since, last_told = self._told_running
         if told < 1 or (since == last_since and told <= last_told):
@@ -111,6 +120,45 @@ class ExitReporting(GuardState):
             cause,
             told * EXIT_SAVE_WARN_SECONDS,
             _deadline_words(events, "it runs until it ends"),
+        )
+
+    def _check_exit_save_late(self, since: float) -> None:
+        """The exit's save that began at `since`, not ended EXIT_SAVE_LATE_SECONDS before the
+        terminate's deadline: said once, while the job can still say it. A write stuck in
+        the kernel (a hung mount) cannot be given up, and a rank waiting in the commit's
+        collectives for such a rank's part cannot leave them (gloo waits for the process
+        group's timeout, 30 min): the platform's kill ends both."""
+        if since == self._told_late:
+            return
+        with self._lock:
+            reasons = dict(self._pending)
+            events = [self._events[i] for i in sorted(self._notice_ids) if i in self._events]
+        left = [
+            e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None
+        ]
+        known = [value for value in left if value is not None]
+        if not known or min(known) > EXIT_SAVE_LATE_SECONDS:
+            return
+        self._told_late = since
+        durable = self.durable_step
+        resumes = f"step {durable}" if durable is not None else "no checkpoint (none is saved)"
+        cause = exit_line(self._due_step, reasons, events, None).split(";")[0].split(" on ", 1)[1]
+        nearest = min(known)
+        when = (
+            f"{nearest:.0f}s before the terminate's deadline"
+            if nearest > 0
+            else f"by the terminate's deadline ({-nearest:.0f}s ago)"
+        )
+        log.warning(
+            "forewarn: the exit's save of step %d (on %s) has not ended %s (it has run "
+            "%.0fs): it waits on its storage (a hung mount, a write that does not return) or, "
+            "with several ranks, on another rank's part; the platform's kill at the deadline "
+            "ends it and the job resumes from %s",
+            self._due_step,
+            cause,
+            when,
+            time.monotonic() - since,
+            resumes,
         )
 
     def _check_exit_unanswered(self) -> None:
@@ -210,4 +258,10 @@ def exit_causes(reasons: dict[str, str | None], events: list[Event]) -> str:
     return ", ".join(named) or "a request"
 
 
-__all__ = ["EXIT_SAVE_WARN_SECONDS", "ExitReporting", "exit_causes", "exit_line"]
+__all__ = [
+    "EXIT_SAVE_LATE_SECONDS",
+    "EXIT_SAVE_WARN_SECONDS",
+    "ExitReporting",
+    "exit_causes",
+    "exit_line",
+]

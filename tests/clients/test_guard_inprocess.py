@@ -425,6 +425,61 @@ def test_an_exit_save_still_running_is_said_every_interval(
     guard.close()
 
 
+@pytest.mark.parametrize("deadline", [3.0, -5.0, 600.0])
+def test_an_exit_save_not_ended_near_its_deadline_is_said_once(
+    caplog: pytest.LogCaptureFixture, deadline: float
+) -> None:
+    """A hung exit's save was first said 30 s into it: after a shorter lead's SIGKILL, so the
+    job's log ended with nothing about it. Said once the deadline is EXIT_SAVE_LATE_SECONDS
+    away (or past), once per save; not while it is further."""
+    import threading
+    from datetime import datetime, timedelta, timezone
+
+    from forewarn.clients.event import Event
+
+    guard = quiet_guard()
+    guard.resumed(4)
+    now = datetime.now(timezone.utc)
+    guard._on_event(
+        Event(
+            id="aws/spot-itn/hung",
+            seq=1,
+            action="terminate",
+            reason="spot-interruption",
+            provider="aws",
+            deadline=now + timedelta(seconds=deadline),
+            noticed_at=now,
+            sent_at=now,
+        )
+    )
+    assert guard.due(7) and guard.should_exit
+    release = threading.Event()
+    saving = threading.Thread(target=lambda: guard.save(7, lambda step: release.wait(30)))
+    saving.start()
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "has not ended" in r.getMessage()]
+
+    try:
+        if deadline > 10:
+            time.sleep(1.0)  # four ticks: nothing may be said of a deadline 10 min away
+            assert said() == []
+            return
+        eventually(lambda: said(), 10, "the save said not to have ended")
+        time.sleep(1.0)  # four more ticks: said once
+        (line,) = said()
+    finally:
+        release.set()
+        saving.join(timeout=10)
+        guard.close()
+    assert "the exit's save of step 7 (on terminate aws/spot-itn/hung" in line
+    assert "the job resumes from step 4" in line
+    if deadline > 0:
+        assert re.search(r"has not ended [0-3]s before the terminate's deadline", line), line
+    else:
+        assert re.search(r"has not ended by the terminate's deadline \([56]s ago\)", line), line
+
+
 def _terminate(notice_id: str, **detail: Any) -> Any:
     from datetime import datetime, timedelta, timezone
 
