@@ -353,6 +353,8 @@ class CheckpointGuard(
         False: a background save, durable (and counted as the slowest flush) once committed.
         The last of what it returns: whether the save says exit only as one past the exit's
         save (a loop that went on), not as the exit's own."""
+        if durable:  # a background save's snapshot answers no exit: it is not durable yet
+            self._agree_exit_after_save(step)
         now = time.monotonic()
         with self._lock:
             agreed, self._agreed = self._agreed, None
@@ -360,9 +362,10 @@ class CheckpointGuard(
             later: dict[str, str | None] = {}
             later_ids: set[str] = set()
             if agreed is not None and agreed[0] == step and exit_now and not agreed[1]:
-                # An exit asked for after the ranks agreed on this save: the other ranks go
-                # on, so this one does too, and the exit (with what asked for it) waits for
-                # the next agreement.
+                # An exit asked for after the ranks agreed on this save (a durable one's: after
+                # they agreed again once it ended, see `_agree_exit_after_save`): the other
+                # ranks go on, so this one does too, and the exit (with what asked for it)
+                # waits for the next agreement.
                 exit_now = False
                 later = {k: v for k, v in self._pending.items() if k not in agreed[2]}
                 later_ids = self._notice_ids - agreed[3]

@@ -132,6 +132,27 @@ class DueChecks(GuardState):
         self._mark_due(step)
         return True
 
+    def _agree_exit_after_save(self, step: int) -> None:
+        """After the save every rank agreed on at `step` (a periodic or drain save, not an
+        exit's), agree on an exit asked for while it ran. Left to the next agreement, the
+        ranks trained on past the step just saved and saved again for the exit: a terminate
+        that came during a 25 s periodic save at step 30 was saved at step 32, 25 s later
+        (with `agree_every` 8, up to 8 steps on), and a lead shorter than two saves ended in
+        the SIGKILL mid-save and the steps since 30 lost. Every rank is in this save (it was
+        agreed), so every rank takes part; a single rank exits on such a save already."""
+        agreed = self._agreed
+        if self.agreement is None or agreed is None or agreed[0] != step or agreed[1]:
+            return
+        _, exit_now = self.agreement.decide(False, self._exit)
+        if not exit_now:
+            return
+        with self._lock:
+            if not self._exit:
+                self._pending.setdefault("peer", None)  # another rank asked to exit
+                self._exit_by.add("peer")
+            self._exit = True
+            self._agree_on(step, True)
+
     def _agree_on(self, step: int, exit_now: bool) -> None:
         # Under the lock: what the save every rank agreed on at `step` answers.
         self._agreed = (step, exit_now, frozenset(self._pending), frozenset(self._notice_ids))

@@ -211,16 +211,45 @@ class PeerAgreement(RankAgreement):
         return save, exit
 
 
-def test_with_ranks_a_save_answers_the_exit_the_ranks_agreed_on() -> None:
-    """A terminate that reaches one rank while the ranks are saving at a step they agreed on
-    (here a periodic one) does not make that rank alone exit after the save: the others were
-    told to go on. It is agreed on at the next agreement, where every rank saves and exits."""
+def test_with_ranks_an_exit_asked_for_during_an_agreed_save_is_agreed_and_answered_by_it() -> None:
+    """A terminate that reaches a rank while the ranks make a save they agreed on (here a
+    periodic one) is agreed right after that save, and the save answers it: before, it waited
+    for the next agreement, and the ranks trained on and saved again for it (a second whole
+    flush in the lead)."""
     agreement = PeerAgreement(every=8)
     guard = quiet_guard(every_steps=10, agree=agreement)
     assert [step for step in range(1, 10) if guard.due(step)] == []
     assert guard.due(10)
     assert agreement.decisions[-1] == (True, False), "a periodic step agrees on exit too"
     guard.request("terminate", exit=True)  # arrives during the save of step 10
+    first = guard.saved(10)
+    assert agreement.decisions[-1] == (False, True), "agreed once the save ended"
+    assert first.exit and set(first.reasons) == {"periodic", "terminate"}
+    assert guard.exit_code == 143
+    guard.close()
+
+
+def test_with_ranks_an_exit_after_the_agreement_that_ends_a_save_waits_for_the_next() -> None:
+    """One that reaches a rank after the ranks agreed once the save ended does not make that
+    rank alone exit after it: the others were told to go on. It is agreed on at the next
+    agreement, where every rank saves and exits."""
+    guard: CheckpointGuard | None = None
+
+    class LateTerminate(PeerAgreement):
+        def decide(self, save: bool, exit: bool) -> tuple[bool, bool]:
+            agreed = super().decide(save, exit)
+            if (
+                (save, exit) == (False, False)
+                and guard is not None
+                and guard._due_since is not None
+            ):
+                guard.request("terminate", exit=True)  # just after every rank said "go on"
+            return agreed
+
+    agreement = LateTerminate(every=8)
+    guard = quiet_guard(every_steps=10, agree=agreement)
+    assert [step for step in range(1, 10) if guard.due(step)] == []
+    assert guard.due(10)
     first = guard.saved(10)
     assert not first.exit and first.reasons == ("periodic",)
     assert guard.should_exit

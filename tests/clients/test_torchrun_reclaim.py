@@ -175,3 +175,44 @@ def test_a_reclaim_mid_evaluation_under_torchrun_ends_in_time_loses_nothing_and_
         finally:
             next_job.close()
         assert not any(e["event"] == "exit" for e in next_job.seen), next_job.seen
+
+
+@pytest.mark.slow(40)
+@pytest.mark.timeout(300)
+def test_a_terminate_during_a_periodic_save_under_torchrun_exits_at_that_save(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A terminate that came while the ranks made a slow periodic save was left to the next
+    agreement: the ranks trained on past the step just saved and saved again for the exit
+    (a second whole flush in the lead). Agreed right after that save, it is answered there."""
+    store = tmp_path / "checkpoints"
+    with AgentProcess(tmp_path, env=env) as agent:
+        job = Torchrun(
+            env,
+            store,
+            tmp_path / "job.log",
+            "--steps",
+            "100000",
+            "--every-steps",
+            "10",
+            "--flush-delay",
+            "3",
+            "--eval-every",
+            "100000",
+        )
+        try:
+            job.until("saving", step=10)
+            notice: dict[str, Any] = {"op": "notify", "action": "terminate", "reason": "reclaim"}
+            notice.update(seconds_fields(60.0))
+            assert agent.control(notice)["ok"]
+            saved = job.until("saved", step=10)
+            job.until("exit", timeout=60)
+            assert job.proc.wait(60) == 1  # torchrun's code after a rank's 143
+        finally:
+            job.close()
+    log = (tmp_path / "job.log").read_text()
+    assert saved["exit"] and "terminate" in saved["reasons"], job.seen[-5:]
+    assert max(e["step"] for e in job.seen if e["event"] == "step") == 10, job.seen[-5:]
+    assert [e["step"] for e in job.seen if e["event"] == "saving"] == [10], job.seen[-5:]
+    assert log.count("forewarn: exiting at step 10 on terminate") == 2, log[-3000:]
+    assert [g.step for g in CheckpointStore(str(store)).generations()] == [10]
