@@ -152,8 +152,8 @@ class ExitReporting(GuardState):
         log.warning(
             "forewarn: the exit's save of step %d (on %s) has not ended %s (it has run "
             "%.0fs): it waits on its storage (a hung mount, a write that does not return) or, "
-            "with several ranks, on another rank's part; the platform's kill at the deadline "
-            "ends it and the job resumes from %s",
+            "with several ranks, on another rank's part; killed at the deadline, the job "
+            "resumes from %s",
             self._due_step,
             cause,
             when,
