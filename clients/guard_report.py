@@ -112,8 +112,7 @@ class ExitReporting(GuardState):
         with self._lock:
             reasons = dict(self._pending)
             events = [self._events[i] for i in sorted(self._notice_ids) if i in self._events]
-        # "exiting at step N on <causes>; checkpoint ...": the causes.
-        cause = exit_line(self._due_step, reasons, events, None).split(";")[0].split(" on ", 1)[1]
+        cause = exit_causes(reasons, events)
         log.warning(
             "forewarn: the exit's save of step %d (on %s) is still running after %gs; %s",
             self._due_step,
@@ -142,7 +141,7 @@ class ExitReporting(GuardState):
         self._told_late = since
         durable = self.durable_step
         resumes = f"step {durable}" if durable is not None else "no checkpoint (none is saved)"
-        cause = exit_line(self._due_step, reasons, events, None).split(";")[0].split(" on ", 1)[1]
+        cause = exit_causes(reasons, events)
         nearest = min(known)
         when = (
             f"{nearest:.0f}s before the terminate's deadline"

@@ -474,7 +474,7 @@ def test_an_exit_save_not_ended_near_its_deadline_is_said_once(
             id="aws/spot-itn/hung",
             seq=1,
             action="terminate",
-            reason="spot-interruption",
+            reason="spot-interruption; rebalance",  # a `;` in a reason is not the line's end
             provider="aws",
             deadline=now + timedelta(seconds=deadline),
             noticed_at=now,
@@ -501,7 +501,7 @@ def test_an_exit_save_not_ended_near_its_deadline_is_said_once(
         release.set()
         saving.join(timeout=10)
         guard.close()
-    assert "the exit's save of step 7 (on terminate aws/spot-itn/hung" in line
+    assert "(on terminate aws/spot-itn/hung from aws (spot-interruption; rebalance)) " in line
     assert "the job resumes from step 4" in line
     if deadline > 0:
         assert re.search(r"has not ended [0-3]s before the terminate's deadline", line), line
