@@ -67,6 +67,17 @@ class RankProcess:
         self.stderr: IO[str] | None = stderr
         self.returncode: int | None = None
 
+    def __enter__(self) -> RankProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """As `with subprocess.Popen(...)`: close the pipes, wait for the exit."""
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.stdout = self.stderr = None
+        self.wait()
+
     def poll(self) -> int | None:
         if self.returncode is None:
             self.launcher._pump(0.0)
@@ -177,15 +188,24 @@ class RankLauncher:
         *,
         output: int | None = None,
         cwd: Path | None = None,
+        session: bool = False,
     ) -> RankProcess:
         """Fork one rank running `script` as `__main__` with `argv` and exactly `env`;
         its stdout (and stderr, unless `stderr=False`: then it goes to the launcher's log)
         is a pipe to this process, or both are the open file `output` (a descriptor, left
         open here). It runs in `cwd`, or the launcher's working directory. A `script` of the
-        form `-m package.module` runs that module as `python -m` does."""
+        form `-m package.module` runs that module as `python -m` does. With `session` it
+        starts a session and process group of its own (`start_new_session`), for a test that
+        signals the job's whole group as systemd, Slurm and torchrun do."""
         pipes = [] if output is not None else [os.pipe() for _ in range(2 if stderr else 1)]
         sent = [output, output] if output is not None else [write for _, write in pipes]
-        request = {"script": str(script), "argv": argv, "env": env, "cwd": cwd and str(cwd)}
+        request = {
+            "script": str(script),
+            "argv": argv,
+            "env": env,
+            "cwd": cwd and str(cwd),
+            "session": session,
+        }
         message = json.dumps(request).encode() + b"\n"
         try:
             socket.send_fds(self._sock, [message], sent)
@@ -277,7 +297,12 @@ class RankLauncher:
 
 
 def _run_rank(
-    script: str, argv: list[str], env: dict[str, str], fds: list[int], cwd: str | None
+    script: str,
+    argv: list[str],
+    env: dict[str, str],
+    fds: list[int],
+    cwd: str | None,
+    session: bool = False,
 ) -> None:
     """In the forked child: become the rank, run the script as __main__, never return.
 
@@ -286,6 +311,8 @@ def _run_rank(
     finalization, where a rank's own code could hang or fail), flushes, then `os._exit`s."""
     code = 1
     try:
+        if session:
+            os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         for target, fd in zip((1, 2), fds, strict=False):
@@ -394,6 +421,7 @@ def launcher_main(fd: int, preload: list[str]) -> None:
                                 request["env"],
                                 fds,
                                 request.get("cwd"),
+                                bool(request.get("session")),
                             )
                         for fd in fds:
                             os.close(fd)

@@ -68,6 +68,24 @@ def test_a_killed_rank_reports_the_signal_and_no_rank_outlives_the_launcher() ->
     assert gone(left.pid) and gone(killed.pid)
 
 
+def test_a_rank_in_a_session_of_its_own_takes_a_signal_to_its_group_alone() -> None:
+    """`session=True` is `start_new_session=True`: a test that signals the job's whole group
+    (as systemd, Slurm and torchrun do) reaches the job, not the launcher or other ranks."""
+    with RankLauncher(env=dict(os.environ)) as launcher:
+        grouped = launcher.start(SCRIPT, ["hang"], dict(os.environ), session=True)
+        other = launcher.start(SCRIPT, ["hang"], dict(os.environ))
+        for rank in (grouped, other):
+            assert rank.stdout is not None
+            assert json.loads(rank.stdout.readline())["pid"] == rank.pid
+        assert os.getsid(grouped.pid) == os.getpgid(grouped.pid) == grouped.pid
+        assert os.getpgid(other.pid) != other.pid
+        os.killpg(grouped.pid, signal.SIGTERM)
+        with grouped:  # as `with subprocess.Popen(...)`: waits for the exit
+            pass
+        assert grouped.returncode == -signal.SIGTERM
+        assert other.poll() is None and launcher.alive()
+
+
 def test_a_preload_that_fails_fails_the_launcher_with_its_traceback(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("import no_such_module_here\n")
