@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forked_ranks import RankLauncher, RankProcess
 from support import free_port, requires
 
 pytestmark = requires("torch")
 
 
 def start(
-    env: dict[str, str], store: Path, *args: str, handler: str = "plain"
-) -> subprocess.Popen[str]:
+    launcher: RankLauncher, env: dict[str, str], store: Path, *args: str, handler: str = "plain"
+) -> RankProcess:
+    """The job forked from a launcher that imported torch once (tests/forked_ranks.py): its
+    own process, gloo group, pipes, signals and exit code, without the ~2 CPU-s of a fresh
+    interpreter's torch import. What a fresh job's start does is the reclaim drill's check."""
     rank_env = dict(
         env,
         RANK="0",
@@ -32,17 +34,14 @@ def start(
         GLOO_SOCKET_IFNAME="lo",
         OMP_NUM_THREADS="1",
     )
-    command = [sys.executable, "-m", "forewarn.clients.demo_torch", "--dir", str(store)]
-    return subprocess.Popen(
-        [*command, "--handler", handler, "--workers", "0", "--steps", "100000", *args],
-        env=rank_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return launcher.start(
+        "-m forewarn.clients.demo_torch",
+        ["--dir", str(store), "--handler", handler, "--workers", "0", "--steps", "100000", *args],
+        rank_env,
     )
 
 
-def read_until(proc: subprocess.Popen[str], kind: str, step: int = 0) -> list[dict[str, Any]]:
+def read_until(proc: RankProcess, kind: str, step: int = 0) -> list[dict[str, Any]]:
     """The job's events up to its first `kind` at `step` or later; fails once the job has
     trained past `step` without it. Counted in the job's own steps, not in seconds: 60 s
     counted from before the job's start (a fresh interpreter importing torch and joining
@@ -62,19 +61,21 @@ def read_until(proc: subprocess.Popen[str], kind: str, step: int = 0) -> list[di
             raise AssertionError(f"the job passed step {step} without {kind}: {seen[-5:]}")
 
 
-def finish(proc: subprocess.Popen[str], code: int = 0) -> list[dict[str, Any]]:
+def finish(proc: RankProcess, code: int = 0) -> list[dict[str, Any]]:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == code, err[-2000:]
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-# A fresh interpreter importing torch: its start alone took over a minute on a loaded machine.
+# The launcher importing torch, when this test is its process's first: over a minute on a
+# loaded machine.
 @pytest.mark.timeout(300)
 def test_plain_exits_on_sigterm_mid_evaluation_without_a_checkpoint(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, env: dict[str, str], rank_launcher: RankLauncher
 ) -> None:
     store = tmp_path / "ckpt"
     job = start(
+        rank_launcher,
         env,
         store,
         *("--every-steps", "3", "--eval-every", "4", "--eval-batches", "100"),
@@ -95,12 +96,16 @@ def test_plain_exits_on_sigterm_mid_evaluation_without_a_checkpoint(
 
 
 @pytest.mark.timeout(300)
-def test_guard_exits_143_after_the_save_for_a_sigterm(tmp_path: Path, env: dict[str, str]) -> None:
+def test_guard_exits_143_after_the_save_for_a_sigterm(
+    tmp_path: Path, env: dict[str, str], rank_launcher: RankLauncher
+) -> None:
     """The drill's job ended with 0 after its reclaim save: torchrun, systemd and a Kubernetes
     Job take that for a finished run, which is never restarted (the README's loop ends with
     `sys.exit(guard.exit_code)`)."""
     store = tmp_path / "ckpt"
-    job = start(env, store, "--step-time", "0.01", "--eval-every", "0", handler="guard")
+    job = start(
+        rank_launcher, env, store, "--step-time", "0.01", "--eval-every", "0", handler="guard"
+    )
     read_until(job, "step", 3)
     job.send_signal(signal.SIGTERM)
     rest = finish(job, code=143)
