@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from forewarn.clients.workers import worker_init_fn
+from forked_ranks import RankLauncher, RankProcess
 from support import eventually, requires
 
 pytestmark = requires("torch")
@@ -24,19 +25,19 @@ SCRIPT = Path(__file__).with_name("loader_job.py")
 
 
 def start(
-    mode: str, stop_at: int, *more: str, session: bool = False, **env: str
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), mode, str(stop_at), *more],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, OMP_NUM_THREADS="1", **env),
-        start_new_session=session,
-    )
+    launcher: RankLauncher, mode: str, stop_at: int, *more: str, session: bool = False, **env: str
+) -> RankProcess:
+    """The job forked from a launcher that imported torch once (tests/forked_ranks.py): its
+    own process (and, with `session`, process group), pipes, signals and exit code, without
+    the ~2 CPU-s of a fresh interpreter's torch import. Its spawn and forkserver workers, and
+    the fork server, start as fresh interpreters all the same."""
+    return launcher.start(
+        SCRIPT, [mode, str(stop_at), *more], dict(os.environ, OMP_NUM_THREADS="1", **env),
+        session=session,
+    )  # fmt: skip
 
 
-def first_batch(proc: subprocess.Popen[str]) -> dict[str, Any]:
+def first_batch(proc: RankProcess) -> dict[str, Any]:
     assert proc.stdout is not None
     while True:
         line = proc.stdout.readline()
@@ -46,7 +47,7 @@ def first_batch(proc: subprocess.Popen[str]) -> dict[str, Any]:
             return event
 
 
-def sigterm_from_outside(proc: subprocess.Popen[str]) -> tuple[list[int], str, str]:
+def sigterm_from_outside(proc: RankProcess) -> tuple[list[int], str, str]:
     """Send SIGTERM to each of the job's DataLoader workers from this process (not their main
     process), then let the job run to its end: the workers, stdout and stderr."""
     try:
@@ -66,8 +67,10 @@ def workers_end(workers: list[int], what: str) -> None:
     )
 
 
-def test_guarded_workers_ignore_a_foreign_sigterm_and_end_with_the_job() -> None:
-    proc = start("guarded", 150)
+def test_guarded_workers_ignore_a_foreign_sigterm_and_end_with_the_job(
+    rank_launcher: RankLauncher,
+) -> None:
+    proc = start(rank_launcher, "guarded", 150)
     workers, out, err = sigterm_from_outside(proc)
     assert proc.returncode == 0, err
     batches = [json.loads(line) for line in out.splitlines()]
@@ -78,13 +81,14 @@ def test_guarded_workers_ignore_a_foreign_sigterm_and_end_with_the_job() -> None
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_guarded_workers_outlive_a_foreign_sigterm_and_end_when_the_job_exits(
     start_method: str,
+    rank_launcher: RankLauncher,
 ) -> None:
     """A spawn or forkserver worker already has threads when its init runs (import torch
     starts OpenBLAS's): blocking SIGTERM in the init's thread left them open to it, and the
     SIGTERM killed the worker. The job then exits with its iterator alive, so multiprocessing's
     exit handler stops the workers with its SIGTERM, which such a thread can take: the worker
     must still end, or the handler waits for it for ever."""
-    proc = start("guarded", 60, start_method, "1", "keep")
+    proc = start(rank_launcher, "guarded", 60, start_method, "1", "keep")
     workers, out, err = sigterm_from_outside(proc)
     assert proc.returncode == 0, err
     assert "exited unexpectedly" not in err, err
@@ -93,11 +97,13 @@ def test_guarded_workers_outlive_a_foreign_sigterm_and_end_when_the_job_exits(
     workers_end(workers, "the workers to end with the job")
 
 
-def test_a_sigterm_to_the_whole_group_leaves_forkserver_workers_feeding_the_loop() -> None:
+def test_a_sigterm_to_the_whole_group_leaves_forkserver_workers_feeding_the_loop(
+    rank_launcher: RankLauncher,
+) -> None:
     """systemd's control-group kill and a process-group kill also reach multiprocessing's fork
     server, the forkserver workers' parent; torch's worker loop ends when its parent is gone,
     so the fork server's death took every worker, and the loop raised before the save."""
-    proc = start("guarded", 40, "forkserver", "2", session=True)
+    proc = start(rank_launcher, "guarded", 40, "forkserver", "2", session=True)
     try:
         first_batch(proc)
         os.killpg(proc.pid, signal.SIGTERM)
@@ -117,12 +123,14 @@ def test_a_sigterm_to_the_whole_group_leaves_forkserver_workers_feeding_the_loop
 
 def test_a_preload_the_job_sets_itself_still_keeps_the_fork_server_through_the_sigterm(
     tmp_path: Path,
+    rank_launcher: RankLauncher,
 ) -> None:
     """A job that calls `multiprocessing.set_forkserver_preload([...])` itself (to preload its
     own modules), after forewarn was imported, replaced forewarn's preload: the fork server
     died of a job-wide SIGTERM, and with it every worker, so the loop raised `DataLoader
     worker ... exited unexpectedly` before the save."""
     proc = start(
+        rank_launcher,
         "guard",
         40,
         "forkserver",
@@ -145,6 +153,7 @@ def test_a_preload_the_job_sets_itself_still_keeps_the_fork_server_through_the_s
 @pytest.mark.slow(10)
 def test_a_sigterm_to_the_whole_group_while_the_fork_server_starts_does_not_end_it(
     tmp_path: Path,
+    rank_launcher: RankLauncher,
 ) -> None:
     """The fork server starts with the first forkserver worker and imports its preload (the
     main module first, torch with it: seconds) before forewarn's module has it block SIGTERM:
@@ -152,6 +161,7 @@ def test_a_sigterm_to_the_whole_group_while_the_fork_server_starts_does_not_end_
     before the save. It now starts with SIGTERM blocked."""
     hold = tmp_path / "server-starting"
     proc = start(
+        rank_launcher,
         "guard",
         20,
         "forkserver",
@@ -197,13 +207,16 @@ def test_an_empty_preload_the_job_set_gets_only_forewarns_module() -> None:
 @pytest.mark.slow(10)
 def test_a_sigterm_to_the_whole_group_while_a_forkserver_worker_starts_does_not_end_it(
     tmp_path: Path,
+    rank_launcher: RankLauncher,
 ) -> None:
     """A forkserver worker imports the main module before its worker_init_fn runs (Python
     3.11's fork server does not preload it; with torch that takes seconds, and a DataLoader
     without persistent workers starts its workers again at every pass): a job-wide SIGTERM
     then ended it, and the loop raised `DataLoader worker ... exited unexpectedly`."""
     hold = tmp_path / "starting"
-    proc = start("guarded", 20, "forkserver", "1", session=True, LOADER_JOB_HOLD=str(hold))
+    proc = start(
+        rank_launcher, "guarded", 20, "forkserver", "1", session=True, LOADER_JOB_HOLD=str(hold)
+    )
     try:
         eventually(hold.exists, timeout=120, what="the worker to be starting")
         os.killpg(proc.pid, signal.SIGTERM)
@@ -219,6 +232,7 @@ def test_a_sigterm_to_the_whole_group_while_a_forkserver_worker_starts_does_not_
 @pytest.mark.slow(10)
 def test_a_sigterm_to_the_whole_group_while_a_spawn_worker_starts_does_not_end_it(
     tmp_path: Path,
+    rank_launcher: RankLauncher,
 ) -> None:
     """A spawn worker imports the main module before its worker_init_fn runs (seconds with
     torch, and a DataLoader without persistent workers starts its workers again at every pass):
@@ -228,6 +242,7 @@ def test_a_sigterm_to_the_whole_group_while_a_spawn_worker_starts_does_not_end_i
     pickled), as most loops are."""
     hold = tmp_path / "starting"
     proc = start(
+        rank_launcher,
         "guard",
         20,
         "spawn",
@@ -251,7 +266,7 @@ def test_a_sigterm_to_the_whole_group_while_a_spawn_worker_starts_does_not_end_i
 @pytest.mark.slow(10)
 @pytest.mark.parametrize("mode", ["guarded", "guard"])
 def test_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_does_not_end_it(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: str, rank_launcher: RankLauncher
 ) -> None:
     """A fork worker runs torch's worker loop, which sets a SIGTERM handler of its own (one that
     ends the worker on anyone's SIGTERM) and seeds before it calls the worker_init_fn: a job-wide
@@ -261,6 +276,7 @@ def test_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_does_not_end_it
     handles SIGTERM (the worker gets it chained in as it is forked)."""
     hold = tmp_path / "starting"
     proc = start(
+        rank_launcher,
         mode,
         20,
         "fork",
@@ -284,12 +300,13 @@ def test_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_does_not_end_it
 @pytest.mark.slow(10)
 def test_without_a_guard_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_ends_it(
     tmp_path: Path,
+    rank_launcher: RankLauncher,
 ) -> None:
     """With neither `worker_init_fn()` nor a guard that handles SIGTERM, the worker forewarn
     chains its init into still ends on the job-wide SIGTERM, as it did without forewarn (the
     main process would end on it too, with nothing to save first)."""
     hold = tmp_path / "starting"
-    proc = start("plain", 20, "fork", "1", session=True, LOADER_JOB_HOLD=str(hold))
+    proc = start(rank_launcher, "plain", 20, "fork", "1", session=True, LOADER_JOB_HOLD=str(hold))
     try:
         eventually(hold.exists, timeout=120, what="the worker to be starting")
         os.killpg(proc.pid, signal.SIGTERM)
@@ -338,11 +355,13 @@ def running_in_group(pgid: int) -> list[int]:
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
-def test_guarded_workers_end_when_the_main_process_is_killed(start_method: str) -> None:
+def test_guarded_workers_end_when_the_main_process_is_killed(
+    start_method: str, rank_launcher: RankLauncher
+) -> None:
     """A forkserver worker's parent is the fork server, which lives on while the worker does:
     a worker waiting for its parent to go outlived a killed main process for good."""
     # Not communicate() after the kill: a worker left alive holds the job's stdout open.
-    with start("guarded", 100_000, start_method, "1") as proc:
+    with start(rank_launcher, "guarded", 100_000, start_method, "1") as proc:
         try:
             workers = first_batch(proc)["workers"]
         finally:
@@ -388,10 +407,12 @@ def test_ignore_job_signals_called_in_the_main_process_is_a_clear_error() -> Non
 
 
 @pytest.mark.parametrize("start_method", ["fork", "forkserver"])
-def test_plain_workers_die_of_the_sigterm_and_take_the_loop_down(start_method: str) -> None:
+def test_plain_workers_die_of_the_sigterm_and_take_the_loop_down(
+    start_method: str, rank_launcher: RankLauncher
+) -> None:
     """Given no init and no guard, a worker (forewarn chains its init in all the same) ends on a
     SIGTERM from outside, as it did without forewarn."""
-    proc = start("plain", 10_000, start_method, "2")
+    proc = start(rank_launcher, "plain", 10_000, start_method, "2")
     _, _, err = sigterm_from_outside(proc)
     assert proc.returncode != 0
     # A forkserver worker is not this process's child: torch sees it gone, not how it ended.

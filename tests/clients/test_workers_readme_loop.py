@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_ranks import RankLauncher, RankProcess
 from support import LazyModule, eventually, requires
 from test_workers import running_in_group
 
@@ -22,16 +21,19 @@ SCRIPT = Path(__file__).with_name("readme_loader_loop.py")
 SIGTERM_AT_STEP = 12  # mid-epoch, past one restart of non-persistent workers
 
 
-def run_until_group_sigterm(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, str]:
+def run_until_group_sigterm(
+    launcher: RankLauncher, tmp_path: Path, *args: str
+) -> tuple[RankProcess, int, str]:
     """Start the job in a process group of its own, send the group SIGTERM after step
-    SIGTERM_AT_STEP, and wait for its end: the job, the last step it completed, its stderr."""
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(tmp_path / "checkpoint.pt"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, OMP_NUM_THREADS="1", FOREWARN_RUNTIME_DIR=str(tmp_path / "run")),
-        start_new_session=True,
+    SIGTERM_AT_STEP, and wait for its end: the job, the last step it completed, its stderr.
+    The job is forked from a launcher that imported torch once (tests/forked_ranks.py): its
+    own process, session, pipes and exit code, without a fresh interpreter's ~2 CPU-s of
+    torch import; its spawn and forkserver workers start fresh all the same."""
+    proc = launcher.start(
+        SCRIPT,
+        [str(tmp_path / "checkpoint.pt"), *args],
+        dict(os.environ, OMP_NUM_THREADS="1", FOREWARN_RUNTIME_DIR=str(tmp_path / "run")),
+        session=True,
     )
     last = 0
     try:
@@ -69,7 +71,7 @@ def resumes_from(tmp_path: Path) -> int:
     ],
 )
 def test_a_group_sigterm_loses_no_step_with_workers_given_no_init(
-    tmp_path: Path, workers: str, start_method: str
+    tmp_path: Path, workers: str, start_method: str, rank_launcher: RankLauncher
 ) -> None:
     """Fork workers are copies of the job (the default on Linux up to Python 3.13); spawn and
     forkserver workers are started from a pickled copy (forkserver is Python 3.14's default),
@@ -77,7 +79,7 @@ def test_a_group_sigterm_loses_no_step_with_workers_given_no_init(
     `default:forkserver`: Python 3.14's default start method, the DataLoader given no context;
     its workers are `multiprocessing.Process`, not `ForkServerProcess`, and were started
     unprotected: the loop raised `exited unexpectedly` and lost every step."""
-    proc, last, err = run_until_group_sigterm(tmp_path, workers, start_method)
+    proc, last, err = run_until_group_sigterm(rank_launcher, tmp_path, workers, start_method)
     assert "killed by signal" not in err and "exited unexpectedly" not in err, err[-3000:]
     assert proc.returncode == 143, err[-3000:]
     assert resumes_from(tmp_path) == last, "steps were lost"
