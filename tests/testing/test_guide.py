@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked_ranks import RankLauncher
 from support import agent_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def need(module: str) -> None:
         pytest.importorskip(module)
 
 
-# The framework examples import Lightning or transformers (and torch) in a fresh pytest.
+# The framework examples import Lightning or transformers (and torch) in their pytest.
 FRAMEWORK_SECONDS = {"test_lightning_handler.py": 24, "test_transformers_handler.py": 11}
 
 
@@ -75,7 +76,7 @@ FRAMEWORK_SECONDS = {"test_lightning_handler.py": 24, "test_transformers_handler
         for name in PYTHON
     ],
 )
-def test_a_python_example_passes(name: str, tmp_path: Path) -> None:
+def test_a_python_example_passes(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     for framework in ("lightning", "transformers"):
         if framework in name:
             need(framework)
@@ -84,13 +85,22 @@ def test_a_python_example_passes(name: str, tmp_path: Path) -> None:
     env = agent_env(tmp_path / "env")
     for key in ("FOREWARN_RUNTIME_DIR", "FOREWARN_STATE_DIR"):
         env.pop(key)
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-            "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path / name),
-        ],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=540,
-    )  # fmt: skip
+    args = [
+        "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+        "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path / name),
+    ]  # fmt: skip
+    if name in FRAMEWORK_SECONDS:
+        # Its own pytest all the same, forked from the launcher that imported torch once
+        # (tests/forked_ranks.py): a fresh one spent ~2 CPU-s of its ~8 importing torch.
+        launcher: RankLauncher = request.getfixturevalue("rank_launcher")
+        pytest_run = launcher.start("-m pytest", args, env, cwd=tmp_path)
+        out, err = pytest_run.communicate(timeout=540)
+        done = subprocess.CompletedProcess(args, pytest_run.returncode, out, err)
+    else:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *args],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=540,
+        )  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout
 
