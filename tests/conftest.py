@@ -177,7 +177,9 @@ def _rank_launchers() -> Iterator[list[RankLauncher]]:
 @pytest.fixture
 def rank_launcher(_rank_launchers: list[RankLauncher]) -> Iterator[RankLauncher]:
     """Forks the ranks of a multi-rank torch test (tests/forked_ranks.py): one launcher per
-    pytest process imports torch once; the ranks a test started are gone when it ends."""
+    pytest process imports torch once; the ranks a test started are gone when it ends. Also
+    the single torch jobs of tests not about a fresh interpreter's start (the DataLoader
+    jobs, the demo job, the guide's framework examples' pytest)."""
     if not _rank_launchers or not _rank_launchers[-1].alive():
         base = {
             key: value
