@@ -565,7 +565,8 @@ class BackgroundSaver:
                 elif time.monotonic() - tail >= _WAIT_TICK_SECONDS:
                     reason = (
                         f"{reason}, which was still sending its last parts when the deadline "
-                        f"came: waited {time.monotonic() - tail:.1f} s more while they moved"
+                        f"came: waited {time.monotonic() - tail:.1f} s more while they moved "
+                        "and it committed"
                     )
             else:
                 choice = "cancelled"
@@ -636,9 +637,16 @@ class BackgroundSaver:
     def _moving_tail(self, quiet: QuietTime) -> bool:
         """Whether the save in flight has made its last write and its bytes still move (its
         parts' blocks taken by their connections within `TAIL_QUIET_SECONDS`, as `quiet`
-        counts them)."""
+        counts them), or are all sent and its upload completes and commits."""
         if not self._writes_done:
             return False
+        if self._file_closed:
+            # Every part uploaded: what is left, the completion (minutes on S3 for a large
+            # object) and the commit's small requests, sends nothing and is bounded by the
+            # storage's own timeouts, as at the exit. Judged by its quiet, it was cancelled
+            # 3 s in, which stops nothing (it is left to commit) but reported it cut and left
+            # its commit to the process's exit, the step nearly durable lost with it.
+            return True
         return quiet.look(self._moved, time.monotonic()) < TAIL_QUIET_SECONDS
 
     def stalled_seconds(self) -> float:

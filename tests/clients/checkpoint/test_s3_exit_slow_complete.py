@@ -17,6 +17,7 @@ import pytest
 from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background
 from forewarn.clients.checkpoint.s3 import MIN_PART
 from s3_proxy import Reply, Request, S3Proxy
+from support import eventually
 
 # EXIT_STALL_SECONDS in the child, from the moment it ends: while its completion is held, so
 # the exit's wait is about the completion alone. Set from the start, the save's claim, the
@@ -155,4 +156,40 @@ def test_a_final_save_whose_upload_completes_slowly_past_its_grace_is_waited_for
     assert proxy.completions == 1
     latest = store.latest()
     assert latest is not None and latest.step == 9
+    store.close()
+
+
+def test_an_upload_completing_slowly_that_a_terminate_waits_for_is_not_cut(
+    proxy: SlowCompleteProxy, bucket: str
+) -> None:
+    """A terminate too close for a final save waits past the deadline for the upload in
+    flight while its last parts move. Once they were all sent, its completion and commit
+    (minutes on S3 for a large object) moved nothing, and after 3 s (`TAIL_QUIET_SECONDS`)
+    it was reported cancelled, "still uploading when the deadline came", though nothing can
+    stop a completion under way: it committed on its own, left to the process's exit. Found
+    as `'cancelled' == 'waited'` in `test_s3_slow_link.py` beside busy loops (a loaded moto's
+    commit). A save whose every part is uploaded is now waited for until it commits."""
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART)
+    )
+    saver = BackgroundSaver(store)
+    saver.save(1, {"w": b"one"})
+    saver.wait()
+    seconds_left = 1.0
+    # Held past the deadline, the quiet that cut it and the cancel's grace after it.
+    quiet = background.TAIL_QUIET_SECONDS + background.CANCEL_GRACE_SECONDS
+    proxy.delay = seconds_left + quiet + 2.0
+    saver.save(2, {"w": os.urandom(2 * MIN_PART)})
+    eventually(proxy.completing.exists, what="step 2's completion held")
+    # Saves were timed at 1.5 s and this one started 1 s ago: due to end within the 1 s
+    # left, where the final save alone does not fit.
+    saver._durable_estimate = 1.5
+    saver._started = time.monotonic() - 1.0
+    final = saver.final(3, {"w": b"three"}, seconds_left=seconds_left)
+    assert final.choice == "waited", final.reason
+    assert "last parts" in final.reason, final.reason
+    assert final.generation.step == 3
+    assert proxy.completions == 1
+    assert [generation.step for generation in store.generations()] == [1, 2, 3]
+    assert saver.last_durable is not None and saver.last_durable.step == 3
     store.close()
