@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import hypothesis
 import pytest
 import zmq
+from forewarn.protocol.fields import CLOCK_AHEAD
 from forewarn.protocol.wire import (
     TOPIC_NOTICE,
     TOPIC_REPLAY_PREFIX,
@@ -416,6 +417,15 @@ def control(
         sock.close()
 
 
+def _as_sent(notice: dict[str, Any]) -> dict[str, Any]:
+    """`notice` less what a replay of it changes without the agent sending it as news."""
+    sent = {key: value for key, value in notice.items() if key not in ("seq", "sent_at")}
+    detail = sent.get("detail")
+    if isinstance(detail, dict):
+        sent["detail"] = {key: value for key, value in detail.items() if key != CLOCK_AHEAD}
+    return sent
+
+
 class Subscriber:
     """A raw SUB socket on the events endpoint, as any language would use it."""
 
@@ -455,6 +465,10 @@ class Subscriber:
         read `client/<id>`. The messages read meanwhile that this subscriber asked for are
         kept for `recv`.
 
+        A notice the agent sent live before it read this subscription (it was in force
+        already) and then replayed is kept once: kept twice, a test read the repeat as the
+        next news (a drain where it waited for the clear).
+
         Call it again only where the socket reconnects (a restarted agent): the replay it
         waits for is the one answering the socket's subscriptions."""
         extra = "heartbeat" not in self.topics
@@ -473,8 +487,7 @@ class Subscriber:
                 )
             topic, payload = self.sock.recv_multipart()
             name, message = topic.decode(), json.loads(payload)
-            if name != "heartbeat" or not extra:
-                self._early.append((name, message))
+            kept = name != "heartbeat" or not extra
             if name == "heartbeat" and self.token in message.get("replay_for", []):
                 awaited, next_seq = list(message["active"]), message["seq"] + 1
                 self.answers += 1
@@ -485,8 +498,23 @@ class Subscriber:
             ):
                 awaited.pop(0)
                 next_seq += 1
+                # The agent put the subscription in force before it read it: the notice went
+                # out live too, and kept twice, a test read the repeat as the next news.
+                kept = kept and not self._kept_already(message)
+            if kept:
+                self._early.append((name, message))
             if awaited == [] or (awaited is not None and not receives):
                 return self
+
+    def _kept_already(self, replayed: dict[str, Any]) -> bool:
+        """Whether the last notice of `replayed`'s id kept for `recv` is the one it replays:
+        the same but for what a replay changes without the agent sending it as news (its
+        `seq` and `sent_at`, and the detail's clock_ahead_seconds, as `forewarn.testing`'s
+        recorder counts it)."""
+        same = [
+            m for topic, m in self._early if topic == TOPIC_NOTICE and m["id"] == replayed["id"]
+        ]
+        return bool(same) and _as_sent(same[-1]) == _as_sent(replayed)
 
     def recv(self, timeout: float = 5.0) -> tuple[str, dict[str, Any]]:
         if self._early:
