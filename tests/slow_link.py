@@ -11,6 +11,7 @@ timeout anyway)."""
 
 from __future__ import annotations
 
+import re
 import select
 import socket
 import threading
@@ -31,6 +32,7 @@ SEND_BUFFER = 64 << 10
 # Client bytes since a connection's last answer past which it carries a body (a part's, a
 # file's): more than a small request (a claim, a manifest, a listing) sends.
 _BODY = 64 << 10
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)")
 
 
 class SlowLink:
@@ -57,10 +59,15 @@ class SlowLink:
         self._pipes: dict[socket.socket, int] = {}  # open connections: client bytes carried
         self._held: set[socket.socket] = set()
         # Told True when a connection starts carrying a body at the set rate, False once none
-        # does (each was answered): a test's bounds can follow the link's motion.
+        # does (each carried its body's last byte, or was answered): a test's bounds can
+        # follow the link's motion, and not the server's answers after it.
         self.on_bodies: Callable[[bool], None] | None = None
         self._since_answer: dict[socket.socket, int] = {}
         self._in_body: set[socket.socket] = set()
+        # Each connection's request under way: its head until read whole, then how many bytes
+        # of its body (its Content-Length) are still to carry.
+        self._head: dict[socket.socket, bytes] = {}
+        self._body_left: dict[socket.socket, int] = {}
 
     def __enter__(self) -> SlowLink:
         threading.Thread(target=self._accept, daemon=True).start()
@@ -123,7 +130,7 @@ class SlowLink:
                         with self._lock:
                             self.carried += len(data)
                             self._pipes[client] += len(data)
-                        self._carried_towards(client, len(data), rate)
+                        self._carried_towards(client, data, rate)
                         server.sendall(data)
                     else:
                         self._answered(client)
@@ -136,19 +143,48 @@ class SlowLink:
             self._answered(client)
             with self._lock:
                 self._since_answer.pop(client, None)
+                self._head.pop(client, None)
+                self._body_left.pop(client, None)
             client.close()
             server.close()
 
-    def _carried_towards(self, client: socket.socket, size: int, rate: float | None) -> None:
+    def _carried_towards(self, client: socket.socket, data: bytes, rate: float | None) -> None:
         with self._lock:
-            since = self._since_answer[client] = self._since_answer.get(client, 0) + size
+            since = self._since_answer[client] = self._since_answer.get(client, 0) + len(data)
             starts = rate is not None and since >= _BODY and client not in self._in_body
             if starts:
                 self._in_body.add(client)
             first = starts and len(self._in_body) == 1
+            # Its body's last byte carried, the server's answer is no motion of the link's:
+            # a loaded server answering a part late read as a stall of the link.
+            ends = self._body_carried(client, data) and client in self._in_body
+            if ends:
+                self._in_body.discard(client)
+            last = ends and not self._in_body
             tell = self.on_bodies
         if first and tell is not None:
             tell(True)
+        if last and tell is not None:
+            tell(False)
+
+    def _body_carried(self, client: socket.socket, data: bytes) -> bool:
+        """Count `data` against the connection's request under way (the lock held): whether
+        it carried the last byte of a body. A request without a Content-Length (chunked) is
+        left to its answer."""
+        left = self._body_left.get(client, 0)
+        if left > 0:
+            self._body_left[client] = max(left - len(data), 0)
+            return left <= len(data)
+        head = self._head.get(client, b"") + data
+        end = head.find(b"\r\n\r\n")
+        if end < 0:
+            self._head[client] = head
+            return False
+        self._head[client] = b""
+        match = _CONTENT_LENGTH.search(head[:end])
+        length = int(match.group(1)) if match else 0
+        self._body_left[client] = max(length - (len(head) - end - 4), 0)
+        return False
 
     def _answered(self, client: socket.socket) -> None:
         with self._lock:

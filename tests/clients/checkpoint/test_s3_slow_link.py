@@ -66,13 +66,26 @@ def test_the_exit_waits_for_a_part_slower_than_the_stall_bound_while_its_bytes_m
     a part slower than EXIT_STALL_SECONDS (8 MiB parts at under 70 KB/s each) was given up
     as hung while it was uploading, and the run's last checkpoint was lost. Bytes taken by
     the connection count as progress now."""
-    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", STALL)
     url = f"s3://{bucket}/run"
     store = CheckpointStore(url, s3=S3Options(endpoint_url=link.url, part_size=MIN_PART))
     saver = BackgroundSaver(store)
     assert store.latest() is None  # the client is made before the link slows and the clock runs
+    # The stall bound at STALL while the link carries a part's bytes, what the test is about;
+    # the real one otherwise. At STALL throughout, a loaded moto's answers (the save's claim,
+    # the upload's creation, a part's reply after its last byte) came later than STALL and
+    # the exit gave the save up ("the parts it still had to upload sent nothing for 2 s").
+    moving = threading.Event()
+
+    def stall_bound_while_bodies_move(bodies: bool) -> None:
+        monkeypatch.setattr(background, "EXIT_STALL_SECONDS", STALL if bodies else 120.0)
+        if bodies:
+            moving.set()
+
+    link.on_bodies = stall_bound_while_bodies_move
     link.rate = RATE
     saver.save(7, {"w": os.urandom(MIN_PART + (1 << 20))})  # two parts: a multipart upload
+    # The exit's wait begins under the bound of a moving part: it looks again within STALL.
+    eventually(moving.is_set, what="a part's bytes moving")
     with caplog.at_level(logging.ERROR, logger="forewarn.clients"):
         saver.finish_in_flight("the process is exiting", "call close() before exiting")
     assert "wrote nothing" not in caplog.text
