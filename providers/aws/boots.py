@@ -19,18 +19,15 @@ since boot tells the boots apart; without either, or a state directory, nothing 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-from forewarn.protocol.timefmt import format_time
 from forewarn.providers.report import Report
 
-from ..boot import same_boot
+from ..bootfile import BootFile
 from ..health import PollHealth
-from ..persist import read_state_object, write_or_report
 
 log = logging.getLogger("forewarn.providers.aws")
 
@@ -72,21 +69,19 @@ class RebootRecord:
         health: PollHealth | None = None,
     ) -> None:
         # Without a boot id the boot time tells the boots apart (`boot.same_boot`).
-        self.path = path if boot_id is not None or booted is not None else None
-        self.boot_id = boot_id
+        self.file = BootFile(path, "aws", boot_id, booted, health)
         self.booted = booted
-        self.health = health
         self.seen: dict[str, str] = {}  # published in this boot
         self.ended: dict[str, str] = {}  # ended an earlier boot: held back while listed
         # Published in the boot before this one, until the first answer of this boot says
         # which of them ended it.
         self.before: dict[str, str] = {}
         self._unsaved = False
-        payload = read_state_object(self.path, "aws") if self.path is not None else None
-        if payload is None:
+        record = self.file.read()
+        if record is None:
             return
+        payload, same = record
         seen, ended = _events(payload.get("seen")), _events(payload.get("ended"))
-        same = same_boot(payload, self.boot_id, self.booted)
         if same:
             self.seen, self.ended = seen, ended
         elif same is not None and booted is not None:
@@ -135,17 +130,9 @@ class RebootRecord:
             self._save()
 
     def _save(self) -> None:
-        if self.path is None:
-            self._unsaved = False
-            return
-        payload = {
-            "boot_id": self.boot_id,
-            "booted": format_time(self.booted) if self.booted is not None else None,
-            "seen": dict(list(self.seen.items())[:MAX_EVENTS]),
-            "ended": dict(list(self.ended.items())[:MAX_EVENTS]),
-        }
-        text = json.dumps(payload, indent=1) + "\n"
-        self._unsaved = not write_or_report(self.path, text, self.health)
+        self._unsaved = not self.file.write(
+            dict(list(self.seen.items())[:MAX_EVENTS]), dict(list(self.ended.items())[:MAX_EVENTS])
+        )
 
 
 __all__ = ["BOOT_ENDING_CODES", "BOOT_FILE", "RebootRecord"]

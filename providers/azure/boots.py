@@ -18,17 +18,13 @@ held back.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-from forewarn.protocol.timefmt import format_time
-
-from ..boot import same_boot
+from ..bootfile import BootFile
 from ..health import PollHealth
-from ..persist import read_state_object, write_or_report
 from .events import ScheduledEvent
 
 log = logging.getLogger("forewarn.providers.azure")
@@ -58,22 +54,19 @@ class BootRecord:
         booted: datetime | None = None,
     ) -> None:
         # Without a boot id the boot time tells the boots apart (`boot.same_boot`).
-        self.path = path if boot_id is not None or booted is not None else None
-        self.boot_id = boot_id
-        self.booted = booted
-        self.health = health
+        self.file = BootFile(path, "azure", boot_id, booted, health)
         self.seen: set[str] = set()  # published in this boot
         self.ended: set[str] = set()  # Started before this boot: held back while listed
         # Published in the boot before this one, until the first document of this boot says
         # whether each one ended it (Started) or is still to come (Scheduled).
         self.before: set[str] = set()
         self._unsaved = False
-        payload = read_state_object(self.path, "azure") if self.path is not None else None
-        if payload is None:
+        record = self.file.read()
+        if record is None:
             return
+        payload, same = record
         saved = _ids(payload.get("seen"))
         ended = _ids(payload.get("ended"))
-        same = same_boot(payload, self.boot_id, self.booted)
         if same:
             self.seen, self.ended = saved, ended
         elif same is not None:
@@ -117,19 +110,9 @@ class BootRecord:
             self._save()
 
     def _save(self) -> None:
-        if self.path is None:
-            self._unsaved = False
-            return
-        text = json.dumps(
-            {
-                "boot_id": self.boot_id,
-                "booted": format_time(self.booted) if self.booted is not None else None,
-                "seen": sorted(self.seen)[:MAX_IDS],
-                "ended": sorted(self.ended)[:MAX_IDS],
-            },
-            indent=1,
+        self._unsaved = not self.file.write(
+            sorted(self.seen)[:MAX_IDS], sorted(self.ended)[:MAX_IDS]
         )
-        self._unsaved = not write_or_report(self.path, text + "\n", self.health)
 
 
 __all__ = ["BOOT_ENDING", "BOOT_FILE", "BootRecord"]

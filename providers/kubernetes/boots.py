@@ -19,16 +19,12 @@ node: `kubernetes.boot_id_file`) or a state directory, nothing is held back.
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime
 from pathlib import Path
 
-from forewarn.protocol.timefmt import format_time
-
-from ..boot import same_boot
+from ..bootfile import BootFile
 from ..health import PollHealth
-from ..persist import read_state_object, write_or_report
 from .nodes import VmEvent
 
 log = logging.getLogger("forewarn.providers.kubernetes")
@@ -57,21 +53,18 @@ class VmEventBoots:
         booted: datetime | None,
         health: PollHealth | None = None,
     ) -> None:
-        self.path = path if boot_id is not None or booted is not None else None
-        self.boot_id = boot_id
-        self.booted = booted
-        self.health = health
+        self.file = BootFile(path, "kubernetes", boot_id, booted, health)
         self.seen: set[str] = set()  # published in this boot
         self.ended: set[str] = set()  # Started before this boot: held back while shown
         # Published in the boot before this one, until the first Node read of this boot says
         # whether it ended it (Started) or is still to come (Scheduled).
         self.before: set[str] | None = None
         self._unsaved = False
-        payload = read_state_object(self.path, "kubernetes") if self.path is not None else None
-        if payload is None:
+        record = self.file.read()
+        if record is None:
             return
+        payload, same = record
         seen, ended = _types(payload.get("seen")), _types(payload.get("ended"))
-        same = same_boot(payload, self.boot_id, self.booted)
         if same:
             self.seen, self.ended = seen, ended
         elif same is not None:
@@ -107,19 +100,7 @@ class VmEventBoots:
             self._save()
 
     def _save(self) -> None:
-        if self.path is None:
-            self._unsaved = False
-            return
-        text = json.dumps(
-            {
-                "boot_id": self.boot_id,
-                "booted": format_time(self.booted) if self.booted is not None else None,
-                "seen": sorted(self.seen),
-                "ended": sorted(self.ended),
-            },
-            indent=1,
-        )
-        self._unsaved = not write_or_report(self.path, text + "\n", self.health)
+        self._unsaved = not self.file.write(sorted(self.seen), sorted(self.ended))
 
 
 __all__ = ["BOOT_ENDING", "BOOT_FILE", "VmEventBoots"]
