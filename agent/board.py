@@ -699,13 +699,9 @@ class NoticeBoard:
         subscriber gone, a hold whose process ended), by id (sorted): the agent's warning
         says so of each, and `status` said only "its deadline passed", as if the job were
         still there and late. Kept across a restart (`gone_to_save`)."""
-        now = self.now()
         found: dict[str, list[str]] = {}
-        for notice_id, entry in self.entries.items():
-            deadline = self._judged_deadline(entry)
-            if entry.notice.action != "terminate" or deadline is None or now < deadline:
-                continue
-            gone = entry.gone & self._unacked(entry)
+        for notice_id, missing in self.unacked_past_deadline().items():
+            gone = self.entries[notice_id].gone.intersection(missing)
             if gone:
                 found[notice_id] = sorted(gone)
         return found
