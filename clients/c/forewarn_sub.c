@@ -913,32 +913,68 @@ static unsigned long long hash_span(unsigned long long hash, const char *p, cons
     return hash;
 }
 
-/* The detail object in [p, stop), member by member, less CLOCK_AHEAD: after NTP's step a
- * replay carried a new skew alone, and each drain was printed again when a job joined. Text
- * this scanner cannot read is hashed whole, as before. */
-static unsigned long long hash_detail(unsigned long long hash, const char *p, const char *stop) {
-    if (!p)
-        return hash; /* no detail: as hash_span hashes none */
+/* How deep hash_value reads objects member by member; deeper, a value is hashed as written. */
+#define HASH_DEPTH 64
+
+/* The JSON value in [p, stop) as the Python client compares it: an object's members in any
+ * order and spacing (their hashes summed), an array's items in order, less CLOCK_AHEAD at
+ * the detail's top (`skip_clock`). Hashed as written, a detail the agent rebuilt with its
+ * keys in another order was a changed notice here and printed again, where the Python
+ * client's dict comparison saw the same one. Strings and numbers as written (the agent writes
+ * each one way). Text this scanner cannot read, or nested past HASH_DEPTH, is hashed whole. */
+static unsigned long long hash_value(unsigned long long hash, const char *p, const char *stop,
+                                     int depth, int skip_clock) {
     const char *q = skip_space(p, stop);
-    if (q >= stop || *q != '{')
+    if (q >= stop)
         return hash_span(hash, p, stop);
+    if ((*q != '{' && *q != '[') || depth >= HASH_DEPTH) {
+        const char *last = stop;
+        while (last > q && (last[-1] == ' ' || last[-1] == '\t' || last[-1] == '\r' ||
+                            last[-1] == '\n'))
+            last--;
+        return hash_span(hash, q, last);
+    }
+    char close = *q == '{' ? '}' : ']';
+    unsigned long long members = 0;
     q = skip_space(q + 1, stop);
-    while (q < stop && *q == '"') {
-        const char *name = q + 1, *after = skip_string(q, stop);
-        const char *colon = after ? skip_space(after, stop) : NULL;
-        if (!colon || colon >= stop || *colon != ':')
-            return hash_span(hash, p, stop);
-        const char *value = skip_space(colon + 1, stop), *value_end = skip_value(value, stop);
+    while (q < stop && *q != close) {
+        unsigned long long item = 14695981039346656037ULL;
+        int counted = 1;
+        const char *value = q;
+        if (close == '}') {
+            const char *name = q + 1, *after = *q == '"' ? skip_string(q, stop) : NULL;
+            const char *colon = after ? skip_space(after, stop) : NULL;
+            if (!colon || colon >= stop || *colon != ':')
+                return hash_span(hash, p, stop);
+            size_t len = (size_t)(after - 1 - name);
+            counted = !skip_clock || len != sizeof CLOCK_AHEAD - 1 ||
+                      memcmp(name, CLOCK_AHEAD, len) != 0;
+            item = (hash_span(item, q, after) ^ 0xfd) * 1099511628211ULL;
+            value = skip_space(colon + 1, stop);
+        }
+        const char *value_end = skip_value(value, stop);
         if (!value_end)
             return hash_span(hash, p, stop);
-        size_t len = (size_t)(after - 1 - name);
-        if (len != sizeof CLOCK_AHEAD - 1 || memcmp(name, CLOCK_AHEAD, len) != 0)
-            hash = (hash_span(hash, q, value_end) ^ 0xfe) * 1099511628211ULL;
+        if (close == ']')
+            hash = (hash_value(hash, value, value_end, depth + 1, 0) ^ 0xfb) * 1099511628211ULL;
+        else if (counted)
+            members += hash_value(item, value, value_end, depth + 1, 0);
         q = skip_space(value_end, stop);
         if (q < stop && *q == ',')
             q = skip_space(q + 1, stop);
     }
-    return hash;
+    if (q >= stop)
+        return hash_span(hash, p, stop);
+    hash = (hash ^ (unsigned char)close) * 1099511628211ULL;
+    return (hash ^ members) * 1099511628211ULL;
+}
+
+/* The detail object in [p, stop), less CLOCK_AHEAD: after NTP's step a replay carried a new
+ * skew alone, and each drain was printed again when a job joined. */
+static unsigned long long hash_detail(unsigned long long hash, const char *p, const char *stop) {
+    if (!p)
+        return hash; /* no detail: as hash_span hashes none */
+    return hash_value(hash, p, stop, 0, 1);
 }
 
 /* What makes a notice the same one sent again: its action, reason, deadline and detail (a

@@ -1673,3 +1673,74 @@ def test_c_subscriber_prints_no_replay_whose_detail_differs_only_in_its_skew(
             "kubernetes/agent-node/taint/karpenter.sh/disrupted",
             "kubernetes/agent-node/deleting",
         }
+
+
+DETAIL_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner),
+    max_leaves=8,
+)
+
+
+def _reordered(value: Any, shuffle: Callable[[list[Any]], None], spacing: str) -> str:
+    """`value` as JSON with every object's keys in another order, spaced otherwise."""
+    if isinstance(value, dict):
+        pairs = list(value.items())
+        shuffle(pairs)
+        inner = f",{spacing}".join(
+            f"{json.dumps(k)}{spacing}:{spacing}{_reordered(v, shuffle, spacing)}" for k, v in pairs
+        )
+        return "{" + spacing + inner + spacing + "}"
+    if isinstance(value, list):
+        return "[" + f",{spacing}".join(_reordered(v, shuffle, spacing) for v in value) + "]"
+    return json.dumps(value)
+
+
+def test_c_subscriber_prints_a_notice_sent_again_with_its_detail_reordered_only_once(
+    tmp_path: Path, binary: Path
+) -> None:
+    """The C subscriber hashed a notice's detail as written: the same notice sent again with
+    its detail's keys in another order (at any depth) or spaced otherwise was printed again
+    as changed, where the Python client's `Notices` compares the detail as a dict and heard
+    nothing new. Whether the second is printed is what Python's comparison says, so a real
+    change (`other`) is still printed."""
+    from forewarn.clients.notices import _as_sent
+    from hypothesis import HealthCheck
+
+    with _MarkedSubscriber(tmp_path, binary) as marked:
+
+        @settings(
+            max_examples=examples(150),
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        )
+        @given(
+            detail=st.dictionaries(st.text(max_size=3), DETAIL_VALUES, max_size=4),
+            other=st.none() | st.dictionaries(st.text(max_size=3), DETAIL_VALUES, max_size=4),
+            skew=st.sampled_from([None, 12.5, -7200.0]),
+            rand=st.randoms(use_true_random=False),
+            spacing=st.sampled_from(["", " ", "\n", "\t ", "\r\n"]),
+        )
+        def printed_again_only_when_python_hears_news(
+            detail: dict[str, Any],
+            other: dict[str, Any] | None,
+            skew: float | None,
+            rand: Any,
+            spacing: str,
+        ) -> None:
+            notice_id = f"local/r-{marked.next_mark()}"
+            first = _notice(notice_id, "drain", detail=detail)
+            second_detail = dict(other if other is not None else detail)
+            if skew is not None:
+                second_detail["clock_ahead_seconds"] = skew
+            second = _notice(notice_id, "drain").replace(
+                b'"detail": {}',
+                b'"detail": ' + _reordered(second_detail, rand.shuffle, spacing).encode(),
+            )
+            news = _as_sent(Event.from_json(first)) != _as_sent(Event.from_json(second))
+            marked.pub.send_multipart([b"notice", first])
+            marked.pub.send_multipart([b"notice", second])
+            printed = marked.lines_until_marker(marked.marker(), 10)
+            assert printed is not None, f"no marker after {second!r}"
+            assert len(printed) == (2 if news else 1), (first, second, printed)
+
+        printed_again_only_when_python_hears_news()
