@@ -17,7 +17,8 @@ A Node object stands for a set of active conditions, each with a stable id:
   `VMEventScheduled=True` (or, for a Spot eviction, `PreemptionScheduled=True`), whose
   message carries the Azure Scheduled Event (`Preempt Scheduled: <NotBefore>. ...`): Preempt
   or Terminate → terminate, Reboot or Redeploy → drain, by NotBefore; Started → terminate
-  now; Freeze (seconds of pause) → nothing.
+  by the moment it was first seen Started (or the NotBefore published before it, if
+  earlier), kept while shown; Freeze (seconds of pause) → nothing.
 
 `changes` compares two such sets: what appeared or changed is sent, what vanished is cleared
 under the same id.
@@ -30,7 +31,7 @@ import json
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from forewarn.protocol.fields import Reason
@@ -39,6 +40,7 @@ from forewarn.providers.httpdate import parse_http_date
 from forewarn.providers.report import Report
 
 from ..base import ParseError
+from ..skew import sent_skew
 from .karpenter import KARPENTER_TAINTS
 
 PROVIDER = "kubernetes"
@@ -226,6 +228,7 @@ def node_reports(
     host: HostBoot | None = None,
     terminate_taints: Collection[str] = (),
     karpenter_deadline: datetime | None = None,
+    clock_ahead: timedelta = timedelta(0),
 ) -> list[Report]:
     """The reports a Node object stands for (drains and terminates only; no clears).
 
@@ -237,7 +240,8 @@ def node_reports(
     ParseError when the object is not a Node of that name or a field has a wrong type.
     A taint among `drain_taints` is a drain, or a terminate when it is in `terminate_taints`.
     `karpenter_deadline` (the NodeClaim's termination timestamp, see `karpenter`) is the
-    deadline of Karpenter's taint and of the Node's deletion.
+    deadline of Karpenter's taint and of the Node's deletion. Deadlines are on the cluster's
+    clock, which this node's is `clock_ahead` of (`started_deadline`).
     """
     node = _object(node, "node")
     name = node_name_of(node)
@@ -313,8 +317,29 @@ def node_reports(
         keys = ("type", "status", "reason", "message", "lastTransitionTime")
         detail = {key: condition[key] for key in keys if condition.get(key) is not None}
         vm = report(action, ("vm-event", event.type), {"condition": "vm-event", **detail})
-        reports.append(vm.model_copy(update={"deadline": event.not_before}))
+        deadline = event.not_before
+        if event.status == "Started":
+            before = (previous or {}).get(vm.id)
+            deadline = started_deadline(before, now - clock_ahead)
+        reports.append(vm.model_copy(update={"deadline": deadline}))
     return reports
+
+
+def started_deadline(before: Report | None, cluster_now: datetime) -> datetime:
+    """The deadline of a VM event shown Started, on the cluster's clock: the event is under
+    way, so it is the earliest of `cluster_now` and the deadline published before for the same
+    notice (the Scheduled NotBefore, or the moment it was first seen Started), which `before`
+    carries on this node's clock, moved by the skew in its detail. Without one (no NotBefore
+    reads once Started) the terminate had no deadline, and the board could not name the
+    clients that never acked it; taken as `cluster_now` on every read, it would move, and go
+    out again, at each change of the Node."""
+    if before is None or before.action == "clear" or before.deadline is None:
+        return cluster_now
+    try:
+        published = before.deadline - (sent_skew(before) or timedelta(0))
+    except OverflowError:
+        return cluster_now
+    return min(published, cluster_now)
 
 
 VM_EVENT_CONDITION = "VMEventScheduled"
@@ -525,5 +550,6 @@ __all__ = [
     "parse_list",
     "readded",
     "stale_boot",
+    "started_deadline",
     "vm_event",
 ]

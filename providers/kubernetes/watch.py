@@ -610,6 +610,7 @@ class KubernetesWatcher:
             self.host,
             terminate_taints=self.terminate_taints,
             karpenter_deadline=self.karpenter_deadline[1] if self.karpenter_deadline else None,
+            clock_ahead=self.clock_ahead,
         )
         # The deadlines are on the cluster's clock; the board and the job time them by this
         # node's: 2 h behind, Karpenter's forced termination came 2 h before the terminate.

@@ -771,3 +771,54 @@ def test_karpenters_deadline_reaches_a_job_on_the_nodes_clock_when_it_is_hours_o
                 assert notice["detail"]["clock_ahead_seconds"] == pytest.approx(-7200, abs=3)
             [health] = agent.control({"op": "status"})["health"]
             assert "2.0 h behind the Kubernetes API server" in str(health["conditions"]), health
+
+
+def test_a_started_vm_event_names_the_clients_that_did_not_ack_its_terminate(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """AKS's condition shows `Reboot Started` with no NotBefore (the reboot is under way):
+    the terminate went out with no deadline, so when the node rebooted the agent never said
+    which job had not acked it (Azure's Started is due now, and is said). It is due when it
+    was seen Started, the earlier NotBefore dropped; the warning names the client that did
+    not ack; a later change of the Node (a cordon) and an agent restart send it no more."""
+    env = _kubernetes_env(tmp_path, server)
+    args = ("--exit-margin", "1s", "--set", "notice_grace=60")
+    reboot = f"kubernetes/{NODE}/vm-event/Reboot"
+    later = format_http_date((utcnow() + timedelta(minutes=10)).replace(microsecond=0))
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env, args=args) as agent,
+        Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
+    ):
+        wait_for_watch(server)
+        control(server, "vm-event", event="Reboot", not_before=later)
+        assert expect(trainer, "drain", reboot)["deadline"] is not None
+        before = utcnow()
+        control(server, "vm-event", event="Reboot", status="Started")
+        terminate = expect(trainer, "terminate", reboot)
+        assert terminate["deadline"] is not None, terminate
+        deadline = parse_time(str(terminate["deadline"]))
+        assert before - timedelta(seconds=1) <= deadline <= utcnow(), terminate
+        warned = eventually(
+            lambda: re.search(rf"notice {re.escape(reboot)}: .*passed without an ack from.*",
+                              agent.output()),
+            10,
+            "the warning at the deadline",
+        )  # fmt: skip
+        assert "trainer" in warned.group(0), warned.group(0)
+        control(server, "cordon")
+        expect(trainer, "drain", f"kubernetes/{NODE}/cordon")
+        assert trainer.drain(1.0) == []
+        assert len(published(agent.output(), reboot)) == 2, agent.output()
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env, args=args) as again,
+        again.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: f"kubernetes: terminate {reboot}" in again.output(),
+            what="the restarted watcher's list",
+        )
+        settled(again, sub)
+        assert published(again.output(), reboot) == [], again.output()
+        (active,) = [n for n in again.control({"op": "status"})["active"] if n["id"] == reboot]
+        assert parse_time(active["deadline"]) == deadline, active
+    assert "Traceback" not in agent.output() + again.output()

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 from forewarn.agent.protocol import Report
+from forewarn.protocol.fields import CLOCK_AHEAD
 from forewarn.protocol.timefmt import format_time
 from forewarn.providers.base import ParseError
+from forewarn.providers.httpdate import format_http_date
 from forewarn.providers.kubernetes.nodes import (
     CORDON_TAINT,
     HostBoot,
@@ -22,6 +24,7 @@ from forewarn.providers.kubernetes.nodes import (
     parse_event,
     parse_list,
     readded,
+    started_deadline,
     vm_event,
 )
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
@@ -552,8 +555,76 @@ def test_aks_scheduled_events_on_the_node() -> None:
     assert reports("Redeploy Scheduled: Mon, 02 Mar 2026 19:01:45 GMT") == {
         f"{vm}/Redeploy": ("drain", at)
     }
-    assert reports("Reboot Started") == {f"{vm}/Reboot": ("terminate", None)}
     assert reports("Freeze Scheduled: Mon, 02 Mar 2026 19:01:45 GMT") == {}
+
+
+def _with_vm_event(message: str) -> dict[str, Any]:
+    payload = node()
+    payload["status"]["conditions"].append(vm_condition(message))
+    return payload
+
+
+def test_a_started_vm_event_is_a_terminate_by_when_it_started() -> None:
+    """`Started` shows no NotBefore: the terminate went out with no deadline, so the board
+    could never name the clients that did not ack it (Azure's Started is due now). It is due
+    when first seen Started, or by the NotBefore published before if that came first, and
+    stays so on every later read of the Node (the same deadline sends nothing again)."""
+    reboot = notice_id(NODE, "vm-event", "Reboot")
+    before = datetime.now(timezone.utc)
+    (started,) = node_reports(_with_vm_event("Reboot Started"), NODE, TAINTS)
+    assert (started.id, started.action) == (reboot, "terminate")
+    assert started.deadline is not None
+    assert before <= started.deadline <= datetime.now(timezone.utc)
+    (again,) = node_reports(_with_vm_event("Reboot Started"), NODE, TAINTS, {reboot: started})
+    assert again.deadline == started.deadline
+    assert changes({reboot: started}, [again]) == []
+
+    # Scheduled 10 min out, then Started (approved early): due now, not in 10 min.
+    later = format_http_date(before + timedelta(minutes=10))
+    (scheduled,) = node_reports(_with_vm_event(f"Reboot Scheduled: {later}"), NODE, TAINTS)
+    (now,) = node_reports(_with_vm_event("Reboot Started"), NODE, TAINTS, {reboot: scheduled})
+    assert now.deadline is not None and now.deadline <= datetime.now(timezone.utc)
+    # Overdue (its NotBefore passed before it started): the NotBefore stands.
+    past = (before - timedelta(minutes=3)).replace(microsecond=0)
+    (overdue,) = node_reports(
+        _with_vm_event(f"Reboot Scheduled: {format_http_date(past)}"), NODE, TAINTS
+    )
+    (late,) = node_reports(_with_vm_event("Reboot Started"), NODE, TAINTS, {reboot: overdue})
+    assert late.deadline == past
+
+
+@given(
+    published=st.none() | st.integers(-3 * 86400, 3 * 86400),
+    sent_ahead=st.none() | st.integers(-86400, 86400),
+    ahead=st.integers(-86400, 86400),
+    elapsed=st.integers(0, 3600),
+)
+def test_a_started_deadline_is_kept_across_reads_on_any_clock(
+    published: int | None, sent_ahead: int | None, ahead: int, elapsed: int
+) -> None:
+    """Any deadline published before (on this node's clock, moved by any skew) and any skew
+    now: the Started deadline is never after the cluster's now nor the one published, and read
+    again later, on the node's clock it went out on, it is the same."""
+    cluster_now = datetime(2026, 3, 2, 19, 0, tzinfo=timezone.utc)
+    before = None
+    if published is not None:
+        detail = {} if sent_ahead is None else {CLOCK_AHEAD: sent_ahead}
+        before = Report(
+            id="kubernetes/n/vm-event/Reboot", action="drain", reason="node-drain",
+            provider="kubernetes",
+            deadline=cluster_now + timedelta(seconds=published + (sent_ahead or 0)),
+            detail=detail,
+        )  # fmt: skip
+    first = started_deadline(before, cluster_now)
+    assert first <= cluster_now
+    if published is not None:
+        assert first <= cluster_now + timedelta(seconds=published)
+    sent = Report(
+        id="kubernetes/n/vm-event/Reboot", action="terminate", reason="node-drain",
+        provider="kubernetes", deadline=first + timedelta(seconds=ahead),
+        detail={CLOCK_AHEAD: ahead},
+    )  # fmt: skip
+    assert started_deadline(sent, cluster_now + timedelta(seconds=elapsed)) == first
 
 
 _EVENT_TYPES = st.sampled_from(["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"])
