@@ -34,6 +34,7 @@ from forewarn.providers.report import Report
 from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id, machine_started
+from ..errortext import error_text
 from ..fetch import Answer, fetch
 from ..httpdate import retry_after_seconds
 from ..skew import CLOCK_AHEAD, resume_skew, take_skew
@@ -265,7 +266,7 @@ class AzureWatcher:
             return False
         except httpx.HTTPError as error:
             kind = "unreachable" if isinstance(error, httpx.ConnectError) else "transport"
-            self.health.error(kind, f"{type(error).__name__}: {error}")
+            self.health.error(kind, error_text(error))
             return False
         if response.status_code == 429:
             self._retry_after = _retry_after(response)

@@ -32,6 +32,7 @@ from forewarn.providers.report import Report
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..boot import machine_started
+from ..errortext import error_text
 from ..fetch import Answer, fetch, within
 from .clock import ServiceClock, judging_clock, on_droplet_clock
 from .imap import (
@@ -112,12 +113,14 @@ async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
                 clock = clock or ServiceClock.read(response.headers.get("Date"))
                 name = parse_hostname(response.status_code, response.text)
         except (httpx.HTTPError, ParseError) as error:
+            # A reset connection is a ReadError with no message of its own.
+            problem = str(error).strip() or error_text(error)
             if droplet_id is None and name is None:
                 raise MetadataUnavailable(
-                    f"droplet metadata at {base}: {error}; set digitalocean.droplet_id "
+                    f"droplet metadata at {base}: {problem}; set digitalocean.droplet_id "
                     "or digitalocean.droplet_name when it is not reachable"
                 ) from None
-            log.info("digitalocean: metadata incomplete (%s); matching on what is set", error)
+            log.info("digitalocean: metadata incomplete (%s); matching on what is set", problem)
     return Droplet(droplet_id, name, clock)
 
 

@@ -31,6 +31,7 @@ from forewarn.protocol.timefmt import format_time, parse_duration, parse_time, u
 from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
+from ..errortext import error_text
 from ..fetch import fetch
 from ..skew import CLOCK_AHEAD, resume_skew, take_skew
 from .active import ACTIVE_FILE, ActiveNotices
@@ -823,7 +824,7 @@ class GcpWatcher:
                         return
                     problem = f"HTTP {response.status_code}"
                 except httpx.HTTPError as error:
-                    problem = f"{type(error).__name__}: {error}"
+                    problem = error_text(error)
                 except ParseError as error:
                     self.health.error("scheduling", f"{SCHEDULING_DIR}: {error}")
                     return
@@ -849,7 +850,7 @@ class GcpWatcher:
                     return
                 problem = f"HTTP {response.status_code}"
             except httpx.HTTPError as error:
-                problem = f"{type(error).__name__}: {error}"
+                problem = error_text(error)
             self.health.error("machine-type", f"{MACHINE_TYPE_KEY}: {problem}")
             if attempt < GPU_READ_ATTEMPTS:
                 await asyncio.sleep(self.settings.retry_delay)
@@ -923,7 +924,7 @@ class GcpWatcher:
             self._bad(key, "timeout", f"{key}: no complete answer within {limit:g}s")
             return None
         except httpx.HTTPError as error:
-            self._bad(key, "transport", f"{key}: {type(error).__name__}: {error}")
+            self._bad(key, "transport", f"{key}: {error_text(error)}")
             return None
         if response.status_code != 200:
             kind = "unavailable" if response.status_code == 503 else f"http-{response.status_code}"
@@ -957,9 +958,7 @@ class GcpWatcher:
                     self.client, "GET", self.url(UPCOMING_KEY), params={"alt": "json"}, deadline=5.0
                 )
             except httpx.HTTPError as error:
-                self._bad(
-                    UPCOMING_KEY, "transport", f"{UPCOMING_KEY}: {type(error).__name__}: {error}"
-                )
+                self._bad(UPCOMING_KEY, "transport", f"{UPCOMING_KEY}: {error_text(error)}")
                 return False, None, {}
             if response.status_code == 503:
                 # Not an error: some VMs answer 503 when nothing is scheduled (counted, the

@@ -41,6 +41,7 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
+from ..errortext import error_text
 from ..fetch import within
 from ..httpdate import format_http_date
 from ..skew import ServiceClock, report_on_clock, resume_skew, sent_skew, take_skew
@@ -303,7 +304,7 @@ class KubernetesWatcher:
                 await self._pause(backoff)
             except httpx.HTTPError as error:
                 kind = "timeout" if isinstance(error, httpx.TimeoutException) else "transport"
-                self.health.error(kind, f"{type(error).__name__}: {error}")
+                self.health.error(kind, error_text(error))
                 if certificate_refused(error):
                     # The cluster CA may have rotated: ca.crt (kube-root-ca.crt) or the
                     # kubeconfig's CA holds the new one now. The CA is read when resolving,
