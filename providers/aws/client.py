@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import httpx
 from forewarn.protocol.errors import ForewarnError
 
+from ..fetch import AnswerTooLarge
 from .imds import TOKEN_HEADER, TOKEN_PATH, TTL_HEADER
 from .settings import MAX_TOKEN_TTL, MIN_TOKEN_TTL
 from .transport import ImdsTransport
@@ -284,6 +285,8 @@ def _transport_error(what: str, error: httpx.HTTPError, timeout: float) -> ImdsE
         return ImdsError("timeout", f"{what} timed out after {timeout:g}s")
     if isinstance(error, httpx.ConnectError):
         return ImdsError("connect", f"{what}: cannot connect: {error or type(error).__name__}")
+    if isinstance(error, AnswerTooLarge):
+        return ImdsError("too-large", f"{what}: {error}")
     if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError)):
         return ImdsError(
             "broken-response", f"{what}: the answer broke off: {error or type(error).__name__}"

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 from forewarn.protocol.errors import ForewarnError
 
-from ..fetch import within
+from ..fetch import AnswerTooLarge, within
 
 MAX_BODY = 1 << 20  # IMDS answers are a few hundred bytes; a megabyte is not IMDS
 MAX_HEADERS = 100
@@ -169,15 +169,24 @@ async def _read_response(
         return status, headers, await _read_chunked(reader), keep
     length = fields.get(b"content-length")
     if length is not None:
-        if not length.strip().isdigit() or int(length) > MAX_BODY:
+        if not length.strip().isdigit():
             raise ValueError(f"bad Content-Length: {length[:40]!r}")
+        if int(length) > MAX_BODY:
+            raise _too_large(f"answer of {int(length)} bytes")
         return status, headers, await reader.readexactly(int(length)), keep
     body = await reader.read(MAX_BODY + 1)  # delimited by the end of the connection
     while len(body) <= MAX_BODY and (more := await reader.read(MAX_BODY + 1 - len(body))):
         body += more
     if len(body) > MAX_BODY:
-        raise ValueError("answer larger than 1 MiB")
+        raise _too_large("answer")
     return status, headers, body, False
+
+
+def _too_large(what: str) -> AnswerTooLarge:
+    """A whole answer past MAX_BODY: said as such. As a ValueError it was logged as
+    `broken-response: the answer broke off: bad Content-Length: b'5000000'`, where nothing
+    broke off."""
+    return AnswerTooLarge(f"{what} larger than 1 MiB (IMDS answers with a few hundred bytes)")
 
 
 async def _read_headers(reader: asyncio.StreamReader) -> list[tuple[bytes, bytes]]:
@@ -205,7 +214,7 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
             await _read_headers(reader)  # trailers, usually none
             return bytes(body)
         if len(body) + size > MAX_BODY:
-            raise ValueError("answer larger than 1 MiB")
+            raise _too_large("chunked answer")
         body += await reader.readexactly(size)
         await reader.readexactly(2)
 

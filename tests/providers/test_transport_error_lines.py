@@ -65,3 +65,19 @@ def test_a_cycle_of_causes_ends() -> None:
     first.__cause__, second.__cause__ = second, first
     assert error_text(first) == "RuntimeError"
 
+
+def test_an_oversized_imds_answer_is_said_too_large_not_broken() -> None:
+    with start_agent("aws") as agent:
+        agent.aws.spot_interruption(in_="10m")
+        terminate = agent.wait_for_event(action="terminate", timeout=15)
+        fault = agent.fault("oversize", path="/latest/meta-data/spot", size=5_000_000)
+        line = eventually(
+            lambda: re.search(r"^.*aws: too-large: .*$", agent.log(), re.M),
+            15,
+            "the oversized answer's line",
+        )
+        assert "answer of 5000000 bytes larger than 1 MiB" in line.group(0), line.group(0)
+        assert "broke off" not in agent.log(), agent.log()
+        agent.end_fault(fault)
+        eventually(lambda: "aws: polling recovered" in agent.log(), 15, "the recovery")
+        assert [(n["action"], n["id"]) for n in agent.events] == [("terminate", terminate["id"])]

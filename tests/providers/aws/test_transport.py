@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 from forewarn.providers.aws.transport import ImdsTransport
+from forewarn.providers.fetch import AnswerTooLarge
 from support import free_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -141,7 +142,7 @@ async def test_a_100_continue_is_skipped() -> None:
         (b"HTTP/1.1 200 OK\r\nContent-Le", httpx.RemoteProtocolError),
         (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", httpx.RemoteProtocolError),
         (b"HTTP/1.1 200 OK\r\nContent-Length: banana\r\n\r\n", httpx.RemoteProtocolError),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 9999999999\r\n\r\n", httpx.RemoteProtocolError),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9999999999\r\n\r\n", AnswerTooLarge),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", httpx.RemoteProtocolError),
         (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", httpx.RemoteProtocolError),
         (b"", httpx.RemoteProtocolError),
@@ -169,6 +170,35 @@ async def test_broken_answers_are_httpx_errors(answer: bytes, error: type[Except
             await http.get("/x")
         # and the next request gets a fresh connection
         with pytest.raises(error):
+            await http.get("/x")
+
+
+_BIG = (1 << 20) + 1  # past the transport's megabyte
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        f"HTTP/1.1 200 OK\r\nContent-Length: {_BIG}\r\n\r\n".encode(),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + f"{_BIG:x}\r\n".encode(),
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n",
+    ],
+    ids=["content-length", "chunked", "close-delimited"],
+)
+async def test_an_answer_past_a_megabyte_is_said_too_large(head: bytes) -> None:
+    """Refused as a ValueError, it was logged `broken-response: the answer broke off: bad
+    Content-Length: b'5000000'`: a well-formed answer, only too large, said as broken."""
+
+    async def large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(head)
+        if b"Content-Length" not in head:
+            writer.write(b"x" * _BIG)
+        await writer.drain()
+        writer.close()
+
+    async with raw_server(large) as (url, _), client(url) as http:
+        with pytest.raises(AnswerTooLarge, match="larger than 1 MiB"):
             await http.get("/x")
 
 
