@@ -350,6 +350,9 @@ def judge(
     # read as no time at all, and the time the agent read it plus the lead stood in, after
     # the reclaim (01:30 for a mail of 23:25 read at 23:30); read late, later still.
     sent = mail.date if mail.date is not None else received
+    by_receipt = sent_by_receipt(mail.date, received)
+    if by_receipt is not None:
+        sent = by_receipt
     if sent is not None and now - sent > rules.max_age:
         return Verdict(None, f"dated {format_time(sent)}, older than max_age")
     mentions = _droplet_mentions(text, rules)
@@ -462,7 +465,7 @@ def judge(
         if after_lead is None:
             raise ParseError(f"Date {format_time(sent or now)} plus lead is after the year 9999")
         deadline = after_lead
-        source = "date+lead" if mail.date is not None else "received+lead"
+        source = "date+lead" if mail.date is not None and by_receipt is None else "received+lead"
     if shift is None:
         stop = min((start for start in other_starts if start > begin), default=len(text))
         early = early_by(text, begin, stop, source)
@@ -495,6 +498,8 @@ def judge(
         detail["rescheduled"] = rescheduled.group(0)
     if shift is not None:
         detail["shift_seconds"] = shift.total_seconds()
+    if by_receipt is not None and mail.date is not None:
+        detail["date_after_receipt_seconds"] = round((mail.date - by_receipt).total_seconds())
     if sent is not None:
         # The mail's Date is when DigitalOcean gave notice: the agent's detection delay
         # (metrics) is measured from it.
@@ -512,7 +517,33 @@ def judge(
     why = f"{what} naming this droplet's {named}"
     if AMBIGUOUS in source:
         why += f"; deadline from {source.removeprefix('text: ')}"
+    if by_receipt is not None and mail.date is not None:
+        ahead = (mail.date - by_receipt).total_seconds() / 3600
+        why += (
+            f"; its Date {format_time(mail.date)} is {ahead:.1f} h after the server received "
+            f"it ({format_time(by_receipt)}): its times are counted from its receipt"
+        )
     return Verdict(report, why, replaces=bool(rescheduled), shift=shift)
+
+
+# A Date later than this after the server received the mail is the sender's clock, not
+# when the mail was sent: Dates of real mail come before its receipt, by its transit.
+DATE_AFTER_RECEIPT = timedelta(minutes=5)
+
+
+def sent_by_receipt(date: datetime | None, received: datetime | None) -> datetime | None:
+    """When a mail dated `date` and received by the server at `received` (INTERNALDATE) was
+    sent, where its Date cannot be it: `received`, in the Date's offset, when the Date is
+    more than DATE_AFTER_RECEIPT after it; else None (the Date stands). A Date 5 h ahead put
+    "in about 2 hours" 7 h after the mail came, and the terminate 5 h after the reclaim."""
+    if date is None or received is None:
+        return None
+    try:
+        if date - received <= DATE_AFTER_RECEIPT:
+            return None
+        return received.astimezone(date.tzinfo)
+    except (OverflowError, ValueError):
+        return None
 
 
 def _above_in_block(
@@ -575,6 +606,7 @@ def reclaim_verdict(
 
 
 __all__ = [
+    "DATE_AFTER_RECEIPT",
     "DRILL_HEADER",
     "Mail",
     "MatchRules",
@@ -583,4 +615,5 @@ __all__ = [
     "judge",
     "read_mail",
     "reclaim_verdict",
+    "sent_by_receipt",
 ]

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime, make_msgid
 from pathlib import Path
 
 import pytest
 from do_support import RULES, new_mail, utc
-from forewarn.agent.protocol import utcnow
+from forewarn.agent.protocol import parse_time, utcnow
 from forewarn.providers.digitalocean.imap import received_of
 from forewarn.providers.digitalocean.mail import reclaim_verdict
+from forewarn.testing import start_agent
 from forewarn.testing.dovecot import Dovecot, MailUser
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
@@ -209,3 +211,72 @@ def test_an_internal_date_stands_for_the_missing_date_and_is_never_later_than_ut
     assert deadline is not None and utc_deadline is not None
     if utc_deadline >= received - timedelta(minutes=10):
         assert deadline <= utc_deadline
+
+
+def dated(text: str, date: datetime) -> bytes:
+    return undated(text, format_datetime(date))
+
+
+def test_a_date_hours_after_the_mails_receipt_is_counted_from_its_receipt() -> None:
+    """A mail whose Date is 5 h after the server received it (the sender's clock, not when
+    it was sent): "in about 2 hours" was read from the Date, 7 h after the mail came, and
+    the terminate came 5 h after the reclaim. Its times are read from its receipt, and the
+    verdict says why."""
+    received = utc(12, 0)
+    raw = dated("Droplet gpu-spot-1 will be reclaimed in about 2 hours.", utc(17, 0))
+    verdict = reclaim_verdict(raw, RULES, "key", utc(12, 1), received=received)
+    assert verdict.report is not None
+    assert verdict.report.deadline == utc(14, 0)
+    assert "5.0 h after the server received it" in verdict.why, verdict.why
+    assert verdict.report.detail["date_after_receipt_seconds"] == 5 * 3600
+    # No time written: receipt + lead, said so.
+    raw = dated("Droplet gpu-spot-1 will be reclaimed.", utc(17, 0))
+    verdict = reclaim_verdict(raw, RULES, "key", utc(12, 1), received=received)
+    assert verdict.report is not None
+    assert verdict.report.deadline == received + RULES.lead
+    assert verdict.report.detail["deadline_source"] == "received+lead"
+
+
+@given(
+    ahead=st.integers(-86400, 86400),
+    offset=st.integers(-14 * 60, 14 * 60),
+    hours=st.integers(1, 5),
+)
+def test_times_count_from_the_earlier_of_the_date_and_the_receipt(
+    ahead: int, offset: int, hours: int
+) -> None:
+    """Any Date around the receipt, in any offset: a Date up to 5 min after the receipt (or
+    any before it) stands; one later, the receipt does, and a relative time counts from it."""
+    received = utc(12, 0)
+    zone = timezone(timedelta(minutes=offset))
+    date = (received + timedelta(seconds=ahead)).astimezone(zone)
+    raw = dated(f"Droplet gpu-spot-1 will be reclaimed in {hours} hours.", date)
+    now = max(received, date) + timedelta(minutes=1)
+    verdict = reclaim_verdict(raw, RULES, "key", now, received=received)
+    if ahead < -RULES.max_age.total_seconds():
+        return
+    assert verdict.report is not None, verdict.why
+    sent = date if ahead <= 300 else received
+    assert verdict.report.deadline == sent + timedelta(hours=hours), verdict.why
+    assert ("after the server received it" in verdict.why) == (ahead > 300)
+
+
+def test_the_agent_times_a_mail_dated_hours_ahead_from_its_delivery() -> None:
+    """Through the real agent and Dovecot: a reclaim mail whose Date is 5 h ahead of its
+    delivery, "in about 2 hours", is one drain due 2 h after the delivery, the log line of
+    its verdict naming the Date."""
+    with start_agent("digitalocean") as agent:
+        droplet_id, _ = agent.digitalocean.droplet()
+        delivered = datetime.now(timezone.utc)
+        message = new_mail()
+        message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+        message["Subject"] = "Your Spot Droplet will be reclaimed"
+        message["Date"] = format_datetime(delivered + timedelta(hours=5))
+        message["Message-ID"] = make_msgid(domain="digitalocean.com")
+        message.set_content(f"Droplet {droplet_id} will be reclaimed in about 2 hours.\n")
+        agent.digitalocean.mail(bytes(message))
+        drain = agent.wait_for_event(action="drain", timeout=20)
+        deadline = parse_time(drain["deadline"])
+        expected = delivered + timedelta(hours=2)
+        assert abs(deadline - expected) < timedelta(seconds=30), (deadline, expected)
+        assert re.search(r"mail UID \d+ is a .*5\.0 h after the server received it", agent.log())
