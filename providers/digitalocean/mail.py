@@ -49,6 +49,9 @@ from .message import DRILL_HEADER, Mail, read_mail
 from .written import EARLIER, SHIFT, amount_hours
 
 PROVIDER = "digitalocean"
+# The verdict of a mail from the reclaim sender, with a reclaim subject, that does not name
+# this droplet: the watcher tells it apart from the others (`watch._said_cut`).
+NAMES_NEITHER = "names neither this droplet's id nor its name"
 
 
 @dataclass(frozen=True)
@@ -341,7 +344,7 @@ def judge(
     text = f"{mail.subject}\n{mail.text}"
     naming = _names_droplet(text, rules)
     if naming is None:
-        return Verdict(None, "names neither this droplet's id nor its name")
+        return Verdict(None, NAMES_NEITHER)
     named, at = naming
     other_id = _another_id(text, rules) if named == "name" else None
     if other_id is not None:
@@ -608,6 +611,7 @@ def reclaim_verdict(
 __all__ = [
     "DATE_AFTER_RECEIPT",
     "DRILL_HEADER",
+    "NAMES_NEITHER",
     "Mail",
     "MatchRules",
     "Verdict",

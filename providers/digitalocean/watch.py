@@ -37,6 +37,7 @@ from ..fetch import Answer, fetch, within
 from .clock import ServiceClock, judging_clock, on_droplet_clock
 from .imap import (
     ANSWERS_PER_CALL,
+    FETCH_LIMIT,
     IDLE_PAUSE,
     Fetched,
     FetchRefused,
@@ -45,7 +46,7 @@ from .imap import (
     ServerFailure,
     load_credentials,
 )
-from .mail import MatchRules, Verdict, reclaim_verdict
+from .mail import NAMES_NEITHER, MatchRules, Verdict, reclaim_verdict
 from .seen import ACTIVE_FILE, STATE_FILE, ActiveReclaims, SeenMail
 from .settings import Settings
 
@@ -155,6 +156,9 @@ class DigitalOceanWatcher:
         # How many connections in a row the server refused to send a mail on, and when it
         # first did (time.monotonic()), by (UIDVALIDITY, UID): see FETCH_REFUSALS.
         self._refused: dict[tuple[int, int], tuple[int, float]] = {}
+        # Mails cut at FETCH_LIMIT already said (`_said_cut`), by (UIDVALIDITY, UID): a mail
+        # read ahead of a pass is judged again in its place.
+        self._cut_said: set[tuple[int, int]] = set()
 
     def progress_bound(self) -> float | None:
         """Its longest wait (an IDLE renewal, a poll interval, a reconnection backoff) and a
@@ -486,6 +490,7 @@ class DigitalOceanWatcher:
         # applied on the loop, one mail after the other, as before.
         started = time.monotonic()
         verdict = await _off_loop(self._judge, uid, mail, rules, seen)
+        self._said_cut(uid, mail, verdict)
         took = time.monotonic() - started
         # A mail slow to judge (a large digest, or one written to be slow) delays
         # the mails after it: worth the operator's eye.
@@ -497,6 +502,27 @@ class DigitalOceanWatcher:
             took,
         )
         return verdict
+
+    def _said_cut(self, uid: int, mail: Fetched, verdict: Verdict) -> None:
+        """Warn, once, of a mail from the reclaim sender with a reclaim subject that was cut
+        at FETCH_LIMIT before naming this droplet: a reclaim named after the cut is missed.
+        Passed over in a DEBUG line, a 3 MB reclaim digest left nothing to see."""
+        if len(mail.raw) < FETCH_LIMIT or verdict.report is not None or verdict.replaces:
+            return
+        if verdict.why != NAMES_NEITHER:
+            return
+        key = (self._session.uidvalidity if self._session is not None else 0, uid)
+        if key in self._cut_said:
+            return
+        self._cut_said.add(key)
+        log.warning(
+            "digitalocean: mail UID %d, from the reclaim sender with a reclaim subject, is "
+            "larger than the first %d KiB the watcher reads, and that part %s: a reclaim of "
+            "this droplet named after it is missed (look at the mail)",
+            uid,
+            FETCH_LIMIT // 1024,
+            NAMES_NEITHER,
+        )
 
     async def _read(
         self, session: MailboxSession, uid: int, rules: MatchRules, seen: SeenMail, emit: Emit
