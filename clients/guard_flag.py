@@ -383,20 +383,38 @@ class FlagFileRequests(GuardState):
     def _take_kept_deadline(self) -> None:
         """A flag handled before this job started (every job then saved for it, the file
         removed) whose deadline stands: the job saves for it and exits within its margin of
-        the deadline, as the agent replays the kept drain to a client that connects late."""
+        the deadline, as the agent replays the kept drain to a client that connects late. A job
+        that saved for the agent's drain of that flag before the agent stopped only exits by
+        it."""
         jobs = self._flag_jobs
         if jobs is None:
             return
         kept = KeptDeadlines(jobs.directory).in_force()
         if kept is None or kept.deadline is None:
             return
-        log.warning(
-            "forewarn: the flag file %s was handled before this job started and its deadline "
-            "%s stands: saving, and exiting within the exit margin of it (%s)",
-            self.flag_file,
-            kept.deadline.isoformat(),
-            self._withdraw_hint(kept.deadline),
-        )
+        # The agent's drain for that flag, which this job saved for while the agent ran (it
+        # has stopped since, and the job took the flag file over): saved again, every job on
+        # the node wrote a second checkpoint seconds after losing the agent.
+        drain = f"local/flag/{kept.flag[2]:x}"
+        saved = drain in self._handled
+        if saved:
+            log.warning(
+                "forewarn: the flag file %s's deadline %s stands and this job saved for it "
+                "already (drain %s): with no agent to send it as terminate, it exits within "
+                "the exit margin of it (%s)",
+                self.flag_file,
+                kept.deadline.isoformat(),
+                drain,
+                self._withdraw_hint(kept.deadline),
+            )
+        else:
+            log.warning(
+                "forewarn: the flag file %s was handled before this job started and its "
+                "deadline %s stands: saving, and exiting within the exit margin of it (%s)",
+                self.flag_file,
+                kept.deadline.isoformat(),
+                self._withdraw_hint(kept.deadline),
+            )
         at = None
         if kept.boot_deadline is not None:
             up = boot_seconds()
@@ -410,8 +428,9 @@ class FlagFileRequests(GuardState):
             # saved for the file.
             self._flag_found = kept.flag
             self._flag_open = None
-            self._pending["flag"] = None
-            self._wake = True
+            if not saved:
+                self._pending["flag"] = None
+                self._wake = True
 
     def _withdraw_hint(self, deadline: datetime) -> str:
         """How an operator withdraws a flag's deadline that stands for every job started until

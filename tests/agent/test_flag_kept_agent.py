@@ -6,6 +6,7 @@ boot's time still stands, its duration does not; and a new flag file withdraws i
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -301,3 +302,43 @@ def test_an_agent_restarted_past_a_kept_deadline_does_not_say_it_raised_the_drai
             (notice["id"], "terminate")
         ], status["active"]
     assert "was handled before this agent started" not in second.output(), second.output()
+
+
+def test_a_job_that_saved_for_the_agents_flag_drain_saves_no_more_once_the_agent_stops(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job connected to the agent saves for the flag file's drain; the agent removes the
+    file, keeps its deadline beside it, and stops. The job, now taking the flag file itself,
+    finds that kept deadline: it saved for that flag already, so it writes no second
+    checkpoint (found: each job saved again 4 s after the agent stopped and said the flag
+    was "handled before this job started"), and still exits by the deadline."""
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    caplog.set_level(logging.INFO, logger="forewarn.clients")
+    agent = AgentProcess(tmp_path, env=env, args=("--set", "exit_margin=3s"))
+    with agent:
+        job = connected(agent, flag)
+        try:
+            deadline = utcnow().replace(microsecond=0) + timedelta(seconds=16)
+            flag.write_text(format_time(deadline) + "\n")
+            step = 1
+            eventually(lambda: job.due(step), timeout=5, what="the job's save for the drain")
+            answered = job.saved(step, 0.01)
+            assert not answered.exit
+            assert answered.notices and answered.notices[0].startswith("local/flag/")
+            eventually(lambda: not flag.exists(), timeout=5, what="the flag removed at the flush")
+            eventually(lambda: len(records(flag)) == 1, timeout=5, what="the kept deadline")
+            agent.stop()
+            eventually(
+                lambda: job._flag_deadline == deadline,
+                timeout=10,
+                what="the job taking the kept deadline with the agent gone",
+            )
+            assert not job.due(step + 1), "the job saved again for the flag it saved for"
+            assert "handled before this job started" not in caplog.text
+            assert "this job saved for it already" in caplog.text
+            exited_at, _ = train_until_exit(job, timeout=20)
+            assert exited_at < deadline.timestamp(), "the job exited after its deadline"
+            assert job.exit_code == 143
+        finally:
+            job.close()
