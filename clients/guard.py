@@ -353,7 +353,8 @@ class CheckpointGuard(
         False: a background save, durable (and counted as the slowest flush) once committed.
         The last of what it returns: whether the save says exit only as one past the exit's
         save (a loop that went on), not as the exit's own."""
-        if durable:  # a background save's snapshot answers no exit: it is not durable yet
+        # A background save's snapshot answers no exit: it is not durable yet.
+        if durable and not self._wait_for_ranks_exit_save(step):
             self._agree_exit_after_save(step)
         now = time.monotonic()
         with self._lock:

@@ -8,11 +8,14 @@ decide together every `agree_every` steps, at the first two checks, and at every
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from .agreement import RankAgreement
 from .guard_state import GuardState
+
+log = logging.getLogger("forewarn.clients")
 
 
 class DueChecks(GuardState):
@@ -152,6 +155,28 @@ class DueChecks(GuardState):
                 self._exit_by.add("peer")
             self._exit = True
             self._agree_on(step, True)
+
+    def _wait_for_ranks_exit_save(self, step: int) -> bool:
+        """After this rank's part of the exit's save every rank agreed on at `step`, wait
+        until every rank's part has ended (one more all-reduce): True when it was such a save.
+        torchrun stops the other ranks once one exits (SIGTERM, then SIGKILL 30 s later,
+        whatever the lead): a rank that left at the end of its own part had torchrun SIGKILL
+        a rank still writing its part, which was lost. A rank gone meanwhile (its save
+        raised) ends the wait with an error from the collective: this rank's part is saved,
+        and it leaves all the same."""
+        agreed = self._agreed
+        if self.agreement is None or agreed is None or agreed[0] != step or not agreed[1]:
+            return False
+        try:
+            self.agreement.decide(False, True)
+        except Exception as error:  # the collective's own error: gloo's, NCCL's
+            log.warning(
+                "forewarn: the exit's save of step %d: could not wait for the other ranks' "
+                "parts (%s); this rank's part is saved and it exits",
+                step,
+                error,
+            )
+        return True
 
     def _agree_on(self, step: int, exit_now: bool) -> None:
         # Under the lock: what the save every rank agreed on at `step` answers.

@@ -26,6 +26,7 @@ from support import AgentProcess, eventually, free_port, requires
 pytestmark = requires("torch")
 
 JOB = Path(__file__).with_name("torchrun_cyclic_heap.py")
+OWN_SAVE_JOB = Path(__file__).with_name("torchrun_own_save.py")
 LEAD = 8.0  # the drill's default: notice to SIGKILL
 
 
@@ -216,3 +217,52 @@ def test_a_terminate_during_a_periodic_save_under_torchrun_exits_at_that_save(
     assert [e["step"] for e in job.seen if e["event"] == "saving"] == [10], job.seen[-5:]
     assert log.count("forewarn: exiting at step 10 on terminate") == 2, log[-3000:]
     assert [g.step for g in CheckpointStore(str(store)).generations()] == [10]
+
+
+@pytest.mark.slow(40)
+@pytest.mark.timeout(300)
+def test_no_rank_leaves_before_every_rank_made_its_exit_save(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Ranks that save by themselves, rank 1 slower: torchrun stops the other ranks as soon as
+    one exits (SIGTERM, then SIGKILL 30 s later, whatever the lead), so the fast rank, gone at
+    the end of its own save, had torchrun SIGKILL the slow one mid-save. Found: a terminate
+    with 3 minutes' lead, rank 0's save 16 s and rank 1's 48 s: rank 1 was SIGKILLed at 46 s
+    (exit -9, its part never written). Every rank now leaves once every rank's save ended."""
+    out = tmp_path / "ranks.jsonl"
+    with AgentProcess(tmp_path, env=env) as agent, out.open("w") as lines:
+        job_env = dict(
+            env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", SLOW_RANK_SAVE_SECONDS="4"
+        )
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
+        argv += ["--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+        argv += ["--master-port", str(free_port()), str(OWN_SAVE_JOB), "--dir", str(tmp_path)]
+        proc = subprocess.Popen(
+            argv, env=job_env, stdout=lines, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+
+            def seen() -> list[dict[str, Any]]:
+                text = out.read_text()
+                return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+            eventually(
+                lambda: any(e["event"] == "step" and e["step"] >= 3 for e in seen()),
+                timeout=120,
+                what="the ranks' third step",
+            )
+            notice: dict[str, Any] = {"op": "notify", "action": "terminate", "reason": "reclaim"}
+            notice.update(seconds_fields(120.0))
+            assert agent.control(notice)["ok"]
+            assert proc.wait(90) == 1  # torchrun's code after a rank's 143
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    events = seen()
+    log = out.read_text()
+    saved = {e["rank"]: e for e in events if e["event"] == "saved"}
+    exits = {e["rank"]: e for e in events if e["event"] == "exit"}
+    assert set(saved) == {0, 1} and set(exits) == {0, 1}, log[-3000:]
+    assert exits[0]["t"] >= saved[1]["t"], "rank 0 left while rank 1 still saved"
+    assert log.count(f"forewarn: exiting at step {saved[1]['step']} on terminate") == 2, log[-3000:]
