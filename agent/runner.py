@@ -899,7 +899,7 @@ class Agent:
             log.info(
                 "notice %s seen at %s",
                 notice.id,
-                notice.noticed_at.isoformat(),
+                format_time(notice.noticed_at),
                 extra={
                     **notice_fields(notice, "seen"),
                     "noticed_at": notice.noticed_at.isoformat(),
@@ -918,7 +918,7 @@ class Agent:
             notice.id,
             notice.reason,
             notice.provider,
-            notice.deadline.isoformat() if notice.deadline else "none",
+            format_time(notice.deadline) if notice.deadline else "none",
             notice.seq,
             extra=notice_fields(notice, step),
         )

@@ -280,7 +280,7 @@ class FlagFileRequests(GuardState):
                 "forewarn: the flag file %s was removed before every job saved for it: its "
                 "deadline %s is withdrawn, as the agent clears its drain",
                 self.flag_file,
-                dropped.isoformat(),
+                format_time(dropped),
             )
 
     def _check_flag(self) -> None:
@@ -334,7 +334,7 @@ class FlagFileRequests(GuardState):
                 )
                 deadline = None
             if deadline is not None:
-                log.info("forewarn: flag file %s: deadline %s", flag, deadline.isoformat())
+                log.info("forewarn: flag file %s: deadline %s", flag, format_time(deadline))
             if jobs is not None:
                 # A new request: an older flag's kept deadline is withdrawn with it, as the
                 # agent clears that drain; removed by hand, it left the older one in force
@@ -403,7 +403,7 @@ class FlagFileRequests(GuardState):
                 "already (drain %s): with no agent to send it as terminate, it exits within "
                 "the exit margin of it (%s)",
                 self.flag_file,
-                kept.deadline.isoformat(),
+                format_time(kept.deadline),
                 drain,
                 self._withdraw_hint(kept.deadline),
             )
@@ -412,7 +412,7 @@ class FlagFileRequests(GuardState):
                 "forewarn: the flag file %s was handled before this job started and its "
                 "deadline %s stands: saving, and exiting within the exit margin of it (%s)",
                 self.flag_file,
-                kept.deadline.isoformat(),
+                format_time(kept.deadline),
                 self._withdraw_hint(kept.deadline),
             )
         at = None
@@ -456,7 +456,7 @@ class FlagFileRequests(GuardState):
             return
         log.warning(
             "forewarn: the flag file's deadline %s is within the exit margin: saving and exiting",
-            deadline.isoformat(),
+            format_time(deadline),
         )
         with self._lock:
             self._flag_deadline = None

@@ -13,7 +13,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 
 from .event import Event
 from .guard_state import TICK_SECONDS, GuardState
@@ -52,7 +52,7 @@ class NoticeRequests(GuardState):
                     "forewarn: terminate %s is a drain again (deadline %s): the exit planned "
                     "for it is dropped; the job saves and continues",
                     event.id,
-                    event.deadline.isoformat() if event.deadline else "unknown",
+                    format_time(event.deadline) if event.deadline else "unknown",
                 )
             if event.id in self._handled or self._answered_by_flag_save(event):
                 return
@@ -176,7 +176,7 @@ class NoticeRequests(GuardState):
                 "(noticed %s) and no client has acted on it: this job saves and exits now",
                 event.id,
                 event.provider,
-                event.noticed_at.isoformat(),
+                format_time(event.noticed_at),
             )
             with self._lock:
                 self._events[event.id] = event
@@ -211,7 +211,7 @@ class NoticeRequests(GuardState):
             "once: %s",
             event.id,
             event.provider,
-            event.noticed_at.isoformat(),
+            format_time(event.noticed_at),
             plan,
         )
 
@@ -230,7 +230,7 @@ class NoticeRequests(GuardState):
             "forewarn: terminate %s, in force before this job started, was sent again with "
             "its deadline moved to %s: %s",
             event.id,
-            event.deadline.isoformat() if event.deadline else "none",
+            format_time(event.deadline) if event.deadline else "none",
             f"this job saves and exits {self._inherited_margin():g}s before it ({left:.0f}s away)"
             if left is not None and left > 0
             else "it asks nothing of this job",

@@ -20,7 +20,15 @@ from forewarn.protocol.wire import request
 from forewarn.providers.local.watch import SHOWN_CHARS, flag_report, unread_deadline
 from hypothesis import given
 from hypothesis import strategies as st
-from support import AgentProcess, Subscriber, control, eventually, forewarn_cmd, free_port
+from support import (
+    AgentProcess,
+    Subscriber,
+    agent_env,
+    control,
+    eventually,
+    forewarn_cmd,
+    free_port,
+)
 
 
 def later(seconds: float) -> str:
@@ -714,3 +722,18 @@ def test_an_agent_on_tcp_127_1_serves_events_to_a_client_on_127_0_0_1(tmp_path: 
     with agent, Subscriber(f"tcp://127.0.0.1:{port}").ready() as sub:
         agent.control({"op": "notify", "action": "drain", "id": "local/short"})
         assert sub.recv()[1]["id"] == "local/short"
+
+
+def test_the_agent_s_log_lines_give_times_as_the_wire_does(tmp_path: Path) -> None:
+    """The notice lines said `deadline=2026-12-06T14:30:59.152000+00:00` and `seen at
+    …+00:00` where every other line, the wire and `status` give `…59.152Z`: an operator
+    grepping the log for the time `status` showed found nothing."""
+    with AgentProcess(tmp_path, env=agent_env(tmp_path, FOREWARN_LOG_LEVEL="info")) as agent:
+        deadline = later(3600)
+        raised = agent.control({"op": "notify", "action": "drain", "deadline": deadline})
+        assert raised["ok"], raised
+        notice_id = raised["notice"]["id"]
+        eventually(lambda: f"deadline={deadline}" in agent.output(), what="the published line")
+        seen = [line for line in agent.output().splitlines() if f"notice {notice_id} seen" in line]
+        assert seen and seen[0].endswith("Z"), seen
+        assert "+00:00" not in agent.output(), agent.output()

@@ -85,6 +85,10 @@ def test_a_kept_flag_deadline_says_how_to_withdraw_it_and_that_way_works(
         assert "flag deadline" in exit_line, exit_line
         assert f"write {flag} again, empty (`: > {flag}`), to withdraw it" in exit_line
         assert "every job started before " in exit_line, exit_line
+        # One time format in what the operator reads: the warnings said `…59.152000+00:00`
+        # beside the hint's `…59.152Z` in one line.
+        mixed = [line for line in first.log + restarted.log if "+00:00" in line]
+        assert not mixed, mixed
 
         # The way the line says: the next job takes the new request, saves once, trains on.
         flag.write_bytes(b"")  # `: > FILE`
