@@ -96,6 +96,15 @@ class ObjectWriter(io.BufferedIOBase):
                 self._on_done(size, checksum)
         super().close()
 
+    def bytes_written(self) -> int:
+        """How many bytes have been written to this file so far."""
+        return self._hasher.size
+
+    def bytes_sent(self) -> int:
+        """How many of them have gone towards the storage (a local file: every one written;
+        S3: the parts' bytes their connections took)."""
+        return self._hasher.size
+
     def stopped(self) -> bool:
         """Whether `stop` is set: the file is given up."""
         stop = self.stop

@@ -75,6 +75,9 @@ EXIT_SAVE_MARGIN_SECONDS = 5.0
 EXIT_STALL_SECONDS = 120.0
 # How often a wait for the save in flight looks whether it still moves.
 _WAIT_TICK_SECONDS = 0.25
+# How often `final()` says how its wait for the save in flight goes: it said nothing until
+# the wait ended (tens of seconds on a slow link), and the operator saw a silent job.
+PROGRESS_LOG_SECONDS = 10.0
 
 
 # The savers of this process, for the exit: see `_finish_at_exit`.
@@ -97,6 +100,61 @@ class BackgroundSaveError(CheckpointError):
         super().__init__(
             f"the background checkpoint of step {step} failed: {type(cause).__name__}: {cause}"
         )
+
+
+def _mib(count: int) -> str:
+    return f"{count / (1 << 20):.1f} MiB"
+
+
+class _WaitNews:
+    """What `final()` says while it waits for the save in flight: that it waits, and why,
+    when it starts; every PROGRESS_LOG_SECONDS how far the save is and the time left to the
+    deadline (`deadline` on the monotonic clock, None unknown)."""
+
+    def __init__(self, saver: BackgroundSaver, step: int, in_flight: int, deadline: float | None):
+        self._saver = saver
+        self._step = step
+        self._in_flight = in_flight
+        self._deadline = deadline
+        self.began = time.monotonic()
+        self._next = self.began + PROGRESS_LOG_SECONDS
+
+    def start(self, why: str) -> None:
+        _log.warning(
+            "forewarn: final checkpoint of step %d: waiting for the background save of step "
+            "%d%s (%s; %s; %s)",
+            self._step,
+            self._in_flight,
+            "" if self._in_flight == self._step else " first",
+            why,
+            self._saver.progress_words(),
+            _deadline_words(self._deadline),
+        )
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now < self._next or self._saver.in_flight is None:
+            return
+        self._next = now + PROGRESS_LOG_SECONDS
+        _log.warning(
+            "forewarn: final checkpoint of step %d: still waiting for the background save of "
+            "step %d after %.0f s (%s; %s)",
+            self._step,
+            self._in_flight,
+            now - self.began,
+            self._saver.progress_words(),
+            _deadline_words(self._deadline),
+        )
+
+
+def _deadline_words(deadline: float | None) -> str:
+    """The time left to `deadline` (monotonic; None: unknown), for a log line."""
+    if deadline is None:
+        return "the deadline is unknown"
+    left = deadline - time.monotonic()
+    if left >= 0:
+        return f"{left:.1f} s to the deadline"
+    return f"the deadline passed {-left:.1f} s ago"
 
 
 class _Cancelled(ForewarnError):
@@ -351,6 +409,7 @@ class BackgroundSaver:
         # ... and its file still has bytes to send after it, whose progress is told (S3 parts)
         self._tail_sends = False
         self._file_closed = False  # ... and its file is closed: what is left is the commit
+        self._stream: Any = None  # the file the save in flight writes (an ObjectWriter)
         store.finish_on_close(self)
 
     # -- the training thread's side -------------------------------------------------------
@@ -403,6 +462,7 @@ class BackgroundSaver:
         self._writes_done = False
         self._tail_sends = False
         self._file_closed = False
+        self._stream = None
         self._thread = threading.Thread(
             target=self._run,
             args=(job, snapshot, dict(metadata or {}), self._cancel),
@@ -451,6 +511,7 @@ class BackgroundSaver:
         """The terminate path: finish or cancel the in-flight save, then save `step`
         synchronously. `seconds_left` is the time until the deadline (None: unknown)."""
         started = time.monotonic()
+        deadline = None if seconds_left is None else started + seconds_left
         in_flight = self.in_flight
         final_estimate = self._durable_estimate
         durable_before = self.last_durable
@@ -464,10 +525,13 @@ class BackgroundSaver:
             # as this save's failure (it is not written again: its abort, whenever its write
             # returns, would delete a second save of the same generation).
             told = False
+            news = _WaitNews(self, step, step, deadline)
+            news.start(f"it holds step {step}'s state: its commit is the final save")
             while self.in_flight == step:
                 if self.give_up_if_stalled(report=False):
                     self.check()
                 self.wait(_WAIT_TICK_SECONDS)
+                news.tick()
                 late = seconds_left is not None and time.monotonic() - started > seconds_left
                 if late and not told and self.in_flight == step:
                     told = True
@@ -517,7 +581,9 @@ class BackgroundSaver:
                 # save (and a stuck write's cancel grace) must start would hold it until the
                 # deadline's SIGKILL, losing both. One on its estimate is never cut short.
                 latest_start = seconds_left - final_estimate - CANCEL_GRACE_SECONDS
-                stopped = self._wait_while_moving(max(latest_start, remaining))
+                news = _WaitNews(self, step, in_flight, deadline)
+                news.start(reason)
+                stopped = self._wait_while_moving(max(latest_start, remaining), news)
                 if stopped is not None:
                     choice = "cancelled"
                     reason = (
@@ -547,7 +613,11 @@ class BackgroundSaver:
                     f"alone about {final_estimate:.1f} s, more than the {seconds_left:.1f} s "
                     f"left: waited for step {in_flight} first"
                 )
-                self.wait(seconds_left)
+                news = _WaitNews(self, step, in_flight, deadline)
+                news.start(reason)
+                while self.in_flight is not None and time.monotonic() < started + seconds_left:
+                    self.wait(min(_WAIT_TICK_SECONDS, started + seconds_left - time.monotonic()))
+                    news.tick()
                 # Only its last parts still going, bytes flowing: cut at the deadline (once
                 # the cancel could stop them) the step nearly durable was lost for a final
                 # save the time left had been judged too short for. Waited for while they
@@ -556,6 +626,7 @@ class BackgroundSaver:
                 quiet = QuietTime(self._moved, _WAIT_TICK_SECONDS, tail)
                 while self.in_flight is not None and self._moving_tail(quiet):
                     self.wait(_WAIT_TICK_SECONDS)
+                    news.tick()
                 if self.in_flight is not None:
                     choice = "cancelled"
                     reason = (
@@ -591,8 +662,16 @@ class BackgroundSaver:
                 "the cancel reached it"
             )
         if in_flight is not None:
-            # What it chose, said before its own write, which storage may hold to the end.
-            _log.warning("forewarn: final checkpoint of step %d: %s; writing it now", step, reason)
+            # What it chose, said before its own write, which storage may hold to the end,
+            # with the figures of now: the reason's are the estimates it chose by.
+            _log.warning(
+                "forewarn: final checkpoint of step %d: %s; writing it now (%.1f s after the "
+                "terminate reached the saver; %s)",
+                step,
+                reason,
+                time.monotonic() - started,
+                _deadline_words(deadline),
+            )
         self._error = None  # a cancelled or failed older save is superseded by this one
         copies: list[tuple[Any, Any]] = []
         snapshot = self._plan(state, copies)
@@ -614,7 +693,7 @@ class BackgroundSaver:
         self.last = SaveTiming(step, seconds, seconds)
         return FinalSave(choice, reason, generation, seconds, seconds)
 
-    def _wait_while_moving(self, seconds: float) -> float | None:
+    def _wait_while_moving(self, seconds: float, news: _WaitNews) -> float | None:
         """Wait up to `seconds` for the save in flight while it moves; how long it had
         moved nothing when the wait stopped for that (`TAIL_QUIET_SECONDS`, on the wall clock
         and as a watcher counts it), else None. Waited for whole, an upload stalled by storage
@@ -628,6 +707,7 @@ class BackgroundSaver:
             if left <= 0:
                 return None
             self.wait(min(_WAIT_TICK_SECONDS, left))
+            news.tick()
             stalled = self.stalled_seconds()
             looked = quiet.look(self._moved, time.monotonic())
             if min(stalled, looked) >= TAIL_QUIET_SECONDS and self.in_flight is not None:
@@ -664,6 +744,19 @@ class BackgroundSaver:
         if self._writes_done and not self._tail_sends:
             return 0.0
         return time.monotonic() - self._moved
+
+    def progress_words(self) -> str:
+        """How far the save in flight is, for a log line: its bytes sent, of how many once
+        it has made its last write."""
+        stream = self._stream
+        if stream is None:
+            return "its file not opened yet"
+        sent = _mib(stream.bytes_sent())
+        if self._file_closed:
+            return f"{sent} sent, every byte: committing"
+        if self._writes_done:
+            return f"{sent} of {_mib(stream.bytes_written())} sent"
+        return f"{sent} sent, still writing"
 
     def stall_words(self, stalled: float) -> str:
         """What the save in flight has not done for `stalled` seconds, for a log line."""
@@ -910,6 +1003,8 @@ class BackgroundSaver:
 
         def write_file(gen: GenerationWriter) -> None:
             with gen.open(self.file_name) as stream:
+                if motion is None:  # a background save's, whose wait `final()` judges
+                    self._stream = stream
                 stream.stable_memory = job.stable
                 # Bytes of parts moving after the last write count as progress (a part slower
                 # than the stall bound on a slow link is no hung one), and a completion under

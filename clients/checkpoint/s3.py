@@ -146,8 +146,18 @@ class _SentBody(io.BytesIO):
         super().__init__(body)  # shares the bytes until written to (never)
         self._moved = moved
         self._check = check
+        self._size = len(body)
         self._taken = 0  # the furthest any attempt has read
         self._retry_began: float | None = None  # when the latest retry read from the start
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def taken(self) -> int:
+        """The furthest any attempt has read."""
+        return self._taken
 
     def read(self, size: int | None = -1) -> bytes:
         if self._check is not None:
@@ -191,6 +201,11 @@ class S3Writer(ObjectWriter):
         self._pool: _PartThreads | None = None
         self._etags: list[dict[str, Any]] = []
         self._sent = 0
+        # The bodies of the requests under way (parts, or the single PUT), for
+        # `bytes_sent`: read from the upload threads and the saver's.
+        self._bodies: set[_SentBody] = set()
+        self._bodies_lock = threading.Lock()
+        self._answered = 0  # the bytes of the requests answered
         # Every part carries a CRC32 the upload declared up front, as boto3's transfer manager
         # does: S3 then keeps a composite CRC32 of the object, and a server told no algorithm
         # may checksum the whole object once more when the upload completes.
@@ -251,20 +266,40 @@ class S3Writer(ObjectWriter):
             # aws-chunked framing that costs a copy on each side of the connection.
             crc = zlib.crc32(body).to_bytes(4, "big")
             checksum[PART_CHECKSUM] = base64.b64encode(crc).decode("ascii")
-        reply = self._backend.client.upload_part(
-            Bucket=self._backend.bucket,
-            Key=self._key,
-            UploadId=self._upload_id,
-            PartNumber=number,
-            Body=_SentBody(body, self._moved, self.raise_if_stopped),
-            **checksum,
-        )
+        with self._open(_SentBody(body, self._moved, self.raise_if_stopped)) as sent:
+            reply = self._backend.client.upload_part(
+                Bucket=self._backend.bucket,
+                Key=self._key,
+                UploadId=self._upload_id,
+                PartNumber=number,
+                Body=sent,
+                **checksum,
+            )
         self._moved()  # any part answered, not only the oldest
         part = {"PartNumber": number, "ETag": reply["ETag"]}
         if PART_CHECKSUM in checksum:
             # An upload that declared an algorithm completes only with every part's checksum.
             part[PART_CHECKSUM] = checksum[PART_CHECKSUM]
         return part
+
+    @contextlib.contextmanager
+    def _open(self, body: _SentBody) -> Iterator[_SentBody]:
+        """`body` counted in `bytes_sent` while its request is under way."""
+        with self._bodies_lock:
+            self._bodies.add(body)
+        answered = False
+        try:
+            yield body
+            answered = True
+        finally:
+            with self._bodies_lock:
+                self._bodies.discard(body)
+                if answered:
+                    self._answered += body.size
+
+    def bytes_sent(self) -> int:
+        with self._bodies_lock:
+            return self._answered + sum(body.taken for body in self._bodies)
 
     def _moved(self) -> None:
         on_progress = self.on_progress
@@ -289,12 +324,11 @@ class S3Writer(ObjectWriter):
         if self._upload_id is None:
             # Its bytes moving are progress too (as a part's): a file under a part over a slow
             # link was otherwise given up as hung with its bytes flowing.
-            with backend.bucket_named():
-                backend.client.put_object(
-                    Bucket=backend.bucket,
-                    Key=self._key,
-                    Body=_SentBody(body, self._moved, self.raise_if_stopped),
-                )
+            with (
+                backend.bucket_named(),
+                self._open(_SentBody(body, self._moved, self.raise_if_stopped)) as sent,
+            ):
+                backend.client.put_object(Bucket=backend.bucket, Key=self._key, Body=sent)
             return
         if body:
             self._send_part(body)

@@ -196,7 +196,7 @@ def test_an_exit_save_that_storage_holds_says_what_it_does_before_it_ends(
     (starts,) = eventually(lambda: said("the exit's save of step"), timeout=5, what="its start")
     assert f"the background save of step {stalled_step} is still uploading" in starts, starts
     (chose,) = eventually(
-        lambda: said("final checkpoint of step"), timeout=10, what="what the final save chose"
+        lambda: said("; writing it now"), timeout=10, what="what the final save chose"
     )
     assert f"step {stalled_step} was expected" in chose and "moved nothing" in chose, chose
     assert not exited(), "the exit's save ended: nothing said it while it ran"

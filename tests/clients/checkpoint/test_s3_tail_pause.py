@@ -87,7 +87,7 @@ def test_last_parts_that_stop_are_cancelled_and_the_final_save_commits(
     assert "still uploading when the deadline came" in final.reason, final.reason
     # Until it chose, said before the final save's own write: counted to final()'s return,
     # a loaded moto's answers to the final save's requests took the wait to 12.6 s.
-    (chose,) = [r for r in caplog.records if "final checkpoint of step 3" in r.getMessage()]
+    (chose,) = [r for r in caplog.records if "writing it now" in r.getMessage()]
     waited = chose.created - started
     # The bound on their quiet, and the cancel's grace for the parts stuck in a send.
     bound = background.TAIL_QUIET_SECONDS + background.CANCEL_GRACE_SECONDS
