@@ -105,6 +105,12 @@ class ObjectWriter(io.BufferedIOBase):
         S3: the parts' bytes their connections took)."""
         return self._hasher.size
 
+    def answers_awaited(self) -> bool:
+        """Whether a request of this file has sent every byte of its body and waits for the
+        storage's answer (S3's parts): no byte moves then, yet nothing has stalled but the
+        answer, which the client's read timeout bounds. False where nothing is sent so."""
+        return False
+
     def stopped(self) -> bool:
         """Whether `stop` is set: the file is given up."""
         stop = self.stop

@@ -710,6 +710,10 @@ class BackgroundSaver:
             news.tick()
             stalled = self.stalled_seconds()
             looked = quiet.look(self._moved, time.monotonic())
+            # A request whose bytes are all sent and whose answer is late counts as quiet
+            # here (unlike at the deadline's tail): the final save fits after it, and a
+            # service that took a body and stopped answering looks the same until the read
+            # timeout, a minute of the notice spent on a dead connection.
             if min(stalled, looked) >= TAIL_QUIET_SECONDS and self.in_flight is not None:
                 return stalled
         return None
@@ -727,7 +731,19 @@ class BackgroundSaver:
             # 3 s in, which stops nothing (it is left to commit) but reported it cut and left
             # its commit to the process's exit, the step nearly durable lost with it.
             return True
+        if self._answers_awaited():
+            # A part whose bytes are all sent waits for its answer, which a busy service gives
+            # seconds late: read as a stopped link after 3 s of quiet, it was cancelled just
+            # before it committed. Bounded by the client's read timeout (its retry reads the
+            # body from the start, moving nothing new, and the quiet counts again).
+            return True
         return quiet.look(self._moved, time.monotonic()) < TAIL_QUIET_SECONDS
+
+    def _answers_awaited(self) -> bool:
+        """Whether the save in flight waits for the storage's answer to a request whose
+        bytes are all sent (see `ObjectWriter.answers_awaited`)."""
+        stream = self._stream
+        return stream is not None and bool(stream.answers_awaited())
 
     def stalled_seconds(self) -> float:
         """How long the save in flight has written nothing and moved no byte towards the

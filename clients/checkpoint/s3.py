@@ -149,6 +149,7 @@ class _SentBody(io.BytesIO):
         self._size = len(body)
         self._taken = 0  # the furthest any attempt has read
         self._retry_began: float | None = None  # when the latest retry read from the start
+        self._whole = False  # the current attempt has read the body to its end
 
     @property
     def size(self) -> int:
@@ -159,12 +160,20 @@ class _SentBody(io.BytesIO):
         """The furthest any attempt has read."""
         return self._taken
 
+    def awaiting_answer(self) -> bool:
+        """Whether the current attempt has handed every byte to its connection: what it
+        waits for now is the service's answer (bounded by the client's read timeout, after
+        which a retry reads from the start again: botocore rewinds the body first, and from
+        then the retry awaits nothing until it has read it whole once more)."""
+        return self._whole and self.tell() >= self._size
+
     def read(self, size: int | None = -1) -> bytes:
         if self._check is not None:
             self._check()
         if self._taken and self.tell() == 0:
             self._retry_began = time.monotonic()
         data = super().read(size)
+        self._whole = self.tell() >= self._size
         # A retry reads the body from the start again: bytes an earlier attempt took are no
         # progress. Counted as such, a service that accepts connections and never answers
         # (moto stopped with SIGSTOP) had each part's retries, one per 60 s read timeout,
@@ -202,7 +211,7 @@ class S3Writer(ObjectWriter):
         self._etags: list[dict[str, Any]] = []
         self._sent = 0
         # The bodies of the requests under way (parts, or the single PUT), for
-        # `bytes_sent`: read from the upload threads and the saver's.
+        # `answers_awaited`: read from the upload threads and the saver's.
         self._bodies: set[_SentBody] = set()
         self._bodies_lock = threading.Lock()
         self._answered = 0  # the bytes of the requests answered
@@ -284,7 +293,7 @@ class S3Writer(ObjectWriter):
 
     @contextlib.contextmanager
     def _open(self, body: _SentBody) -> Iterator[_SentBody]:
-        """`body` counted in `bytes_sent` while its request is under way."""
+        """`body` counted in `answers_awaited` while its request is under way."""
         with self._bodies_lock:
             self._bodies.add(body)
         answered = False
@@ -300,6 +309,10 @@ class S3Writer(ObjectWriter):
     def bytes_sent(self) -> int:
         with self._bodies_lock:
             return self._answered + sum(body.taken for body in self._bodies)
+
+    def answers_awaited(self) -> bool:
+        with self._bodies_lock:
+            return any(body.awaiting_answer() for body in self._bodies)
 
     def _moved(self) -> None:
         on_progress = self.on_progress

@@ -96,3 +96,30 @@ def test_only_the_first_attempt_advancing_tells_progress_within_the_fill(
                 expected += 1
         assert got == data[: len(got)]
     assert len(told) == expected
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    attempts=st.lists(
+        st.lists(st.integers(min_value=1, max_value=3 * BLOCK), min_size=1, max_size=8),
+        min_size=1,
+        max_size=5,
+    ),
+    size=st.integers(min_value=0, max_value=8 * BLOCK),
+)
+def test_a_body_awaits_its_answer_only_once_its_current_attempt_read_it_whole(
+    attempts: list[list[int]], size: int
+) -> None:
+    """What `final()`'s tail wait counts as an answer awaited, not a stopped link: the current
+    attempt has read every byte; a retry reading from the start again awaits nothing until it
+    reaches the end once more. `taken` is the furthest any attempt read."""
+    part = s3_backend._SentBody(bytes(size), lambda: None)
+    furthest = 0
+    for reads in attempts:
+        part.seek(0)  # botocore's retry rewinds the body
+        assert not part.awaiting_answer() or size == 0
+        for read in reads:
+            part.read(read)
+            furthest = max(furthest, part.tell())
+            assert part.awaiting_answer() == (part.tell() >= size)
+            assert part.taken == furthest
