@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import logging
 import math
 import os
 import sys
@@ -30,6 +31,7 @@ from forewarn.clients.checkpoint import (
 )
 from forewarn.clients.checkpoint.generation import Generation, Verification, read_generation
 from forewarn.clients.checkpoint.manifest import COMMIT, generation_name, parse_generation_name
+from forewarn.clients.checkpoint.store import PASSED_OVER
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_duration, parse_time
 from forewarn.protocol.wholenumber import whole_number
@@ -175,6 +177,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the action, turning the store's errors into one line and an exit code."""
     action = args.action_func
+    # The store's word on newer generations `latest()` passes over is for a resuming job:
+    # here `ls` shows them `partial`, and on bad input it made the one line two.
+    store_log = logging.getLogger("forewarn.checkpoint")
+    store_log.addFilter(_without_passed_over)
     try:
         store = _open(args)
         try:
@@ -201,6 +207,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"forewarn: checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
             return EXIT_UNREADABLE
         raise
+    finally:
+        store_log.removeFilter(_without_passed_over)
+
+
+def _without_passed_over(record: logging.LogRecord) -> bool:
+    return not getattr(record, PASSED_OVER, False)
 
 
 # The S3 flags by the S3Options field each sets: a refusal names the flag given.

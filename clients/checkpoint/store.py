@@ -236,6 +236,9 @@ class CheckpointStore:
         # What `close()` finishes first (`finish_on_close`), held weakly.
         self._finishing: weakref.WeakSet[FinishesOnClose] = weakref.WeakSet()
         self._closed = False
+        # What `latest()` last said it passed over (see `_tell_passed_over`): said once, not at
+        # every call of a job that looks often.
+        self._told_passed_over: tuple[int, tuple[int, ...]] | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CheckpointStore:
@@ -930,6 +933,7 @@ class CheckpointStore:
         broken: set[int] = set()
         for _walk in range(LATEST_WALKS):
             changing = False
+            passed_over: list[int] = []  # newer steps not committed, passed over this walk
             steps = self.steps()
             unlisted = self._unlisted_hint(steps)
             for step in reversed(sorted({*steps, *unlisted})):
@@ -944,11 +948,13 @@ class CheckpointStore:
                     changing = True
                     continue
                 if generation is not None and not problems:
+                    self._tell_passed_over(generation, passed_over)
                     return generation
                 if step in unlisted and problems == ["not committed"]:
                     continue  # a hint left naming a generation since removed
                 if problems == ["not committed"] or (problems and not self._committed(step)):
                     changing = True  # being saved, or removed while checked (marker first)
+                    passed_over.append(step)
                     continue
                 if problems:
                     broken.add(step)
@@ -961,6 +967,40 @@ class CheckpointStore:
             if not changing:
                 return None
         return None
+
+    def _tell_passed_over(self, generation: Generation, passed_over: list[int]) -> None:
+        """Say which generation resume gets and why, when newer ones were passed over as not
+        committed: a job killed mid-save resumed from an older step without a word, and the
+        store's listing showed the newer one (`partial`), leaving the user to guess whether
+        resume had missed it. Whether a live writer still saves it is told apart from one
+        that died (its claim)."""
+        # This process's own saves under way are its own news.
+        own = self._in_process()
+        passed_over = [step for step in passed_over if step not in own]
+        if not passed_over:
+            return
+        said = (generation.step, tuple(passed_over))
+        if said == self._told_passed_over:
+            return
+        self._told_passed_over = said
+        saving = [step for step in passed_over if self._backend.claimed(generation_name(step))]
+        dead = [step for step in passed_over if step not in saving]
+        reasons = []
+        if dead:
+            reasons.append(
+                f"{_names(dead)} {_is(dead)} not committed (its save never finished: its "
+                "writer was killed or failed before the COMMIT marker)"
+            )
+        if saving:
+            reasons.append(f"{_names(saving)} {_is(saving)} still being saved by another process")
+        log.warning(
+            "forewarn: checkpoint %s in %s is the newest committed generation, resuming from "
+            "it: newer %s",
+            generation.name,
+            self.url,
+            "; ".join(reasons),
+            extra={PASSED_OVER: True},
+        )
 
     def _unlisted_hint(self, steps: list[int]) -> set[int]:
         """The step LATEST names, when the listing left it out and it is newer than every
@@ -1242,3 +1282,16 @@ def _out_of_space(exc: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
+
+
+# Set on the log record of `latest()`'s word on newer generations it passed over: a tool
+# that lists them itself (`forewarn checkpoint`, whose `ls` shows them `partial`) leaves it out.
+PASSED_OVER = "forewarn_passed_over"
+
+
+def _names(steps: list[int]) -> str:
+    return ", ".join(generation_name(step) for step in steps)
+
+
+def _is(steps: list[int]) -> str:
+    return "is" if len(steps) == 1 else "are"
