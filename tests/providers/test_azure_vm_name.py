@@ -8,6 +8,7 @@ import contextlib
 import time
 from pathlib import Path
 
+import pytest
 from faultproxy import FaultProxy
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import AzureSimulator
@@ -51,6 +52,7 @@ async def test_a_failed_name_lookup_is_a_standing_condition_until_it_works() -> 
             proxy.stop()
 
 
+@pytest.mark.usefixtures("forked_agents")  # its agents fork (tests/conftest.py)
 def test_auto_says_why_azure_was_not_picked(tmp_path: Path) -> None:
     sim = AzureSimulator(vm_name="gpu-0")
     with SimServer(sim) as server:
@@ -78,6 +80,7 @@ def test_auto_says_why_azure_was_not_picked(tmp_path: Path) -> None:
         assert "/metadata/scheduledevents does answer" in lines[0] and "azure.vm_name" in lines[0]
 
 
+@pytest.mark.usefixtures("forked_agents")  # its agents fork (tests/conftest.py)
 def test_a_configured_name_that_is_not_this_vms_says_so_with_both_names(tmp_path: Path) -> None:
     """`azure.vm_name` set to the node's host name (`s000003`, as AKS names a scale-set
     node) where events name `<vmss>_<id>` (`s_3`): every event was silently ignored, the

@@ -16,6 +16,10 @@ from forewarn.providers.boot import machine_started
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, agent_env, eventually
 
+# Its agents fork from a launcher that loaded the agent once (`forked_agents`,
+# tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
 
 def _as_if_rebooted(tmp_path: Path) -> None:
     """The state files as an instance that rebooted finds them: written in another boot."""

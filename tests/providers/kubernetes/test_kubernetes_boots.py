@@ -39,6 +39,7 @@ def _watches(sim: KubernetesSimulator) -> int:
         return sim.counts["watches"]
 
 
+@pytest.mark.usefixtures("forked_agents")  # its agents fork (tests/conftest.py)
 def test_the_reboot_that_ended_the_last_boot_is_not_a_terminate_after_it(
     tmp_path: Path,
 ) -> None:
