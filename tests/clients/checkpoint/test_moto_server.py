@@ -13,13 +13,19 @@ from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import testing
-from support import eventually
+from support import eventually, requires
 
-moto_backends = pytest.importorskip("moto.backends")
-moto_server_module = pytest.importorskip("moto.server")
+# moto's server modules are imported by the one test that looks into them: imported here, at
+# module level, every pytest worker loaded them while collecting (~0.15 CPU-s each, eight
+# workers a run) whether or not it ran a test of this file. Not `requires("moto.server")`:
+# finding a submodule imports its package.
+pytestmark = requires("moto")
 
 
 def test_the_server_looks_moto_s_services_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    moto_backends = pytest.importorskip("moto.backends")
+    moto_server_module = pytest.importorskip("moto.server")
+
     # moto's server asked `list_of_moto_modules()` twice a request, which lists and stats
     # moto's package folder (~170 entries): a third of the server's CPU for each S3 request
     # (2.3 ms of CPU a request with it, 1.6 without; the suite's S3 tests send thousands).
