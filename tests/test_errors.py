@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import importlib
 import inspect
 
 import pytest
 from forewarn.protocol.errors import ConfigError, DrillError, ForewarnError, UsageError
-from test_import_graph import MODULES
+from test_import_graph import MODULES, parsed
 
 
 def _base_names(node: ast.ClassDef) -> set[str]:
@@ -22,13 +23,14 @@ def _base_names(node: ast.ClassDef) -> set[str]:
     return names
 
 
-def _modules_defining_exceptions() -> set[str]:
+@functools.cache  # the same for both tests that ask
+def _modules_defining_exceptions() -> frozenset[str]:
     """By the code alone (so that no framework's torch is imported): a class is an exception
     when a base is a builtin exception or, transitively, one of the project's."""
     classes = [
         (name, node)
-        for name, path in MODULES.items()
-        for node in ast.walk(ast.parse(path.read_text()))
+        for name in MODULES
+        for node in ast.walk(parsed(name))
         if isinstance(node, ast.ClassDef)
     ]
     known = {
@@ -41,7 +43,7 @@ def _modules_defining_exceptions() -> set[str]:
         if grown == known:
             break
         known = grown
-    return {module for module, node in classes if _base_names(node) & known}
+    return frozenset(module for module, node in classes if _base_names(node) & known)
 
 
 def _exception_classes() -> list[type[BaseException]]:

@@ -28,10 +28,18 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+# Each module parsed once per process: this file's graph and test_errors.py's exception
+# classes walk the same ~230 trees (a parse of them all is about 0.5 CPU-s).
+@functools.cache
+def parsed(name: str) -> ast.Module:
+    path = MODULES[name]
+    return ast.parse(path.read_text(), str(path))
+
+
 def _imports(name: str, path: Path) -> Iterator[str]:
     """Every module `name` imports, resolved to the longest known module name."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(name)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
