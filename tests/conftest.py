@@ -215,6 +215,18 @@ KUBERNETES_DRILL_PRELOAD = (
     "urllib3.exceptions",
 )
 
+# What `forewarn drill digitalocean` loads beyond that once it reads its mailbox: the drill,
+# the mail parser (its time patterns compile as it loads, ~0.35 CPU-s), the IMAP session
+# and httpx (~0.7 CPU-s of a fresh drill's ~1.0).
+DIGITALOCEAN_DRILL_PRELOAD = (
+    *CLI_PRELOAD,
+    "httpx",
+    "forewarn.providers.digitalocean.drill",
+    "forewarn.providers.digitalocean.imap",
+    "forewarn.providers.digitalocean.mail",
+    "forewarn.providers.digitalocean.watch",
+)
+
 # What `forewarn checkpoint` loads beyond that for a store on S3: its command, the store and
 # boto3 with botocore's client (~0.3 CPU-s of a fresh S3 command's ~0.5).
 CHECKPOINT_PRELOAD = (
@@ -287,6 +299,17 @@ def run_kubernetes_drill_forked(
     """`run_forewarn_forked` from a launcher that also loaded the Kubernetes client library:
     for the cases of `forewarn drill kubernetes` past the first few, which run it fresh."""
     run, launcher = _forked_forewarn(_cli_launchers, KUBERNETES_DRILL_PRELOAD)
+    yield run
+    launcher.cleanup()
+
+
+@pytest.fixture
+def run_digitalocean_drill_forked(
+    _cli_launchers: dict[tuple[str, ...], RankLauncher],
+) -> Iterator[ForkedForewarn]:
+    """`run_forewarn_forked` from a launcher that also loaded `forewarn drill digitalocean`'s
+    mail parser and IMAP session: for the drills past the first few, which run it fresh."""
+    run, launcher = _forked_forewarn(_cli_launchers, DIGITALOCEAN_DRILL_PRELOAD)
     yield run
     launcher.cleanup()
 

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
@@ -25,6 +26,11 @@ from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_fore
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
 # tests/conftest.py); the DigitalOcean watcher loads in each, as in a fresh agent.
 pytestmark = pytest.mark.usefixtures("forked_agents")
+# Its dry run and one refusal run `forewarn drill digitalocean` fresh, as installed; its other
+# drills fork from a launcher that loaded the drill and the mail parser once
+# (`run_digitalocean_drill_forked`, tests/conftest.py; still their own process, environment,
+# exit code, stdout and stderr).
+Forked = Callable[..., subprocess.CompletedProcess[str]]
 
 
 DROPLET_ID = "515151515"
@@ -123,7 +129,7 @@ def test_a_wrong_password_leaves_the_agent_and_its_local_watcher_running(
 
 
 def test_drill_is_a_dry_run_without_yes_and_files_a_mail_with_it(
-    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, run_digitalocean_drill_forked: Forked
 ) -> None:
     env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
     dry = run_forewarn("drill", "digitalocean", env=env)
@@ -136,7 +142,9 @@ def test_drill_is_a_dry_run_without_yes_and_files_a_mail_with_it(
         AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent,
         agent.subscriber() as events,
     ):
-        done = run_forewarn("drill", "digitalocean", "--deadline", "20m", "--yes", env=env)
+        done = run_digitalocean_drill_forked(
+            "drill", "digitalocean", "--deadline", "20m", "--yes", env=env
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         notice = events.notice(timeout=10)
     assert (notice["action"], notice["reason"], notice["provider"]) == (
@@ -149,19 +157,21 @@ def test_drill_is_a_dry_run_without_yes_and_files_a_mail_with_it(
 
 
 def test_drill_refuses_a_mail_the_agent_would_ignore(
-    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, run_digitalocean_drill_forked: Forked
 ) -> None:
     env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
-    result = run_forewarn("drill", "digitalocean", "--from", "me@example.com", "--yes", env=env)
+    result = run_digitalocean_drill_forked(
+        "drill", "digitalocean", "--from", "me@example.com", "--yes", env=env
+    )
     assert result.returncode == 2
     assert "would ignore this mail" in result.stderr and "sender" in result.stderr
     no_mailbox = agent_env(tmp_path, FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}")
-    result = run_forewarn("drill", "digitalocean", "--yes", env=no_mailbox)
+    result = run_digitalocean_drill_forked("drill", "digitalocean", "--yes", env=no_mailbox)
     assert result.returncode == 2 and "no mailbox configured" in result.stderr
 
 
 def test_drill_without_a_readable_credentials_file_exits_2_even_in_its_dry_run(
-    tmp_path: Path,
+    tmp_path: Path, run_digitalocean_drill_forked: Forked
 ) -> None:
     """The README: missing cloud credentials for a drill are bad input, exit 2. `drill
     digitalocean --yes` with digitalocean.credentials_file missing exited 1 after printing its
@@ -175,8 +185,12 @@ def test_drill_without_a_readable_credentials_file_exits_2_even_in_its_dry_run(
         FOREWARN_DIGITALOCEAN_IMAP_PORT="9",
         FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE=str(tmp_path / "imap.env"),
     )
-    for argv in (("drill", "digitalocean"), ("drill", "digitalocean", "--yes")):
-        result = run_forewarn(*argv, env=env)
+    # The dry run as the installed command starts; the same with --yes forked.
+    for argv, run in (
+        (("drill", "digitalocean"), run_forewarn),
+        (("drill", "digitalocean", "--yes"), run_digitalocean_drill_forked),
+    ):
+        result = run(*argv, env=env)
         assert result.returncode == 2, (argv, result.stdout, result.stderr)
         assert f"credentials_file {tmp_path / 'imap.env'}: not found" in result.stderr
         assert "dry run" not in result.stdout and "mailbox:" not in result.stdout
