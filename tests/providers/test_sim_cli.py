@@ -458,8 +458,10 @@ LEADS = {
 }
 
 
+# The simulator's command line is the check: its agents fork (`forked_agents`, tests/conftest.py).
 @pytest.mark.parametrize("ahead", ["2h", "-2h"])
 @pytest.mark.parametrize("provider", sorted(LEADS))
+@pytest.mark.usefixtures("forked_agents")
 def test_a_notice_under_a_date_ahead_reaches_the_job_with_its_lead(
     provider: str, ahead: str, tmp_path: Path
 ) -> None:
