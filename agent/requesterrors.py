@@ -48,7 +48,10 @@ def _problem(item: Any, op: Any) -> str:
         message = f"expected one of {', '.join(repr(o) for o in OPS)}, got {_value(op)}"
     elif kind == "extra_forbidden":
         # A request carries no protocol version: "v" belongs to what the agent sends.
-        message = f"not a field of a {op} request"
+        # Every op is a known name here (one that is not fails the union's tag first):
+        # "a ack request" read as a typo of ours in every client's log.
+        article = "an" if str(op)[:1] in "aeiou" else "a"
+        message = f"not a field of {article} {op} request"
         meant = misspelled(field, op)
         if meant is not None:
             message += f" (did you mean {meant}?)"

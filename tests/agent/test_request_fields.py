@@ -35,7 +35,7 @@ def test_an_ack_with_a_field_from_a_newer_client_is_taken_with_what_the_agent_kn
             ({"op": "status", "v": 1}, "v: not a field of a status request"),
             (
                 {**ack, "outcom": "failed"},
-                "outcom: not a field of a ack request (did you mean outcome?)",
+                "outcom: not a field of an ack request (did you mean outcome?)",
             ),
         ):
             reply = agent.control(refused)
