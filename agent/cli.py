@@ -475,7 +475,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         settings = load_settings(args.config, registry=args.registry, **overrides)
         settings.resolved_endpoints()
     except ConfigError as error:
-        raise UsageError(_name_flags(str(error), flags, overrides)) from None
+        raise UsageError(_name_flags(str(error), flags, overrides, args.set or [])) from None
     setup_logging(settings.log_level, settings.log_format)
     for note in settings.overridden:
         logging.getLogger("forewarn.agent").warning("%s", note)
@@ -485,13 +485,20 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
 
 
-def _name_flags(message: str, flags: dict[str, Any], overrides: dict[str, Any]) -> str:
-    """Name the flag a bad value came from: `--heartbeat-interval 8s` was refused as
-    "config key heartbeat_interval: ...", a key the user never typed."""
+def _name_flags(
+    message: str, flags: dict[str, Any], overrides: dict[str, Any], sets: Sequence[str]
+) -> str:
+    """Name the flag or `--set` a bad value came from: `--heartbeat-interval 8s` was refused
+    as "config key heartbeat_interval: ...", a key the user never typed, and so was
+    `--set heartbeat_interval=8x`, as if a file or a variable had said it."""
     for key, value in flags.items():
         if overrides.get(key) is value:  # not replaced by a --set of the same key
             flag = "--provider" if key == "providers" else "--" + key.replace("_", "-")
             message = message.replace(f"config key {key}:", f"{flag}: config key {key}:")
+    for item in sets:
+        # As `apply_sets` read it (it refused any other shape before this).
+        key = ".".join(part.strip(string.whitespace) for part in item.partition("=")[0].split("."))
+        message = message.replace(f"config key {key}:", f"--set {key}: config key {key}:")
     return message
 
 

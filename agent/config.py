@@ -16,6 +16,7 @@ import math
 import os
 import re
 import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args
 
@@ -599,15 +600,23 @@ def _not_a_number(value: object) -> bool:
         return False
 
 
-def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
+def describe_error(
+    error: ValidationError,
+    model: type[BaseModel],
+    source: Callable[[tuple[Any, ...]], str | None] | None = None,
+) -> str:
     """One line naming each key at fault, with the nearest known key for an unknown one.
-    Values are shown only where they help and never for an unknown or secret key."""
+    Values are shown only where they help and never for an unknown or secret key. `source`
+    names where a key's value came from (`environment FOREWARN_X`, `config file F`), put
+    before it: the operator set the variable or the file's line, not "config key x"."""
     problems = []
     for item in error.errors():
         loc = tuple(item["loc"])
         key = ".".join(str(part) for part in loc) or "(config)"
+        where = source(loc) if source is not None else None
+        said = f"{where}: config key {key}" if where else f"config key {key}"
         if item["type"] == "extra_forbidden":
-            text = f"config key {key}: unknown key"
+            text = f"{said}: unknown key"
             # In lower case: `[webhook] URL = ...` had no suggestion at all, as no close
             # match of `URL` is `url` to difflib.
             known = {name.lower(): name for name in _known_keys(model, loc)}
@@ -664,8 +673,44 @@ def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
             shown = f" (got {value!r})"
         if _secret(key):
             message = message.split(", got ")[0]
-        problems.append(f"config key {key}: {message}{shown}")
+        problems.append(f"{said}: {message}{shown}")
     return "; ".join(problems)
+
+
+def _value_source(
+    document: dict[str, Any], given: dict[str, Any], path: Path | None
+) -> Callable[[tuple[Any, ...]], str | None]:
+    """Where the value at a key's `loc` came from, as the sources rank (flags and `--set`,
+    then FOREWARN_ variables, then the file): None for a flag's or `--set`'s, which the
+    command line names itself (`cli._name_flags`), and for a default."""
+
+    def has(values: dict[str, Any], parts: tuple[str, ...]) -> bool:
+        found: Any = values
+        for part in parts:
+            if not isinstance(found, dict):
+                return False
+            named = {str(name).lower(): value for name, value in found.items()}
+            if part.lower() not in named:
+                return False
+            found = named[part.lower()]
+        return True
+
+    def source(loc: tuple[Any, ...]) -> str | None:
+        # The key and its section, as a variable names them (FOREWARN_AWS_URL): not a list's
+        # index, nor what lies within a value.
+        parts = tuple(str(part) for part in loc[:2] if isinstance(part, str))
+        if not parts or (has(given, parts[:1]) and (len(parts) == 1 or has(given, parts))):
+            return None
+        variables = {name.upper(): value for name, value in os.environ.items()}
+        for depth in range(len(parts), 0, -1):
+            variable = "FOREWARN_" + "_".join(parts[:depth]).upper()
+            if variable in variables and not _is_blank(variables[variable]):
+                return f"environment {variable}"
+        if path is not None and has(document, parts[:1]):
+            return f"config file {path}"
+        return None
+
+    return source
 
 
 def load_settings(
@@ -709,7 +754,9 @@ def load_settings(
         settings._overridden = _overridden(document, given, path, model)
         return settings
     except ValidationError as error:
-        raise ConfigError(describe_error(error, model)) from None
+        raise ConfigError(
+            describe_error(error, model, _value_source(document, given, path))
+        ) from None
     except SettingsError as error:
         raise ConfigError(_environment_error(error, model)) from None
     finally:

@@ -255,7 +255,10 @@ def agent_values(pairs: Sequence[str]) -> None:
         for count in range(1, len(named) + 1):
             error = _agent_refuses(empty, unit, named[:count])
             if error is not None:
-                raise RenderError(f"--env {named[count - 1][0]}: {error}")
+                # The agent names the variable a bad value came from: --env names it here.
+                variable = named[count - 1][0]
+                error = error.removeprefix(f"environment {variable.upper()}: ")
+                raise RenderError(f"--env {variable}: {error}")
 
 
 # What the agent unit may write under ProtectSystem=strict: its RuntimeDirectory= and

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from forewarn.agent.cli import build_parser, main
@@ -104,8 +106,23 @@ CASES = [
         "--set 'aws.url=http://127.0.0.1:2': aws.url is given twice on the command line",
     ),
     (["agent", "--provider", "amazon"], {}, "--provider: invalid choice 'amazon'"),
-    (["agent"], {"FOREWARN_EXIT_MARGIN": "5x"}, "config key exit_margin: not a duration"),
-    (["agent", "--config", "{toml}"], {}, "config key provider: unknown key (did you mean"),
+    # Named by where the value came from: the variable, the file, the --set typed, not only
+    # by the config key (the operator set FOREWARN_EXIT_MARGIN, not "exit_margin").
+    (
+        ["agent"],
+        {"FOREWARN_EXIT_MARGIN": "5x"},
+        "environment FOREWARN_EXIT_MARGIN: config key exit_margin: not a duration",
+    ),
+    (
+        ["agent"],
+        {"FOREWARN_AWS_SPOT_INTERVAL": "5x"},
+        "environment FOREWARN_AWS_SPOT_INTERVAL: config key aws.spot_interval: not a",
+    ),
+    (
+        ["agent", "--config", "{toml}"],
+        {},
+        "config file {toml}: config key provider: unknown key (did you mean",
+    ),
     (["drill", "local", "--provider", "amazon"], {}, "--provider: unknown provider 'amazon'"),
     (
         ["drill", "local", "--provider", "digitalocean"],
@@ -146,11 +163,11 @@ CASES = [
     (["status", "--events", "ipc://@x", "--control", "ipc://@x"], {}, "--events and --control"),
     (["status", "--control", "ipc:///" + "a" * 120], {}, "Linux allows at most 107"),
     (["agent", "--events", "ipc:///tmp/" + "b" * 110], {}, "Linux allows at most 107"),
-    (["agent", "--set", "exit_margin=5x"], {}, "config key exit_margin: not a duration"),
+    (["agent", "--set", "exit_margin=5x"], {}, "--set exit_margin: config key exit_margin: not"),
     # Written as in TOML: the key was `exit_margin ` and the error "config key exit_margin :
     # unknown key (did you mean exit_margin?)".
     (["agent", "--set", "exit_margin = 5x"], {}, "config key exit_margin: not a duration"),
-    (["agent", "--set", " aws . spot_interval = 5x"], {}, "config key aws.spot_interval: not a"),
+    (["agent", "--set", " aws . spot_interval = 5x"], {}, "--set aws.spot_interval: config key"),
     # Blank once the space a ConfigMap block leaves is gone: an empty pattern matched every
     # mail's From, an empty host ran the agent with the mailbox unwatched.
     (["agent", "--heartbeat-interval", "0"], {}, "heartbeat_interval"),
@@ -322,7 +339,7 @@ def test_bad_input_is_one_line_and_exit_2(
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("forewarn: "), result.stderr
-    assert text.replace("{file}", str(blocker)) in lines[0]
+    assert text.replace("{file}", str(blocker)).replace("{toml}", str(config)) in lines[0]
     assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
     # Refused before anything was bound.
     assert not list((tmp_path / "run").iterdir())
@@ -378,7 +395,7 @@ def test_a_toml_number_too_large_for_a_float_is_named_as_written(
     result = run_forewarn_forked("agent", "--config", str(config), env=agent_env(tmp_path))
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
-    assert lines == [f"forewarn: {text}"], result.stderr
+    assert lines == [f"forewarn: config file {config}: {text}"], result.stderr
 
 
 @pytest.mark.parametrize(
@@ -407,7 +424,8 @@ def test_a_toml_nan_is_said_to_be_no_number(
     config.write_text(f'providers = ["local"]\n{written}\n')
     result = run_forewarn_forked("agent", "--config", str(config), env=agent_env(tmp_path))
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines() == [f"forewarn: {text}"], result.stderr
+    said = [f"forewarn: config file {config}: {text}"]
+    assert result.stderr.strip().splitlines() == said, result.stderr
 
 
 def _float_keys() -> list[tuple[str, ...]]:
@@ -445,7 +463,8 @@ def test_every_float_key_says_a_nan_is_no_number(key: tuple[str, ...], written: 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     result = run_forewarn("--debug", "agent", "--set", "exit_margn=3", env=agent_env(tmp_path))
     assert result.returncode == 2 and "Traceback" in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("forewarn: config key exit_margn")
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("forewarn: --set exit_margn: config key exit_margn"), result.stderr
 
 
 def test_drill_local_lead_is_a_duration_like_every_other() -> None:
@@ -549,3 +568,27 @@ def test_an_unquoted_text_in_the_file_says_to_quote_it(
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and "not valid TOML" in lines[0], lines
     assert f"(a text is quoted in TOML: {hint})" in lines[0], lines
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    written=st.text(min_size=1, max_size=20).filter(
+        lambda text: text.strip() and "\x00" not in text
+    )
+)
+def test_a_refused_variable_is_named_by_the_variable(written: str) -> None:
+    """The operator set FOREWARN_EXIT_MARGIN, not "config key exit_margin": whatever its
+    value, a refusal of it names the variable, and the file's value of the same key, which
+    the variable overrides, is not blamed."""
+    with tempfile.TemporaryDirectory() as directory:
+        config = Path(directory) / "forewarn.toml"
+        config.write_text('exit_margin = "30s"\n')
+        variables = {"FOREWARN_EXIT_MARGIN": written}
+        with mock.patch.dict(os.environ, variables):
+            try:
+                load_settings(config)
+            except ConfigError as error:
+                said = str(error)
+                assert said.startswith(
+                    "environment FOREWARN_EXIT_MARGIN: config key exit_margin: "
+                ), said

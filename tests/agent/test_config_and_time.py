@@ -1073,7 +1073,8 @@ def test_a_value_where_a_section_belongs_says_it_is_a_section(
     with pytest.raises(ConfigError) as caught:
         load_settings(config)
     text = str(caught.value)
-    assert text.startswith(f"config key {key}: a section, not a value: set its keys ([{key}]")
+    said = f"config file {config}: config key {key}: a section, not a value: set its keys"
+    assert text.startswith(f"{said} ([{key}]")
     assert "instance of" not in text
 
 
@@ -1300,7 +1301,8 @@ def test_top_level_keys_under_a_header_of_their_own_say_to_drop_the_header(
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
     assert str(caught.value) == (
-        f"config key {header}: unknown key (exit_margin, providers are top-level keys: write "
+        f"config file {path}: config key {header}: unknown key (exit_margin, providers are "
+        "top-level keys: write "
         f"them without the [{header}] header, above any [section])"
     )
 
@@ -1317,6 +1319,7 @@ def test_a_providers_enabled_key_says_providers_chooses_them(
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
     assert str(caught.value) == (
-        f"config key gcp.{key}: unknown key (a watcher runs when the top-level key providers "
+        f"config file {path}: config key gcp.{key}: unknown key (a watcher runs when the "
+        "top-level key providers "
         'names it: providers = ["gcp"], or "auto")'
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import string
 import tempfile
 from pathlib import Path
@@ -82,6 +83,11 @@ def _from_file(key: str, text: str) -> Any:
         config.write_text(f"{header}{leaf} = {json.dumps(text)}\n")
         with mock.patch.dict(os.environ, _clean_environment(), clear=True):
             return _value(key, load_settings(config))
+
+
+# What a refusal names before the key: the variable or the file the value came from (a
+# `--set`'s is named by the command line, which `load_settings` does not see).
+NAMED_SOURCE = r"(environment FOREWARN_[A-Z_]+: |config file [^:]+: )?"
 
 
 def _from_set(key: str, text: str) -> Any:
@@ -258,7 +264,7 @@ def test_a_blank_text_is_unset_or_refused_naming_its_key(key: str, blank: str, s
     if key in BLANK_REFUSED and source is _from_file:
         with pytest.raises(ConfigError) as refused:
             source(key, blank)
-        assert str(refused.value).startswith(f"config key {key}: "), refused.value
+        assert re.match(rf"config file [^:]+: config key {key}: ", str(refused.value)), refused
     elif key in BLANK_REFUSED:
         assert source(key, blank) == _default(key)
     else:
@@ -309,7 +315,8 @@ def test_a_blank_list_variable_leaves_the_files_list_standing(key: str) -> None:
 @pytest.mark.parametrize("source", SOURCES)
 def test_a_list_of_commas_alone_is_refused_naming_its_key(key: str, source: Any) -> None:
     # `,` names no item: neither the default nor an empty list is clearly meant.
-    with pytest.raises(ConfigError, match=rf"^config key {key}: ' ?, ,?' names nothing"):
+    said = rf"^{NAMED_SOURCE}config key {key}: ' ?, ,?' names nothing"
+    with pytest.raises(ConfigError, match=said):
         source(key, " , ,")
 
 
@@ -324,7 +331,8 @@ def test_no_drain_taint_at_all_is_an_empty_json_list(source: Any) -> None:
 def test_a_json_list_nested_past_json_recursion_is_refused_naming_its_key(source: Any) -> None:
     # json.loads raises RecursionError, not ValueError, past a few thousand levels: the agent
     # ended in a traceback instead of exit 2 naming the key.
-    with pytest.raises(ConfigError, match=r"^config key kubernetes.taints: .*not a JSON list"):
+    said = rf"^{NAMED_SOURCE}config key kubernetes.taints: .*not a JSON list"
+    with pytest.raises(ConfigError, match=said):
         source("kubernetes.taints", "[" * 50_000 + "]" * 50_000)
 
 

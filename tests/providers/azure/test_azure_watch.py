@@ -363,7 +363,7 @@ def test_an_interval_that_would_miss_a_preempt_is_refused_at_start(
     )
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("forewarn: config key azure.interval: at most 15 s")
+    assert line.startswith("forewarn: --set azure.interval: config key azure.interval: at most 15")
     assert "announced only 30 s ahead" in line and why in line
 
 
