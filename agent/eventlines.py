@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.fields import CLOCK_AHEAD
+from forewarn.protocol.oneline import one_line
 from forewarn.protocol.timefmt import format_time, parse_time, time_or_none, utcnow
 
 # A note is free text from whoever ran `forewarn notify`: show all of it, on one line, with
@@ -36,16 +37,19 @@ def describe(notice: dict[str, Any], *, replay: bool = False, noticed: bool = Fa
     `noticed`: say when the notice was noticed where that is not when it was sent (`status`:
     a restarted agent sends its restored notices again, and the time alone, the restart's,
     read as a drain raised a moment ago however long it had stood)."""
-    line = (
-        f"{notice.get('sent_at', '')}  {notice['action']:<9} {notice['id']}  "
-        f"{notice['reason']} ({notice['provider']})"
+    # Each field as received, on one line: a peer that is not the agent may send any text
+    # (a newline in `sent_at` split the line, since a time is read without its blanks).
+    sent_at, action, notice_id, reason, provider = (
+        one_line(str(notice.get(name, "")))
+        for name in ("sent_at", "action", "id", "reason", "provider")
     )
+    line = f"{sent_at}  {action:<9} {notice_id}  {reason} ({provider})"
     detail = notice.get("detail")
     detail = detail if isinstance(detail, dict) else {}
     deadline = notice.get("deadline")
     if deadline and notice["action"] != "clear":
         left = (parse_time(deadline) - utcnow()).total_seconds()
-        line += f"  deadline {deadline} ({_left(left)})"
+        line += f"  deadline {one_line(str(deadline))} ({_left(left)})"
     expired = detail.get("expired")
     if notice["action"] == "clear" and isinstance(expired, str):
         line += f"  expired: {_visible(expired)}"
@@ -57,7 +61,7 @@ def describe(notice: dict[str, Any], *, replay: bool = False, noticed: bool = Fa
         line += f"  note {_visible(note)}"
     noticed_at = notice.get("noticed_at")
     if noticed and noticed_at and _apart(noticed_at, notice.get("sent_at")):
-        line += f"  noticed {noticed_at}"
+        line += f"  noticed {one_line(str(noticed_at))}"
     if replay:
         line += "  [replay]"
     return line

@@ -13,6 +13,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from forewarn.protocol.oneline import one_line
 from forewarn.protocol.timefmt import format_time, utcnow
 
 from .event import Event
@@ -51,7 +52,7 @@ class NoticeRequests(GuardState):
                 log.warning(
                     "forewarn: terminate %s is a drain again (deadline %s): the exit planned "
                     "for it is dropped; the job saves and continues",
-                    event.id,
+                    one_line(event.id),
                     format_time(event.deadline) if event.deadline else "unknown",
                 )
             if event.id in self._handled or self._answered_by_flag_save(event):
@@ -128,7 +129,7 @@ class NoticeRequests(GuardState):
         log.warning(
             "forewarn: terminate %s %s before this job's save: the machine is not going away; "
             "the job saves and continues",
-            notice_id,
+            one_line(notice_id),
             why,
         )
 
@@ -174,8 +175,8 @@ class NoticeRequests(GuardState):
             log.warning(
                 "forewarn: terminate %s from %s was already in force when this job started "
                 "(noticed %s) and no client has acted on it: this job saves and exits now",
-                event.id,
-                event.provider,
+                one_line(event.id),
+                one_line(event.provider),
                 format_time(event.noticed_at),
             )
             with self._lock:
@@ -209,8 +210,8 @@ class NoticeRequests(GuardState):
             "forewarn: terminate %s from %s was already in force when this job started "
             "(noticed %s) and an earlier client acted on it; it does not stop this job at "
             "once: %s",
-            event.id,
-            event.provider,
+            one_line(event.id),
+            one_line(event.provider),
             format_time(event.noticed_at),
             plan,
         )
@@ -229,7 +230,7 @@ class NoticeRequests(GuardState):
         log.warning(
             "forewarn: terminate %s, in force before this job started, was sent again with "
             "its deadline moved to %s: %s",
-            event.id,
+            one_line(event.id),
             format_time(event.deadline) if event.deadline else "none",
             f"this job saves and exits {self._inherited_margin():g}s before it ({left:.0f}s away)"
             if left is not None and left > 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import time
 
+from forewarn.protocol.oneline import one_line
+
 from .event import Event
 from .guard_state import GuardState
 from .saveresult import SaveResult
@@ -243,7 +245,10 @@ def exit_causes(reasons: dict[str, str | None], events: list[Event]) -> str:
     """What asked for an exit, as `exit_line` names it."""
     if events:
         return ", ".join(
-            f"{event.action} {event.id} from {event.provider} ({event.reason})" for event in events
+            # As received: a publisher that is not the agent may send any text in them.
+            f"{one_line(event.action)} {one_line(event.id)} from {one_line(event.provider)} "
+            f"({one_line(event.reason)})"
+            for event in events
         )
     if "signal" in reasons:
         # The signal's name, or none when code asked with request("signal", exit=True), as

@@ -99,3 +99,50 @@ def test_any_noticed_and_sent_times_give_one_line(noticed_at: object, sent_at: o
     line = describe(wire_notice(noticed_at=noticed_at, sent_at=sent_at), noticed=True)
     if noticed_at == sent_at or not noticed_at:
         assert "  noticed " not in line
+
+
+# What a parsed notice may hold in its text fields: any string the client library's parser
+# takes (it reads a time without the blanks around it, so a newline after one passes).
+_ANY_TEXT = st.text(max_size=40)
+_TIME_WITH_BLANKS = st.tuples(
+    st.sampled_from(["", "\n", "\r\n", "\t", " \x0b"]),
+    st.datetimes(timezones=st.just(timezone.utc)).map(lambda when: format_time(when)),
+    st.sampled_from(["", "\n", "\r", " "]),
+).map("".join)
+
+
+@given(
+    notice_id=_ANY_TEXT,
+    action=st.sampled_from(["drain", "terminate", "clear"]) | _ANY_TEXT,
+    reason=_ANY_TEXT,
+    provider=_ANY_TEXT,
+    sent_at=_TIME_WITH_BLANKS | _ANY_TEXT,
+    noticed_at=_TIME_WITH_BLANKS,
+    deadline=st.none() | _TIME_WITH_BLANKS,
+)
+def test_any_text_a_peer_sends_gives_one_printable_line(
+    notice_id: str,
+    action: str,
+    reason: str,
+    provider: str,
+    sent_at: str,
+    noticed_at: str,
+    deadline: str | None,
+) -> None:
+    """`watch`, `wait` and `status` print a notice's fields as received: a publisher that is
+    not the agent put a newline in `sent_at` (taken: a time is read without its blanks) and
+    `watch` printed one notice as two lines; an escape in `reason` reached the terminal."""
+    from forewarn.agent.eventlines import describe
+
+    notice = wire_notice(
+        id=notice_id,
+        action=action,
+        reason=reason,
+        provider=provider,
+        sent_at=sent_at,
+        noticed_at=noticed_at,
+        deadline=deadline,
+    )
+    for replay in (False, True):
+        line = describe(notice, replay=replay, noticed=True)
+        assert line.isprintable(), repr(line)

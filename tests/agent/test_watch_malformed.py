@@ -151,3 +151,27 @@ def test_a_notice_naming_a_key_twice_is_dropped_naming_the_key(
     assert code == 0, err
     assert "local/manual/1" in out and "local/twice" not in out, out
     assert "the key 'action' appears twice in one object" in err, err
+
+
+@pytest.mark.parametrize("command", [["watch", "--count", "2"], ["wait", "--for", "drain"]])
+def test_a_notice_s_text_from_another_publisher_is_printed_on_one_line(
+    runtime: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A publisher that is not the agent sent a newline after `sent_at` (a time is read
+    without its blanks, so the notice is taken) and in the id, and an escape sequence in the
+    reason: `watch` printed the notice as two lines and sent the escape to the terminal."""
+    hostile = {
+        **NOTICE,
+        "id": "local/two\nlines",
+        "action": "drain",
+        "reason": "manual\x1b[2J",
+        "sent_at": NOW + "\n",
+        "noticed_at": NOW,
+    }
+    code, out, err = _run(command, [b"notice", json.dumps(hostile).encode()], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    expected = 2 if command[0] == "watch" else 1
+    assert len(lines) == expected and all(line.isprintable() for line in lines), out
+    if command[0] == "watch":
+        assert any("local/two\\u000alines  manual\\u001b[2J (local)" in line for line in lines)
