@@ -121,7 +121,17 @@ def _interval(text: str) -> float:
     return seconds
 
 
+def _digits_0_to_9(text: str) -> None:
+    """float() reads Arabic-Indic `١٢` and full-width digits as 12: a price, share or size in
+    them was planned with, though nobody types them meaning 12 (durations refuse them)."""
+    if any(char.isdecimal() and not char.isascii() for char in text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has digits other than 0-9; write it in the digits 0-9"
+        )
+
+
 def _number(text: str, *, positive: bool = False) -> float:
+    _digits_0_to_9(text)
     try:
         value = float(text)
     except ValueError:
@@ -257,6 +267,7 @@ def _positive(text: str) -> float:
 
 def _fraction(text: str) -> float:
     """`3%` or `0.03`."""
+    _digits_0_to_9(text)
     percent = text.strip().endswith("%")
     try:
         value = _number(text.strip().removesuffix("%"))

@@ -22,7 +22,9 @@ _UNITS = {
     "tib": 2**40,
 }
 _BITS = {"bit": 1 / 8, "kbit": 10**3 / 8, "mbit": 10**6 / 8, "gbit": 10**9 / 8, "tbit": 10**12 / 8}
-_NUMBER = r"(\d+(?:\.\d*)?(?:e[+-]?\d+)?|\.\d+)"
+# ASCII digits: `\d` took Arabic-Indic `١٢` and full-width digits, which float() reads as
+# 12, and nobody types meaning 12 (refused by `_digits_0_to_9`, naming them).
+_NUMBER = r"([0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?|\.[0-9]+)"
 # Units keep their case: in `Gb` the small b is a bit, in `GB` the capital B a byte.
 _SIZE = re.compile(rf"^{_NUMBER}\s*([a-z]+)\Z", re.IGNORECASE)
 # `/s`, `/sec`, `/second`, `per second`, or `ps` after B or b: `500MB/sec` was not a rate.
@@ -38,6 +40,14 @@ PRECISIONS = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 OPTIMIZERS = {"adamw": 8, "sgd": 4, "none": 0}
 # Below fp32, an optimizer steps an fp32 master copy of the weights, which is saved too.
 MASTER_COPY = 4
+
+
+def _digits_0_to_9(text: str, example: str) -> None:
+    """ValueError when `text` has digits other than 0-9, as a duration's refusal says it."""
+    if any(char.isdecimal() and not char.isascii() for char in text):
+        raise ValueError(
+            f"{text!r} has digits other than 0-9; write it in the digits 0-9, such as {example}"
+        )
 
 
 def _finite(value: float, text: str, what: str) -> float:
@@ -65,6 +75,7 @@ def _unit_bytes(unit: str) -> tuple[float, bool] | None:
 def parse_size(text: str) -> float:
     """Bytes in `14GB`, `2.4 GiB`, `500MB`: a unit is required (B, KB, MB, GB, TB or the
     binary KiB ... TiB); a unit in bits (`14Gb`) is refused, not read as bytes."""
+    _digits_0_to_9(text, "14GB")
     match = _SIZE.match(text.strip())
     unit = _unit_bytes(match.group(2)) if match else None
     if not match or unit is None:
@@ -85,6 +96,7 @@ def parse_bandwidth(text: str) -> float:
     `10Gbps` (`/sec`, `/second` and `per second` as `/s`): B is a byte and b a bit, `/s` and
     `ps` alike (Azure quotes disk throughput in
     MBps, bytes; networks are quoted in Gbps, bits)."""
+    _digits_0_to_9(text, "500MB/s")
     per_second = _PER_SECOND.match(text.strip())
     if not per_second:
         raise ValueError(f"not a rate such as 500MB/s or 10Gbit/s (got {text!r})")
@@ -107,6 +119,7 @@ _SMALLEST_MODEL = 1e5
 def parse_count(text: str) -> float:
     """A parameter count: `7B`, `350M`, `1.3e9`, `70b`; a bare number below 100,000 (`7`) is
     refused, as a count missing its suffix."""
+    _digits_0_to_9(text, "7B")
     match = _COUNT.match(text.strip().lower())
     if not match:
         raise ValueError(f"not a parameter count such as 7B or 350M (got {text!r})")

@@ -555,6 +555,32 @@ def test_a_range_is_said_in_the_flags_own_terms(
     assert said in fails(capsys, "--checkpoint", "10s", *argv)
 
 
+# Digits people do not type meaning 0-9: float() and `\d` read Arabic-Indic `١٢` and
+# full-width digits as 12, and the plan was made with them (durations refused them already).
+_ODD = ["١٢", "\uff11\uff12", "1٢"]
+
+
+@pytest.mark.parametrize("digits", _ODD)
+@pytest.mark.parametrize(
+    ("flag", "written", "rest"),
+    [
+        ("--spot-price", "{}", ["--checkpoint", "10s", "--mtbi", "1d", "--on-demand-price", "3"]),
+        ("--on-demand-price", "{}/h", ["--checkpoint", "10s", "--mtbi", "1d", "--spot-price", "1"]),
+        ("--tax", "{}%", ["--checkpoint", "10s"]),
+        ("--checkpoint-gb", "{}", ["--checkpoint", "10s", "--tax", "3%"]),
+        ("--checkpoint-size", "{}GB", ["--bandwidth", "1GB/s", "--tax", "3%"]),
+        ("--bandwidth", "{}GB/s", ["--checkpoint-size", "14GB", "--tax", "3%"]),
+        ("--params", "{}B", ["--bandwidth", "1GB/s", "--tax", "3%"]),
+    ],
+)
+def test_a_number_in_other_digits_than_0_to_9_is_refused_naming_them(
+    capsys: pytest.CaptureFixture[str], digits: str, flag: str, written: str, rest: list[str]
+) -> None:
+    value = written.format(digits)
+    said = fails(capsys, *rest, flag, value)
+    assert f"{flag}: " in said and "has digits other than 0-9" in said, said
+
+
 def test_a_corrupt_telemetry_line_is_named(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
