@@ -10,6 +10,7 @@ EXIT_SAVE_WARN_SECONDS with the time left to the terminate's deadline.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 
 from forewarn.protocol.oneline import one_line
@@ -23,6 +24,8 @@ log = logging.getLogger("forewarn.clients")
 # The reason of an exit for a flag file's deadline, its detail the deadline and how an
 # operator withdraws it (guard_flag.FLAG_DEADLINE).
 FLAG_DEADLINE = "flag deadline"
+# The id of the agent's notice for a flag file (providers.local): `local/flag/<mtime>`.
+FLAG_ID = "local/flag/"
 
 # An exit's save still running says so this often: after a SIGTERM, or without a store, nothing
 # bounds it, and a hung one (a stalled network filesystem) said nothing until the SIGKILL.
@@ -244,12 +247,7 @@ def exit_line(
 def exit_causes(reasons: dict[str, str | None], events: list[Event]) -> str:
     """What asked for an exit, as `exit_line` names it."""
     if events:
-        return ", ".join(
-            # As received: a publisher that is not the agent may send any text in them.
-            f"{one_line(event.action)} {one_line(event.id)} from {one_line(event.provider)} "
-            f"({one_line(event.reason)})"
-            for event in events
-        )
+        return ", ".join(_named(event) for event in events)
     if "signal" in reasons:
         # The signal's name, or none when code asked with request("signal", exit=True), as
         # the guard's own warning about a replaced handler suggests.
@@ -260,6 +258,27 @@ def exit_causes(reasons: dict[str, str | None], events: list[Event]) -> str:
         for reason, detail in reasons.items()
     ]
     return ", ".join(named) or "a request"
+
+
+def _named(event: Event) -> str:
+    """A notice as the exit line names it, each field as received (a publisher that is not
+    the agent may send any text in them)."""
+    named = (
+        f"{one_line(event.action)} {one_line(event.id)} from {one_line(event.provider)} "
+        f"({one_line(event.reason)})"
+    )
+    path = event.detail.get("path")
+    if event.action == "terminate" and event.id.startswith(FLAG_ID) and isinstance(path, str):
+        # The agent's terminate for a flag file's deadline stands until that deadline: the
+        # operator who reads this line on a machine that is not being taken learns how to
+        # withdraw it, as the guard's own kept deadline says (guard_flag).
+        written = one_line(shlex.quote(path))
+        named += (
+            f" (the flag file {one_line(path)}'s deadline: if the machine is not being taken, "
+            f"write it again, empty (`: > {written}`), to withdraw it, and each job saves once "
+            "and trains on)"
+        )
+    return named
 
 
 __all__ = [
