@@ -109,7 +109,8 @@ class Parser(argparse.ArgumentParser):
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:
             options = re.findall(r"'?([\w.-]+)'?", choice.group(2))
-            near = difflib.get_close_matches(choice.group(1), options, n=1)
+            # In lower case, as the choices are read: `DRAINN` is one letter from `drain`.
+            near = difflib.get_close_matches(choice.group(1).lower(), options, n=1)
             # Without a near one, the choices themselves: "invalid choice 'amazon'" alone
             # left the user to find them in --help.
             listed = f" (choose from {', '.join(options)})"
@@ -155,16 +156,18 @@ def _provider_names(choices: Sequence[str]) -> Callable[[str], list[str]]:
     'invalid choice'."""
 
     def parse(text: str) -> list[str]:
-        names = [_provider_name(name) for name in re.split(r"[,\s]+", text) if name]
+        written = [name for name in re.split(r"[,\s]+", text) if name]
+        names = [_provider_name(name) for name in written]
         if not names:
             raise argparse.ArgumentTypeError(
                 f"{text!r} names no provider (leave --provider out for auto)"
             )
-        for name in names:
+        for name, as_written in zip(names, written, strict=True):
             if name not in choices:
                 near = difflib.get_close_matches(name, choices, n=1)
                 hint = f"did you mean {near[0]!r}?" if near else f"choose from {', '.join(choices)}"
-                raise argparse.ArgumentTypeError(f"invalid choice {name!r} ({hint})")
+                # Named as typed: `--provider AMAZON` was refused as 'amazon'.
+                raise argparse.ArgumentTypeError(f"invalid choice {as_written!r} ({hint})")
         return names
 
     return parse

@@ -19,7 +19,7 @@ from forewarn.clients.overhead import DEFAULT_NO_NOTICE_SHARE, Breakdown
 from forewarn.protocol.timefmt import parse_duration
 from forewarn.protocol.wholenumber import whole_number
 
-from ..argtypes import path_arg
+from ..argtypes import path_arg, word_as_written
 from ..telemetry import (
     FILE_NAME,
     TelemetryFormatError,
@@ -389,7 +389,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     job.add_argument(
         "--notice-action",
         # Any case, as people write them: Drain, BF16, AdamW.
-        type=str.lower,
+        type=word_as_written,
         choices=NOTICE_ACTIONS,
         help="how the notice reaches the job: terminate (save and exit at once, the machine "
         "waits billed for the reclaim: AWS, GCP and Azure spot) or drain (save and train on "
@@ -486,13 +486,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     size.add_argument(
         "--precision",
-        type=str.lower,
+        type=word_as_written,
         choices=sorted(PRECISIONS),
         help="weights as trained, for --params (default bf16)",
     )
     size.add_argument(
         "--optimizer",
-        type=str.lower,
+        type=word_as_written,
         choices=sorted(OPTIMIZERS),
         help="optimizer state saved with the weights, for --params (default adamw)",
     )

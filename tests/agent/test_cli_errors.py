@@ -147,6 +147,9 @@ CASES = [
     (["watch", "--timeout", "5x"], {}, "--timeout: not a duration"),
     (["watch", "--timeout", "١٢"], {}, "--timeout: not a duration: '١٢' has digits other than"),
     (["wait", "--for", "exit"], {}, "--for: invalid choice 'exit'"),
+    # Named as typed, matched in any case: 'drainn' and 'amazon' were words nobody typed.
+    (["wait", "--for", "DRAINN"], {}, "--for: invalid choice 'DRAINN' (did you mean 'drain'?)"),
+    (["agent", "--provider", "local AWZ"], {}, "invalid choice 'AWZ' (did you mean 'aws'?)"),
     (["status", "--events", "tcp://10.0.0.1:5555"], {}, "not a loopback address"),
     (["watch", "--events", "ipc://@"], {}, "watch: --events 'ipc://@': ipc:// needs a path"),
     # "expected tcp://HOST:PORT" named no fault in the endpoint.
@@ -592,3 +595,17 @@ def test_a_refused_variable_is_named_by_the_variable(written: str) -> None:
                 assert said.startswith(
                     "environment FOREWARN_EXIT_MARGIN: config key exit_margin: "
                 ), said
+
+
+@settings(max_examples=50, deadline=None)
+@given(word=st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-", min_size=1))
+def test_a_refused_choice_is_named_as_typed(word: str) -> None:
+    """A choice is read in any case, and one that is none of them is named as the user
+    typed it, not lowered."""
+    from forewarn.protocol.errors import UsageError
+
+    if word.lower() in ("drain", "terminate"):
+        return
+    with pytest.raises(UsageError) as refused:
+        build_parser().parse_args(["wait", "--for", word])
+    assert f"--for: invalid choice {word!r}" in str(refused.value), refused.value
