@@ -64,5 +64,6 @@ def test_the_drills_choices_read_in_any_case(argv: list[str]) -> None:
 def test_a_word_not_among_the_choices_is_still_refused() -> None:
     from forewarn.protocol.errors import UsageError
 
-    with pytest.raises(UsageError, match="invalid choice 'drian' \\(did you mean 'drain'\\?\\)"):
+    # Named as typed, not lowered: 'drian' was a word nobody typed.
+    with pytest.raises(UsageError, match="invalid choice 'Drian' \\(did you mean 'drain'\\?\\)"):
         build_parser("notify").parse_args(["notify", "Drian"])
