@@ -96,6 +96,8 @@ except Exception:  # running from a source tree that is not installed
     VERSION = "0.0.0"
 
 DETECT_TIMEOUT = 1.5
+# What httpx loads at its first request on an asyncio loop (its transport's async backend).
+HTTP_BACKEND_MODULES = ("httpcore._backends.anyio", "anyio._backends._asyncio")
 # What `status` names while the runtime directory's copy of the `seq` mark is unwritten.
 SEQ_COPY_UNSAVED = "runtime-seq"
 BACKOFF_BASE = 0.5
@@ -287,6 +289,11 @@ class Agent:
                 built[name] = (self._build(name, health), health)
             except Exception as error:
                 log.info("auto: %s not picked: %s", name, str(error) or type(error).__name__)
+
+        # Likewise the HTTP stack's async backend, which httpx loads at its first request:
+        # some 30 ms of CPU, over a second of a loaded machine's, taken inside the first
+        # probe's request, blocked the loop every probe runs on and spent all their budgets.
+        _load_http_backend()
 
         async def probe(name: str) -> bool:
             if name not in built:
@@ -1655,6 +1662,17 @@ def _secs(value: float | None) -> str:
     """A figure of an ack for its log line, to the millisecond (a client times its flush with
     `perf_counter`: `flush=1.1420532060001278s`); a failed flush has none."""
     return "none" if value is None else f"{round(value, 3)}s"
+
+
+def _load_http_backend() -> None:
+    """Load what httpx would load at its first request, when a built watcher speaks HTTP."""
+    if "httpx" not in sys.modules:
+        return  # no watcher on httpx: nothing to load (a local agent never imports it)
+    for name in HTTP_BACKEND_MODULES:
+        # httpx's internals, named by its version: one another version lacks is loaded, if
+        # at all, at the first request as before.
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def provider_health(name: str, health: PollHealth) -> ProviderHealth:

@@ -609,17 +609,23 @@ class GcpWatcher:
         self._resume_skew()
         self._failing: set[str] = set()  # keys whose last answer was an error (see `_good`)
         self._no_etag: set[str] = set()  # long-polled keys whose last answer had no ETag
-        self._client: httpx.AsyncClient | None = None
+        # Made with the watcher, not at its first request: the client's SSL context took over
+        # a second of a loaded machine inside `detect()`, and `--provider auto` runs every
+        # probe on one loop, so it spent each provider's detection budget (AWS went unpicked).
+        self._client: httpx.AsyncClient | None = self._new_client()
+
+    def _new_client(self) -> httpx.AsyncClient:
+        read = self.settings.timeout_sec + self.settings.read_timeout_margin
+        return httpx.AsyncClient(
+            headers={FLAVOR_HEADER: FLAVOR},
+            timeout=httpx.Timeout(CONNECT_SECONDS, read=read),
+            trust_env=False,  # the metadata server is link-local: never through a proxy
+        )
 
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            read = self.settings.timeout_sec + self.settings.read_timeout_margin
-            self._client = httpx.AsyncClient(
-                headers={FLAVOR_HEADER: FLAVOR},
-                timeout=httpx.Timeout(CONNECT_SECONDS, read=read),
-                trust_env=False,  # the metadata server is link-local: never through a proxy
-            )
+            self._client = self._new_client()  # again after a close
         return self._client
 
     async def aclose(self) -> None:
