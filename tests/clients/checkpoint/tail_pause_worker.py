@@ -2,10 +2,11 @@
 for its last parts past the deadline (run by test_s3_tail_pause.py, which pauses this process
 with SIGSTOP while it waits, as a loaded machine does).
 
-    tail_pause_worker.py URL ENDPOINT RATE
+    tail_pause_worker.py URL ENDPOINT LOOKS
 
 Prints `final` just before calling final(), then one JSON line: the choice, its reason and
-the store's steps after it.
+the store's steps after it. Each look the wait takes at the link's quiet appends a byte to
+the file LOOKS, so the test can wait for the looks a resumed process takes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sys
 import time
 from typing import Any
 
-from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options
+from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background
+from forewarn.clients.checkpoint.quiet import QuietTime
 from forewarn.clients.checkpoint.s3 import MIN_PART
 
 
@@ -35,9 +37,23 @@ def small_send_buffers() -> None:
     connection.create_connection = with_small_buffer
 
 
+def count_looks(path: str) -> None:
+    """Each look of the wait at the link's quiet appends a byte to `path`."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    class CountedQuietTime(QuietTime):
+        def look(self, last_moved: float, now: float) -> float:
+            seen = super().look(last_moved, now)
+            os.write(fd, b".")
+            return seen
+
+    background.QuietTime = CountedQuietTime  # type: ignore[misc]
+
+
 def main() -> None:
-    url, endpoint = sys.argv[1], sys.argv[2]
+    url, endpoint, looks = sys.argv[1], sys.argv[2], sys.argv[3]
     small_send_buffers()
+    count_looks(looks)
     store = CheckpointStore(url, s3=S3Options(endpoint_url=endpoint, part_size=MIN_PART))
     saver = BackgroundSaver(store)
     saver.save(1, {"w": b"one"})

@@ -99,14 +99,15 @@ def test_last_parts_that_stop_are_cancelled_and_the_final_save_commits(
 
 
 def test_last_parts_of_a_process_a_loaded_machine_stopped_are_waited_for(
-    link: SlowLink, bucket: str, s3_env: dict[str, str]
+    link: SlowLink, bucket: str, s3_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The machine runs the job's process late (SIGSTOP for 4 s here, the extreme of a loaded
     machine's scheduling): while it does not run, neither its upload threads nor its wait
     look at the link, and the wait, on its first look after, read the whole gap as parts
     sending nothing and cancelled them; nothing had stopped but the process."""
+    looks = tmp_path / "looks"  # a byte for each look the wait takes at the link's quiet
     worker = subprocess.Popen(
-        [sys.executable, str(WORKER), f"s3://{bucket}/run", link.url],
+        [sys.executable, str(WORKER), f"s3://{bucket}/run", link.url, str(looks)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -122,9 +123,17 @@ def test_last_parts_of_a_process_a_loaded_machine_stopped_are_waited_for(
         eventually(lambda: link.busy(256 << 10) >= 2, what="both parts' bytes moving")
         link.hold()  # nothing drains the process's sockets while it is stopped
         worker.send_signal(signal.SIGSTOP)
+        eventually(lambda: _state(worker.pid) == "T", what="the worker stopped")
+        stopped_at = looks.stat().st_size if looks.exists() else 0
         time.sleep(4.0)  # the scenario's length, not a synchronisation
         worker.send_signal(signal.SIGCONT)
-        time.sleep(1.0)  # it runs, on time, and its parts' connections still send nothing
+        # It runs and looks twice while its parts' connections still send nothing: counted
+        # in its looks, not in a second of the test's, which a loaded machine stretched past
+        # the parts' real quiet bound (a second look counts at most two ticks more).
+        eventually(
+            lambda: looks.exists() and looks.stat().st_size >= stopped_at + 2,
+            what="two looks of the resumed process at the held link",
+        )
         link.release()
         line = worker.stdout.readline()
         assert worker.wait(timeout=60) == 0
@@ -137,6 +146,12 @@ def test_last_parts_of_a_process_a_loaded_machine_stopped_are_waited_for(
     assert outcome["choice"] == "waited", outcome["reason"]
     assert "last parts" in outcome["reason"], outcome["reason"]
     assert outcome["steps"] == [1, 2, 3]
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc (`T` once a SIGSTOP has stopped it)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
 
 
 @given(
