@@ -161,7 +161,11 @@ def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again
             assert not guard.saved(1, 0.1).exit
             sim.withdraw("rebalance")
             next_notice(sub, action="clear", id=first["id"])
-            time.sleep(0.3)  # the guard's subscriber thread takes the clear
+            # The guard's subscriber thread takes the clear (its listeners run before it
+            # reads the next notice, the drain raised again).
+            eventually(
+                lambda: guard.notices is not None and first["id"] not in guard.notices.active, 10
+            )
             sim.raise_notice("rebalance", noticed)
             second = next_notice(sub, action="drain")
             assert second["id"] == first["id"]
