@@ -93,6 +93,9 @@ def test_the_http_stacks_first_costs_are_paid_before_the_probes_budgets_start(
             "agent", "--provider", "auto",
         ]  # fmt: skip
         # Each of its HTTP clients made slowly: counted in them, its start takes longer.
-        with agent.start(timeout=30.0 + 8 * client_seconds):
+        agent.start(timeout=30.0 + 8 * client_seconds)
+        try:
             providers = agent.control({"op": "status"})["agent"]["providers"]
             assert "aws" in providers, agent.output()
+        finally:
+            agent.stop()
