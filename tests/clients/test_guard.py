@@ -70,7 +70,12 @@ class Training:
         raise AssertionError(f"no {kind} event; saw {self.events[-5:]}")
 
     def finish(self, timeout: float = 10) -> tuple[int, str]:
-        out, _ = self.proc.communicate(timeout=timeout)
+        assert self.proc.stdout is not None
+        # Through the reader `until` used: communicate() reads the pipe beneath it, and the
+        # part of a line `readline` had buffered was lost ('tep": 177}'). Read to the end
+        # (the job's exit closes it), then reaped within `timeout`.
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=timeout)
         self.events += [json.loads(line) for line in out.splitlines() if line.strip()]
         return self.proc.returncode, self.stderr()
 
