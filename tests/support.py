@@ -771,14 +771,19 @@ class AgentProcess:
                 cwd=self.cwd,
             )
         deadline = time.monotonic() + timeout
+        # Each status request waits longer than the last: on a loaded node an agent that had
+        # logged "serving" 13 s before answered no request within 0.5 s, and the test said
+        # "agent not ready within 20s" (test_fault_matrix[digitalocean], beside 5 busy loops).
+        wait = 0.5
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.output()}")
+            left = deadline - time.monotonic()
             try:
-                if self.control({"op": "status"}, timeout=0.5).get("ok"):
+                if self.control({"op": "status"}, timeout=max(0.05, min(wait, left))).get("ok"):
                     return self
             except TimeoutError:
-                pass
+                wait = min(wait * 2, 4.0)
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"agent not ready within {timeout}s:\n{self.output()}")
