@@ -55,12 +55,24 @@ _step = whole_number(
 )
 
 
+# How a generation's name begins (`generation_name`).
+GENERATION_PREFIX = "step-"
+
+
 def _generation_step(text: str) -> int:
     """A step as a number, or as the generation's name that `show`, `verify`, `prune` and
     the store's own listing print (`step-000000000040`): pasted from there it was refused,
     "'step-000000000040' is not a step number"."""
-    step = parse_generation_name(text.strip())
-    return step if step is not None else _step(text)
+    word = text.strip()
+    step = parse_generation_name(word)
+    if step is not None:
+        return step
+    digits = word.removeprefix(GENERATION_PREFIX)
+    if digits != word and digits.isascii() and digits.isdigit():
+        # Unpadded (`step-102`), as a user writes the name from memory: refused, "'step-102'
+        # is not a step number", though it can mean no other generation.
+        return _step(digits)
+    return _step(text)
 
 
 # Not as _step: `--keep -1` said 'a step is not negative', and --keep is a count.
