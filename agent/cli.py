@@ -1538,8 +1538,10 @@ def _waited_for(held: object, late: object, gone: object = None) -> str:
     if waiting:
         said += "  waiting for " + ", ".join(named(client) for client in waiting)
     if overdue:
-        said += "  not acked by " + ", ".join(named_late(client) for client in overdue)
-        said += " (its deadline passed)"
+        # The deadline first: after it a client's own note, "(gone before its ack) (its
+        # deadline passed)", read as two notes about that client.
+        said += "  past its deadline, not acked by "
+        said += ", ".join(named_late(client) for client in overdue)
     return said
 
 
