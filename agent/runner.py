@@ -1392,7 +1392,8 @@ class Agent:
             text, args = (
                 "ack %s from %s: step=%s flush=%s outcome=%s%s",
                 [
-                    req.notice_id or "(periodic)",
+                    # Not "(periodic)": a SIGTERM's or a flag file's save acks no notice too.
+                    req.notice_id or "(no notice)",
                     req.client or "?",
                     req.step,
                     _secs(req.flush_seconds),

@@ -135,7 +135,7 @@ def test_an_ack_of_no_notice_counts_the_flush_only(tmp_path: Path, ack_forked: A
         done = ack_forked(agent, "--flush-seconds", "1m30s", "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"ok": True}
-        line = "ack (periodic) from ?: step=None flush=90.0s outcome=saved"
+        line = "ack (no notice) from ?: step=None flush=90.0s outcome=saved"
         eventually(lambda: line in agent.output(), what="the ack's log line")
     # What `forewarn plan` reads the flush time from.
     telemetry = Path(agent.env["FOREWARN_STATE_DIR"]) / "telemetry.jsonl"
