@@ -362,7 +362,7 @@ class Notices:
                         log.warning(
                             "forewarn: no agent on %s took the ack of %s within %gs; dropped",
                             self.control,
-                            payload.get("notice_id") or "a periodic save",
+                            payload.get("notice_id") or "a save for no notice",
                             ACK_RETRY_SECONDS,
                         )
                         break
