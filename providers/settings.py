@@ -101,6 +101,14 @@ def as_seconds(field: FieldInfo | None, value: Any) -> Any:
     boolean is never a number: pydantic reads `exit_margin = false` in TOML as 0."""
     if field is None:
         return value
+    numeric = _is_number(field.annotation) or is_seconds(field.annotation)
+    if numeric and isinstance(value, str) and not value.strip(string.whitespace):
+        # Blank in the config file (a variable or `--set` blank sets nothing before this):
+        # unset, as a blank list or path is. `exit_margin = " "` was refused in pydantic's
+        # words, "unable to parse string as a number (got ' ')".
+        if field.is_required():
+            raise ValueError("empty: give a number")
+        return field.get_default(call_default_factory=True)
     if isinstance(value, bool) and _is_number(field.annotation):
         kind = "seconds or a duration such as 30s" if is_seconds(field.annotation) else "a number"
         raise ValueError(f"expected {kind}, not a boolean")

@@ -352,3 +352,34 @@ def test_a_choice_in_any_case_reads_as_the_word(
     key, word = chosen
     written = "".join(char.upper() if up else char for char, up in zip(word, upper, strict=False))
     assert source(key, written) == source(key, word) == word
+
+
+def _number_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    from forewarn.providers.settings import is_seconds
+
+    found: list[str] = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found += _number_keys(annotation, f"{prefix}{name}.")
+            continue
+        numbers = [arg for arg in get_args(annotation) if arg is not type(None)] or [annotation]
+        if is_seconds(annotation) or (len(numbers) == 1 and numbers[0] in (int, float)):
+            found.append(prefix + name)
+    return found
+
+
+NUMBER_KEYS = _number_keys(MODEL)
+
+
+def test_the_number_keys_are_found() -> None:
+    assert {"exit_margin", "heartbeat_interval", "digitalocean.imap_port"} <= set(NUMBER_KEYS)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(key=st.sampled_from(NUMBER_KEYS), blank=SPACE, source=st.sampled_from(SOURCES))
+def test_a_blank_number_or_duration_is_unset(key: str, blank: str, source: Any) -> None:
+    """`exit_margin = " "` in the file was refused in pydantic's words ("Input should be a
+    valid number, unable to parse string as a number (got ' ')"), where a blank list or path
+    is unset and a blank variable or `--set` sets nothing: it is the key's default too."""
+    assert source(key, blank) == _default(key)
