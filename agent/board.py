@@ -187,6 +187,9 @@ class Remembered:
     acked: set[str] = field(default_factory=set)
     expected: set[str] = field(default_factory=set)
     flushed: bool = False  # flushed by every client: its provider was told, once
+    # The action the acks (and `flushed`) were for; None when not known (a state file of an
+    # agent before it): a drain's acks are no terminate's (`NoticeBoard._restamp`).
+    action: Action | None = None
 
 
 class NoticeBoard:
@@ -453,6 +456,18 @@ class NoticeBoard:
             if entry.acked
         }
 
+    def acked_for(self) -> dict[str, str]:
+        """The action each notice's acks in `acked_by()` were for, by id: saved beside them, so
+        that a restarted agent does not count a drain's acks for the terminate it comes back
+        as (`restore`). None for a remembered notice whose action is not known."""
+        found: dict[str, str] = {
+            entry.notice.id: entry.notice.action for entry in self.entries.values() if entry.acked
+        }
+        for kept_id, kept in self.remembered.items():
+            if kept.acked and kept.action is not None:
+                found[kept_id] = kept.action
+        return found
+
     def _listening_first(self, clients: set[str], expected: set[str]) -> list[str]:
         listening = clients & (expected | self.clients)
         return sorted(listening) + sorted(clients - listening)
@@ -539,6 +554,9 @@ class NoticeBoard:
             entry.reported_clock = self._reading_of(report, entry)
             if remembered is not None:
                 entry.saved = remembered.saved
+            # Acked (and flushed) for the action it had when retired: raised again as another
+            # (a drain retired past its deadline comes back as terminate), it is acked anew.
+            if remembered is not None and remembered.action in (None, action):
                 entry.acked = set(remembered.acked)
                 entry.flushed = remembered.flushed
                 if remembered.flushed:
@@ -574,7 +592,7 @@ class NoticeBoard:
                 entry.notice = entry.notice.model_copy(update={"detail": report.detail})
             return None
         entry.report = report
-        entry.notice = self._stamp(report, action)
+        self._restamp(entry, action)
         if not entry.flushed:
             # Once flushed, the set it was flushed by stays as it was: it is saved, and a
             # restarted agent counts the notice flushed when every one of them had acked.
@@ -615,6 +633,7 @@ class NoticeBoard:
                             set(entry.acked),
                             set(entry.expected),
                             entry.flushed,
+                            entry.notice.action,
                         ),
                     )
                     self.retired[notice_id] = entry.report
@@ -625,8 +644,7 @@ class NoticeBoard:
             if entry.notice.action == "drain" and self._action_for(entry.report, entry) == (
                 "terminate"
             ):
-                entry.notice = self._stamp(entry.report, "terminate")
-                escalated.append(entry.notice)
+                escalated.append(self._restamp(entry, "terminate"))
         return escalated, expired
 
     def overdue(self) -> list[Overdue]:
@@ -849,8 +867,7 @@ class NoticeBoard:
             action = self._action_for(entry.report, entry)
             if entry.notice.action == "drain" and action == "terminate":
                 continue  # escalated by `due`, with the deadline moved
-            entry.notice = self._stamp(entry.report, action)
-            self.moved.append(entry.notice)
+            self.moved.append(self._restamp(entry, action))
 
     def _wall_lead(self) -> float:
         return self.now().timestamp() - self.clock()
@@ -990,6 +1007,7 @@ class NoticeBoard:
         received_by: Mapping[str, Iterable[str]] | None = None,
         overdue: Mapping[str, datetime] | None = None,
         gone: Mapping[str, Iterable[str]] | None = None,
+        acked_for: Mapping[str, str] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -1022,7 +1040,11 @@ class NoticeBoard:
         (a file of an agent before it) leaves who they were unknown, which is said instead.
         `overdue` are the deadlines each was told past at (`overdue_told()`): not told again.
         `gone` are the clients that left each terminate before their ack (`gone_to_save()`):
-        named past its deadline as gone, unless they come back."""
+        named past its deadline as gone, unless they come back. `acked_for` is the action
+        each notice's acks in `acked_by` were for (`acked_for()`): those of a drain that comes
+        back as terminate (its deadline came within the margin while the agent was down) are
+        not the terminate's. A notice not in it (a file of an agent before it) keeps its acks
+        for whatever it comes back as, as that agent did."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -1082,9 +1104,19 @@ class NoticeBoard:
             reading = (raised_clock or {}).get(notice.id)
             entry.raised_clock = reading if reading is not None and reading <= now else None
             entry.overdue_at = (overdue or {}).get(notice.id)
+            if (
+                notice.id in escalated_ids
+                and entry.notice.action == "drain"
+                and entry.report.action == "drain"
+                and entry.report.deadline is not None
+            ):
+                entry.notice = self._stamp(entry.report, "terminate")
             if notice.id in saved_ids:
                 entry.saved = True
-            entry.acked.update((acked_by or {}).get(notice.id, ()))
+            acks = set((acked_by or {}).get(notice.id, ()))
+            if (acked_for or {}).get(notice.id, entry.notice.action) != entry.notice.action:
+                acks = set()  # a drain's, and it is a terminate now (or the other way round)
+            entry.acked.update(acks)
             expected = (expected_by or {}).get(notice.id)
             if expected is not None and entry.acked and set(expected) <= entry.acked:
                 entry.expected = set(expected)
@@ -1098,13 +1130,6 @@ class NoticeBoard:
             if held and not entry.flushed:
                 entry.held |= held
                 entry.expected |= held
-            if (
-                notice.id in escalated_ids
-                and entry.notice.action == "drain"
-                and entry.report.action == "drain"
-                and entry.report.deadline is not None
-            ):
-                entry.notice = self._stamp(entry.report, "terminate")
         # Provider notices not shown (retired, or saved for), kept until their provider reports
         # them again: still saved for, acked by whom they were, and flushed if they were.
         acked_map = {key: set(clients) for key, clients in (acked_by or {}).items()}
@@ -1113,9 +1138,20 @@ class NoticeBoard:
             acked = acked_map.get(notice_id, set())
             expected = expected_map.get(notice_id)
             flushed = bool(acked) and expected is not None and expected <= acked
+            kept_for = (acked_for or {}).get(notice_id)
+            action: Action | None = (
+                "drain" if kept_for == "drain" else "terminate" if kept_for == "terminate" else None
+            )
             self._remember(
                 notice_id,
-                Remembered(None, notice_id in saved_ids, acked, expected or set(), flushed),
+                Remembered(
+                    None,
+                    notice_id in saved_ids,
+                    acked,
+                    expected or set(),
+                    flushed,
+                    action,
+                ),
             )
 
     # Internals.
@@ -1283,6 +1319,26 @@ class NoticeBoard:
         if _deadline_moved(published.deadline, report.deadline):
             return True
         return _detail_changed(published.detail, report.detail)
+
+    def _restamp(self, entry: Entry, action: Action) -> Notice:
+        """Send `entry` again as `action` (same id), from its current report. Acks belong to an
+        action: a drain's save is a flush-and-continue, a terminate's the exit's save. When
+        the action changes (a drain escalated to terminate, one sent as a drain again, a
+        provider's own change) the acks of the old one, and its being flushed by every
+        client, are not the new one's: every client it reaches now (and the holds not
+        answered) is waited for again. Counted for the terminate, a job that saved for the
+        drain and then ignored the terminate was not named at its deadline, `status` said
+        the terminate was acked by a job that had died before it was sent, and the notice,
+        flushed as a drain, was never flushed as a terminate (no Azure approval)."""
+        before = entry.notice.action
+        entry.notice = self._stamp(entry.report, action)
+        if action != before:
+            entry.held -= entry.acked
+            entry.acked = set()
+            entry.flushed = False
+            entry.expected = set(self.clients) | entry.held
+            entry.gone = set()
+        return entry.notice
 
     def _stamp(self, report: Report, action: Action) -> Notice:
         return Notice(

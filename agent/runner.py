@@ -316,6 +316,11 @@ class Agent:
         log.info("auto-detected providers: %s", ", ".join(chosen))
         return chosen
 
+    def _sent_as(self, notice_id: str) -> str | None:
+        """The action `notice_id` went out as last, None when it is not active."""
+        notice = self.board.get(notice_id)
+        return None if notice is None else notice.action
+
     def _clock_vouched(self, provider: str) -> bool:
         """Whether `provider`'s watcher has read its service's clock (`PollHealth.dated`)."""
         health = self.health.get(provider)
@@ -328,6 +333,7 @@ class Agent:
             self.state_dir,
             health,
             awaiting_flush=lambda notice_id: bool(self.board.unacked_clients(notice_id)),
+            sent_as=self._sent_as,
         )
         return spec.watcher(self.settings.provider_settings(name), context)
 
@@ -460,6 +466,7 @@ class Agent:
             received_by=state.received_by,
             overdue=state.overdue,
             gone=state.gone,
+            acked_for=state.acked_for,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -1344,8 +1351,12 @@ class Agent:
         if req.client is not None:
             # The same client, notice, step and figures again is that ack sent again, not a
             # second flush: counted twice, it was two flushes in the metrics and telemetry,
-            # and took two places of the exit margin's window.
-            key = req.model_dump_json()
+            # and took two places of the exit margin's window. The same ack of a notice
+            # sent since as another action (a drain escalated to terminate) is that action's:
+            # a shell loop's `forewarn ack ID --client loop` for the terminate, word for word
+            # its ack of the drain, was dropped, and the loop named past the deadline.
+            sent = self.board.get(req.notice_id) if req.notice_id else None
+            key = (sent.action if sent is not None else "") + req.model_dump_json()
             if key in self._recent_acks:
                 log.debug("ack %s from %s again; counted once", req.notice_id, req.client)
                 return AckReply()
@@ -1549,6 +1560,7 @@ class Agent:
                     notice_id: sorted(clients)
                     for notice_id, clients in self.board.gone_to_save().items()
                 },
+                self.board.acked_for(),
             )
         )
 

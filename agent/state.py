@@ -116,6 +116,11 @@ class AgentState:
     # MAX_EXPECTED_SAVED, sorted): a restarted agent that forgot them showed a terminate
     # such a job never saved for as if every job had answered, once the others had acked.
     gone: dict[str, list[str]] = field(default_factory=dict)
+    # The action each notice's acks in `acked_by` were for ("drain" or "terminate"), by id: a
+    # restarted agent whose drain came back as terminate (its deadline came within the exit
+    # margin while the agent was down) counts the drain's acks for no terminate. None: a file
+    # of an agent before it, whose acks count for whatever the notice comes back as.
+    acked_for: dict[str, str] | None = None
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -202,7 +207,20 @@ def load_state(path: Path) -> AgentState:
         received_by=_acked_by(raw["received_by"]) if "received_by" in raw else None,
         overdue=_times(raw, "overdue", "overdue deadline", path),
         gone=_acked_by(raw.get("gone_before_ack", {})),
+        acked_for=_acked_for(raw["acked_for"]) if "acked_for" in raw else None,
     )
+
+
+def _acked_for(raw: object) -> dict[str, str]:
+    """The saved actions of the acks by notice id; one that is no action acks are for is left
+    out (that notice's acks then count as in a file without them)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        notice_id: action
+        for notice_id, action in raw.items()
+        if isinstance(notice_id, str) and action in ("drain", "terminate")
+    }
 
 
 def _deadline_kinds(raw: object) -> dict[str, str]:
@@ -514,6 +532,12 @@ def encode_state(state: AgentState) -> bytes:
             for notice_id, clients in state.gone.items()
         },
     }
+    if state.acked_for is not None:
+        payload["acked_for"] = {
+            notice_id: action
+            for notice_id, action in state.acked_for.items()
+            if notice_id in state.acked_by
+        }
     if state.received_by is not None:
         payload["received_by"] = {
             notice_id: sorted(clients)[:MAX_EXPECTED_SAVED]

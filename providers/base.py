@@ -23,6 +23,10 @@ def _nobody_awaited(notice_id: str) -> bool:
     return False
 
 
+def _not_known(notice_id: str) -> str | None:
+    return None
+
+
 @dataclass
 class WatcherContext:
     """What the agent gives a watcher besides its own settings."""
@@ -35,6 +39,11 @@ class WatcherContext:
     # FlushAware watcher asks before acting on the flush later on (Azure's approval, tried
     # again until NotBefore, released the VM under a job that had not saved).
     awaiting_flush: Callable[[str], bool] = _nobody_awaited
+    # The action `notice_id` went out as last (None when it is not active): a drain the agent
+    # re-sends as terminate before its deadline keeps its id, and its watcher reports it as
+    # a drain. A FlushAware watcher that acts on a terminate's flush alone (Azure's approval)
+    # tells by it that the flush is the exit's save, not the drain's.
+    sent_as: Callable[[str], str | None] = _not_known
 
 
 @runtime_checkable

@@ -91,9 +91,10 @@ class NoticeLife(RuleBasedStateMachine):
         self.clients: set[str] = set()
         self.saved: set[str] = set()
         self.held_until: datetime | None = None
-        # Provider notices retired past their end: who had acked each, and whether every
-        # client had flushed it. Raised again, it is the same occurrence: flushed once.
-        self.retired_acks: dict[str, tuple[set[str], bool]] = {}
+        # Provider notices retired past their end: who had acked each, whether every client
+        # had flushed it, and the action they acked. Raised again as that action, it is the
+        # same occurrence: flushed once. Raised again as another, it is acked anew.
+        self.retired_acks: dict[str, tuple[set[str], bool, str]] = {}
         # Raised again flushed by every client: what the board said (`take_flushed`), what the
         # model expects; compared at each `_check`.
         self.taken: list[str] = []
@@ -153,7 +154,9 @@ class NoticeLife(RuleBasedStateMachine):
                 told=shown.deadline,
             )
             if not manual and notice_id in self.retired_acks:
-                acked, flushed = self.retired_acks.pop(notice_id)
+                acked, flushed, acked_action = self.retired_acks.pop(notice_id)
+                if acked_action != action:  # a drain's acks are no terminate's
+                    acked, flushed = set(), False
                 self.active[notice_id].acked, self.active[notice_id].flushed = acked, flushed
                 # Every client had acked it (the last perhaps after its expiry): flushed as it
                 # is raised again, and its provider told then (`take_flushed`).
@@ -171,7 +174,8 @@ class NoticeLife(RuleBasedStateMachine):
         entry.deadline, entry.until = shown.deadline, shown.until
         if action == entry.sent and not changed:
             return []
-        entry.sent, entry.told = action, shown.deadline
+        self._sent_as(entry, action)
+        entry.told = shown.deadline
         return [(notice_id, action, shown.deadline)]
 
     def _expect_clear(self, notice_id: str, why: str | None = None) -> list[Sent]:
@@ -193,13 +197,21 @@ class NoticeLife(RuleBasedStateMachine):
                 if entry.manual:
                     self.saved.discard(notice_id)
                 else:
-                    self.retired_acks[notice_id] = (set(entry.acked), entry.flushed)
+                    self.retired_acks[notice_id] = (set(entry.acked), entry.flushed, entry.sent)
                 # A provider's is the same occurrence if shown again: still saved for.
         for notice_id, entry in self.active.items():
             if entry.sent == "drain" and self._escalate(entry.action, entry.deadline) != "drain":
-                entry.sent, entry.told = "terminate", entry.deadline
+                self._sent_as(entry, "terminate")
+                entry.told = entry.deadline
                 out.append((notice_id, "terminate", entry.deadline))
         return out
+
+    @staticmethod
+    def _sent_as(entry: Active, action: str) -> None:
+        """Acks belong to an action: sent as another, the notice is acked and flushed anew."""
+        if action != entry.sent:
+            entry.acked, entry.flushed = set(), False
+        entry.sent = action
 
     def _expect_flushed(self, notice_id: str) -> bool:
         entry = self.active.get(notice_id)
@@ -394,7 +406,7 @@ class NoticeLife(RuleBasedStateMachine):
         elif notice_id in self.retired_acks:
             # Retired past its end and not raised again yet: the ack counts for the re-raise
             # (it was lost, and the re-raise waited for this client for good).
-            acked, flushed = self.retired_acks[notice_id]
+            acked, flushed, _ = self.retired_acks[notice_id]
             if client is not None:
                 acked.add(client)
             elif not self.clients and not flushed:
@@ -420,6 +432,7 @@ class NoticeLife(RuleBasedStateMachine):
             {notice_id: sorted(clients) for notice_id, clients in b.acked_by().items()},
             {notice_id: sorted(clients) for notice_id, clients in b.expected_by().items()},
             b.raised(),
+            acked_for=b.acked_for(),
         )
         self.state_path.write_bytes(encode_state(state))
         self.now += timedelta(seconds=down)
@@ -435,6 +448,7 @@ class NoticeLife(RuleBasedStateMachine):
             loaded.acked_by,
             loaded.expected_by,
             loaded.raised,
+            acked_for=loaded.acked_for,
         )
         # As the runner after any restart, notices restored or not.
         self.board.hold_flushes(RECONNECT)
