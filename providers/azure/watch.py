@@ -85,11 +85,14 @@ class AzureWatcher:
         health: PollHealth | None = None,
         state_dir: Path | None = None,
         awaiting_flush: Callable[[str], bool] | None = None,
+        sent_as: Callable[[str], str | None] | None = None,
     ) -> None:
         self.settings = settings
         # The agent's: whether a client that subscribed since a notice was flushed has not
         # acked it yet (see request_approval).
         self.awaiting_flush = awaiting_flush or (lambda notice_id: False)
+        # The agent's: the action each notice went out as last (see request_approval).
+        self.sent_as = sent_as or (lambda notice_id: None)
         self._awaited: set[str] = set()  # events whose approval waits for a newcomer, said
         self.health = health or PollHealth(self.name)
         self.base_url = settings.base_url
@@ -517,7 +520,10 @@ class AzureWatcher:
             self.approvals.skip(event_id, f"its status is {event.status}")
             return
         report = self.reports.get(event.notice_id)
-        if why == "after-ack" and (report is None or report.action != "terminate"):
+        # A Reboot or Redeploy the agent re-sent as terminate before NotBefore is reported as a
+        # drain still: flushed as a terminate, its clients saved to exit, as for a Preempt.
+        sent = self.sent_as(event.notice_id) or (report.action if report is not None else None)
+        if why == "after-ack" and (report is None or sent != "terminate"):
             # A drain's flush is not the last: its clients keep training until the board
             # re-sends it as terminate before NotBefore. Approved now, Azure would start the
             # reboot under them; unapproved, it starts at NotBefore, after they have exited.
@@ -621,7 +627,11 @@ def _on_this_clock(document: EventsDocument, ahead: timedelta) -> EventsDocument
 
 def build(settings: Settings, context: WatcherContext) -> AzureWatcher:
     return AzureWatcher(
-        settings, context.health, Path(context.state_dir), awaiting_flush=context.awaiting_flush
+        settings,
+        context.health,
+        Path(context.state_dir),
+        awaiting_flush=context.awaiting_flush,
+        sent_as=context.sent_as,
     )
 
 

@@ -299,3 +299,40 @@ def test_approvals_are_exported_as_a_counter_by_outcome(
 def _next_about(sub: Subscriber, notice_id: str) -> dict[str, object] | None:
     notice = sub.notice(timeout=10)
     return notice if notice["id"] == notice_id else None
+
+
+def test_a_reboot_escalated_to_terminate_is_approved_after_the_terminates_flush(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """A Reboot (listed in azure.approve_types) is a drain: its flush approves nothing, the
+    clients train on. Re-sent as terminate before NotBefore (same id), its clients save to
+    exit: once every one has acked that, the VM is ready and the event is approved. The
+    notice, flushed as a drain already, was never flushed as a terminate: no approval, and
+    the VM idled until NotBefore."""
+    sim, server = imds
+    env = agent_env(
+        tmp_path,
+        FOREWARN_AZURE_URL=server.url,
+        FOREWARN_AZURE_VM_NAME="gpu-0",
+        FOREWARN_AZURE_INTERVAL="0.25",
+        FOREWARN_AZURE_APPROVE_TYPES="Preempt,Terminate,Reboot",
+    )
+    with (
+        AgentProcess(tmp_path, ("azure",), ("--exit-margin", "4s"), env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
+    ):
+        event_id = sim.raise_notice("Reboot", {"not_before_seconds": 8})
+        drain = trainer.notice(timeout=10)
+        assert (drain["id"], drain["action"]) == (f"azure/{event_id}", "drain")
+        ack(agent, drain["id"], "trainer")
+        wait_polls(sim, 3)
+        assert sim.approvals == [], "approved at the drain's flush"
+
+        terminate = trainer.notice(timeout=15)
+        assert (terminate["id"], terminate["action"]) == (drain["id"], "terminate")
+        wait_polls(sim, 2)
+        assert sim.approvals == [], "approved before the terminate's ack"
+        last_ack = ack(agent, drain["id"], "trainer")
+        (approval,) = eventually(lambda: sim.approvals, what="the approval")
+        assert approval["EventId"] == event_id
+        assert approval["monotonic"] >= last_ack
