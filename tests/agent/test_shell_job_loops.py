@@ -455,3 +455,45 @@ def test_the_readme_loop_pasted_without_a_step_variable_still_acks_its_saves(
                 loop.wait()
         assert _count(saves) == 2, stderr.read_text()
         assert "--step: empty" in stderr.read_text(), stderr.read_text()
+
+
+def test_the_readme_loop_acks_a_drain_and_then_its_terminate_with_the_same_command(
+    tmp_path: Path,
+) -> None:
+    """The loop saves for a drain, and the drain is escalated to terminate (same id): its next
+    `wait` returns the terminate, and the loop saves and acks it with the command it acked the
+    drain with, word for word (the same step and flush). The agent took that ack for a repeat
+    of the drain's and dropped it: the terminate, acked by no one, named the loop at its
+    deadline."""
+    args = ("--exit-margin", "3s", "--set", "notice_grace=60")
+    with AgentProcess(tmp_path, args=args) as agent:
+        job, env = _job_dir(tmp_path, agent.env)
+        saves, stderr = tmp_path / "saves", tmp_path / "loop.err"
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=8)
+        request = {"op": "notify", "action": "drain", "deadline": format_time(deadline)}
+        notice_id = agent.control(request)["notice"]["id"]
+        with stderr.open("w") as err:
+            loop = subprocess.Popen(
+                ["bash", "-e", "-c", readme_loop()],
+                cwd=job,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+        try:
+            assert loop.wait(20) == 0, stderr.read_text()
+        finally:
+            if loop.poll() is None:
+                os.killpg(loop.pid, signal.SIGKILL)
+                loop.wait()
+        assert _count(saves) == 2, stderr.read_text()
+        acked = agent.control({"op": "status"})["acked_by"]
+        assert acked == {notice_id: ["save-loop"]}, (acked, agent.output())
+        eventually(
+            lambda: datetime.now(timezone.utc) > deadline + timedelta(seconds=1),
+            10,
+            "a second past the deadline",
+        )
+        assert agent.control({"op": "status"})["unacked_past_deadline"] == {}
+        assert "passed without an ack" not in agent.output()
