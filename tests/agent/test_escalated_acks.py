@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from forewarn.protocol.timefmt import format_time
 from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
+from test_metrics import metrics_url, scrape_url, value
 
 pytestmark = pytest.mark.usefixtures("forked_agents")
 
@@ -44,7 +45,7 @@ def test_a_client_that_saved_for_the_drain_and_ignored_its_terminate_is_named(
     """`trainer` and `saver` save for the drain; escalated, only `saver` acks the terminate.
     The drain's acks counted for the terminate: no warning at the deadline, and `status`
     showed the terminate acked by both."""
-    env = agent_env(tmp_path)
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
     with (
         AgentProcess(tmp_path, args=ARGS, env=env) as agent,
         Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer,
@@ -78,6 +79,9 @@ def test_a_client_that_saved_for_the_drain_and_ignored_its_terminate_is_named(
         status = run_forewarn("status", env=env)
         (shown,) = [row for row in status.stdout.splitlines() if notice_id in row]
         assert "acked by saver  past its deadline, not acked by trainer" in shown, shown
+        found = scrape_url(metrics_url(agent))
+        labels = {"provider": "local", "reason": "manual"}
+        assert value(found, "forewarn_unacked_terminates_total", **labels) == 1
 
 
 def test_a_client_gone_after_the_drain_is_not_shown_acking_the_terminate(
