@@ -1396,7 +1396,8 @@ class Agent:
                     req.client or "?",
                     req.step,
                     _secs(req.restore_seconds),
-                    req.steps_lost,
+                    # Not reported: "none" would read as none lost.
+                    "unknown" if req.steps_lost is None else req.steps_lost,
                 ],
             )
         else:

@@ -202,3 +202,23 @@ def test_a_resume_is_logged_with_its_restore_time_and_steps_lost(tmp_path: Path)
     assert entry["restore_seconds"] == 1.5 and entry["steps_lost"] == 2, entry
     assert "restore=1.5s steps_lost=2" in str(entry["msg"]), entry
     assert "periodic" not in str(entry["msg"]) and "flush=" not in str(entry["msg"]), entry
+
+
+def test_a_resume_without_its_figures_says_steps_lost_unknown_not_none(tmp_path: Path) -> None:
+    """`guard.resumed(step)`, as the README's loop calls it, reports no steps lost: its line
+    read `resume after (no notice) from trainer-a: step=0 restore=none steps_lost=None`, a
+    Python `None` beside the log's own `none`, and `steps_lost=none` would read as none
+    lost. Found walking a real agent with two torch jobs."""
+    from support import eventually
+
+    with AgentProcess(tmp_path, env=agent_env(tmp_path)) as agent:
+        resumed = {"op": "ack", "client": "c", "step": 0, "outcome": "resumed"}
+        assert agent.control(resumed)["ok"]
+
+        def resume_line() -> str | None:
+            found = [line for line in agent.output().splitlines() if "resume after" in line]
+            return found[0] if found else None
+
+        line = eventually(resume_line, what="the resume's line")
+    assert "None" not in line, line
+    assert "restore=none steps_lost=unknown" in line, line
