@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
@@ -517,8 +517,10 @@ def _status_message(path: str, answer: Answer) -> str:
 
 
 def _log_report(report: Report) -> None:
-    deadline = report.deadline.isoformat() if isinstance(report.deadline, datetime) else "none"
-    log.info("aws: %s %s (%s), deadline %s", report.action, report.id, report.reason, deadline)
+    # DEBUG: the agent logs each notice it is told of (`seen at`, then `notice ACTION ID ...
+    # deadline=...`); at INFO this was a third line for one fact, in another time format.
+    deadline = format_time(report.deadline) if isinstance(report.deadline, datetime) else "none"
+    log.debug("aws: %s %s (%s), deadline %s", report.action, report.id, report.reason, deadline)
 
 
 def build(settings: Settings, context: WatcherContext) -> AwsWatcher:

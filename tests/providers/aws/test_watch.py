@@ -65,6 +65,22 @@ async def test_a_retired_hibernation_is_not_called_past_when_seen(
     assert "a hibernation begins when announced" in line
 
 
+async def test_a_report_is_not_logged_again_beside_the_agents_lines(
+    sim: ImdsSimulator, server: SimServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent logs each notice it is told of (`seen at`, then `notice terminate ...
+    deadline=...Z`); the watcher logged each report too, at INFO, a third line for one fact
+    with its deadline in another format (`deadline 2026-12-06T17:42:52+00:00`). Found
+    reading a real agent's log under a rebalance and a spot interruption."""
+    with caplog.at_level(logging.DEBUG, logger="forewarn.providers.aws"):
+        async with watching(server.url) as run:
+            sim.raise_notice("spot", {"action": "terminate", "time": "2026-11-30T03:12:00Z"})
+            report, _ = await run.report_at(action="terminate")
+    lines = [r for r in caplog.records if report.id in r.getMessage()]
+    assert lines and all(r.levelno == logging.DEBUG for r in lines), lines
+    assert all("+00:00" not in r.getMessage() for r in lines), lines
+
+
 async def test_a_rebalance_is_a_drain_and_clears_when_gone(
     sim: ImdsSimulator, server: SimServer
 ) -> None:
