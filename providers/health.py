@@ -101,7 +101,8 @@ class PollHealth:
         if last is None or now - last >= self.repeat_log_seconds:
             self._logged[kind] = now
             count = self.errors_by_kind[kind]
-            log.warning("%s: %s: %s (seen %d times)", self.provider, kind, message, count)
+            seen = "once" if count == 1 else f"{count} times"
+            log.warning("%s: %s: %s (seen %s)", self.provider, kind, message, seen)
         for listener in self.listeners:
             listener(self.provider, False, kind)
 

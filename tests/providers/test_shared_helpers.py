@@ -331,3 +331,19 @@ class TestClockSkew:
             assert moved.detail["notice_time"] == format_time(
                 datetime(2026, 12, 5, 15, tzinfo=timezone.utc) + shift
             )
+
+
+def test_a_poll_error_s_log_line_counts_in_words(caplog: pytest.LogCaptureFixture) -> None:
+    """A provider's first error of a kind was logged `aws: http-503: GET ...: 503: IMDS is
+    unavailable (seen 1 times)`. Found reading a real agent's log under a 12 s IMDS fault."""
+    import logging
+
+    health = PollHealth("aws", repeat_log_seconds=0.0)
+    with caplog.at_level(logging.WARNING, logger="forewarn.providers"):
+        health.error("http-503", "IMDS is unavailable")
+        health.error("http-503", "IMDS is unavailable")
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [
+        "aws: http-503: IMDS is unavailable (seen once)",
+        "aws: http-503: IMDS is unavailable (seen 2 times)",
+    ], said

@@ -238,7 +238,7 @@ async def test_a_key_failing_before_the_first_good_answer_is_said_once(
         watcher._bad(UPCOMING_KEY, "http-500", f"{UPCOMING_KEY}: HTTP 500")
         watcher._good(PREEMPTED_KEY)
         said = [r.getMessage() for r in caplog.records if r.name == "forewarn.providers"]
-        assert said == [f"gcp: http-500: {UPCOMING_KEY}: HTTP 500 (seen 1 times)"], said
+        assert said == [f"gcp: http-500: {UPCOMING_KEY}: HTTP 500 (seen once)"], said
         watcher._good(UPCOMING_KEY)  # the key itself answers: that is a recovery
         said = [r.getMessage() for r in caplog.records if r.name == "forewarn.providers"]
         assert said[-1] == "gcp: polling recovered after http-500", said
