@@ -916,7 +916,7 @@ class Agent:
                 format_time(notice.noticed_at),
                 extra={
                     **notice_fields(notice, "seen"),
-                    "noticed_at": notice.noticed_at.isoformat(),
+                    "noticed_at": format_time(notice.noticed_at),
                 },
             )
         self.publisher.publish(notice)
@@ -1720,7 +1720,9 @@ def notice_fields(notice: Notice, lifecycle: str) -> dict[str, Any]:
         "action": notice.action,
         "reason": notice.reason,
         "provider": notice.provider,
-        "deadline": notice.deadline.isoformat() if notice.deadline else None,
+        # As the wire, `status --json` and `ts` give it: isoformat's `...55.699277+00:00`
+        # matched no deadline an operator copied from `status`.
+        "deadline": format_time(notice.deadline) if notice.deadline else None,
         "seq": notice.seq,
     }
 

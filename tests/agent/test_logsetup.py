@@ -222,3 +222,33 @@ def test_a_resume_without_its_figures_says_steps_lost_unknown_not_none(tmp_path:
         line = eventually(resume_line, what="the resume's line")
     assert "None" not in line, line
     assert "restore=none steps_lost=unknown" in line, line
+
+
+def test_json_log_fields_give_times_as_the_wire_does(tmp_path: Path) -> None:
+    """The JSON lines' `deadline` and `noticed_at` fields were Python's isoformat,
+    `2026-12-06T18:05:55.699277+00:00`, beside `ts` and the text's `...55.699Z` on the same
+    line and the wire's and `status --json`'s `...55.699Z`: `jq 'select(.deadline == D)'`
+    with the deadline `status` showed found nothing. Found reading a real agent's JSON log."""
+    from forewarn.protocol.timefmt import format_time, parse_deadline
+    from support import eventually
+
+    env = agent_env(tmp_path, FOREWARN_LOG_FORMAT="json")
+    with AgentProcess(tmp_path, env=env) as agent:
+        reply = agent.control(
+            {"op": "notify", "action": "drain", "deadline": format_time(parse_deadline("1h"))}
+        )
+        notice = reply["notice"]
+
+        def steps() -> dict[str, dict[str, object]] | None:
+            lines = [json.loads(line) for line in agent.output().splitlines()]
+            found = {
+                str(line["lifecycle"]): line
+                for line in lines
+                if line.get("notice_id") == notice["id"]
+            }
+            return found if {"seen", "published"} <= set(found) else None
+
+        by_step = eventually(steps, what="the seen and published lines")
+    assert by_step["published"]["deadline"] == notice["deadline"], by_step
+    assert by_step["seen"]["deadline"] == notice["deadline"], by_step
+    assert by_step["seen"]["noticed_at"] == notice["noticed_at"], by_step
