@@ -26,7 +26,7 @@ from typing import Any, ClassVar, TypeVar
 
 import httpx
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.report import Report
 
 from ..backoff import Backoff
@@ -290,7 +290,7 @@ class DigitalOceanWatcher:
                 "digitalocean: the droplet's clock moved against the metadata service's: %s "
                 "goes out again with deadline %s",
                 report.id,
-                moved.deadline.isoformat() if moved.deadline else None,
+                _when(moved.deadline),
             )
             emit(moved)
             self.active.add(moved, now)
@@ -334,7 +334,7 @@ class DigitalOceanWatcher:
                     "digitalocean: the droplet's clock moved against the metadata service's "
                     "since %s was saved: it goes out with deadline %s",
                     report.id,
-                    moved.deadline.isoformat() if moved.deadline else None,
+                    _when(moved.deadline),
                 )
                 self.active.add(moved, now)
             emit(moved)
@@ -702,7 +702,7 @@ class DigitalOceanWatcher:
             "moves it earlier: %s",
             uid,
             moved.id,
-            earlier.isoformat(),
+            format_time(earlier),
         )
         emit(moved.model_copy(update={"deadline": earlier}))
         self.active.add(moved.model_copy(update={"deadline": earlier}), now)
@@ -751,7 +751,7 @@ class DigitalOceanWatcher:
             "digitalocean: mail UID %d is a %s: drain with deadline %s",
             uid,
             verdict.why,
-            report.deadline.isoformat() if report.deadline else None,
+            _when(report.deadline),
         )
         # Emitted before it is recorded: a crash in between raises it once more after the
         # restart, where the other order would lose it.
@@ -810,6 +810,12 @@ async def _off_loop(work: Callable[..., T], *args: Any) -> T:
 
 def build(settings: Settings, context: WatcherContext) -> DigitalOceanWatcher:
     return DigitalOceanWatcher(settings, context)
+
+
+def _when(deadline: datetime | None) -> str:
+    """A deadline for a log line as the agent's lines and the wire give it (`...Z`), or
+    `none`: isoformat's `+00:00` and Python's `None` beside them named the same time twice."""
+    return format_time(deadline) if deadline is not None else "none"
 
 
 __all__ = [

@@ -138,6 +138,32 @@ async def test_a_matching_mail_raises_a_drain_with_its_deadline(
         assert run.reports[1].detail["deadline_source"] == "date+lead"
 
 
+async def test_a_raised_reclaim_s_log_line_gives_its_deadline_as_the_wire_does(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher's line said `drain with deadline 2026-12-06T19:35:00+00:00` beside the
+    agent's `deadline=2026-12-06T19:35:00Z` for the same notice, and `None` for one
+    without a deadline: the times in two formats in one log. Found reading a real agent's
+    log (the AWS watcher's line did the same)."""
+    from forewarn.protocol.timefmt import format_time
+
+    caplog.set_level(logging.INFO, logger="forewarn")
+    sent = utcnow().replace(microsecond=0)
+    deadline = (sent + timedelta(minutes=95)).replace(second=0)
+    dovecot.append(
+        mail_user,
+        reclaim(
+            f"Spot GPU Droplet gpu-spot-1 will be reclaimed at "
+            f"{deadline:%H:%M} UTC on {deadline:%Y-%m-%d}. Save your work.",
+            date=sent,
+        ),
+    )
+    async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "state") as run:
+        await run.until(lambda: len(run.reports) == 1)
+    [line] = [r.getMessage() for r in caplog.records if "drain with deadline" in r.getMessage()]
+    assert line.endswith(f"drain with deadline {format_time(deadline)}"), line
+
+
 async def test_mails_that_do_not_match_raise_nothing(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:
