@@ -1758,10 +1758,25 @@ def build_parser(
         help="TOML file (default: $FOREWARN_CONFIG, "
         "else /etc/forewarn/forewarn.toml when it exists)",
     )
-    agent.add_argument("--runtime-dir", type=_path, help="directory of the sockets and flag file")
-    agent.add_argument("--state-dir", type=_path, help="directory of the state file")
-    agent.add_argument("--events", help="events endpoint to bind")
-    agent.add_argument("--control", help="control endpoint to bind")
+    # Each with its default, as the README's table gives it: an operator asking the agent
+    # where its sockets and state go was not told.
+    agent.add_argument(
+        "--runtime-dir",
+        type=_path,
+        help="directory of the sockets and flag file (default: /run/forewarn when "
+        "writable, else $XDG_RUNTIME_DIR/forewarn, else /tmp/forewarn-<uid>)",
+    )
+    agent.add_argument(
+        "--state-dir",
+        type=_path,
+        help="directory of the state file, telemetry and the watchers' own files (default: "
+        "/var/lib/forewarn when writable, else $XDG_STATE_HOME/forewarn, "
+        "~/.local/state/forewarn without it)",
+    )
+    agent.add_argument("--events", help="events endpoint to bind (default: ipc://<runtime>/events)")
+    agent.add_argument(
+        "--control", help="control endpoint to bind (default: ipc://<runtime>/control)"
+    )
     agent.add_argument(
         "--allow-remote",
         action="store_true",

@@ -821,3 +821,22 @@ def test_the_exit_codes_the_readme_lists_are_the_checkpoint_command_s_too() -> N
     assert "could not be read" in words[str(checkpoint_cli.EXIT_UNREADABLE)]
     assert "`checkpoint verify`" in words[str(checkpoint_cli.EXIT_CORRUPT)]
     assert "`ack`" in words["1"]
+
+
+def test_the_agent_s_help_gives_the_defaults_its_readme_table_gives() -> None:
+    """`forewarn agent --help` said `--runtime-dir`: "directory of the sockets and flag file"
+    and `--state-dir`: "directory of the state file", with no default, where the README's
+    table gives both (and the state directory holds telemetry and the watchers' files too):
+    an operator asking the agent where its state goes was not told. Found comparing the
+    README's agent table with `--help`."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args(["agent", "--help"])
+    flat = " ".join(out.getvalue().split())
+    assert "/run/forewarn" in flat and "$XDG_RUNTIME_DIR/forewarn" in flat, flat
+    assert "/tmp/forewarn-<uid>" in flat, flat
+    assert "/var/lib/forewarn" in flat and "~/.local/state/forewarn" in flat, flat
+    assert "telemetry" in flat, flat
