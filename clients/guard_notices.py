@@ -194,22 +194,32 @@ class NoticeRequests(GuardState):
         if event.id in self._inherited:
             return
         left = event.seconds_left
-        if left is not None and left > 0:
+        margin = self._inherited_margin()
+        if left is not None and 0 < left <= margin:
+            # The exit's moment is past already: said as what it is, an exit now (it said
+            # "it does not stop this job at once: ... 30s before its deadline (7s away)").
             self._inherited[event.id] = event.deadline
             plan = (
-                f"this job saves and exits {self._inherited_margin():g}s before its deadline "
-                f"({left:.0f}s away)"
+                f"its deadline ({left:.0f}s away) is within this job's exit margin "
+                f"({margin:g}s): this job saves and exits now"
+            )
+        elif left is not None and left > 0:
+            self._inherited[event.id] = event.deadline
+            plan = (
+                f"it does not stop this job at once: this job saves and exits {margin:g}s "
+                f"before its deadline ({left:.0f}s away)"
             )
         else:
             self._inherited[event.id] = None
             plan = (
-                "its deadline is " + ("past" if left is not None else "unknown") + "; it is ignored"
+                "it does not stop this job: its deadline is "
+                + ("past" if left is not None else "unknown")
+                + "; it is ignored"
             )
         self._events[event.id] = event
         log.warning(
             "forewarn: terminate %s from %s was already in force when this job started "
-            "(noticed %s) and an earlier client acted on it; it does not stop this job at "
-            "once: %s",
+            "(noticed %s) and an earlier client acted on it; %s",
             one_line(event.id),
             one_line(event.provider),
             format_time(event.noticed_at),

@@ -374,8 +374,12 @@ def test_an_inherited_terminate_inside_the_agents_margin_exits_at_once(tmp_path:
     # The agent's 120 s, not the job's own 30 s. Plus the job's longest step and two ticks
     # once it has stepped: a job whose agent replays late (a loaded node) stepped before the
     # terminate reached it and said 120.623 s.
-    planned = re.search(r"saves and exits ([0-9.]+)s before its deadline", said[0])
+    planned = re.search(r"within this job's exit margin \(([0-9.]+)s\)", said[0])
     assert planned is not None and 120 <= float(planned[1]) < 125, said
+    # It says what it does: exit now. It said "it does not stop this job at once: this job
+    # saves and exits 120s before its deadline (60s away)", a moment already past.
+    assert "does not stop this job at once" not in said[0], said
+    assert said[0].endswith("this job saves and exits now"), said
 
 
 def test_an_inherited_spot_terminate_moved_earlier_exits_for_the_new_deadline(
