@@ -25,6 +25,7 @@ a place, and which keeps the directory after the last job leaves until that dead
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
@@ -133,8 +134,15 @@ class FlagJobs:
                 temporary.unlink()
             return False
         self._fd, self._name = fd, name
+        # A job that ends without close() (the README's loop ends with sys.exit) leaves here
+        # too: its place, unlocked, stayed with the directory until the next job started.
+        atexit.register(self._leave_at_exit)
         self._remove_ended()
         return True
+
+    def _leave_at_exit(self) -> None:
+        if self._pid == os.getpid():  # not in a process forked from the job
+            self.leave()
 
     def _remove_ended(self) -> None:
         """Remove the places of jobs that ended without leaving (killed, crashed): they no
@@ -218,6 +226,7 @@ class FlagJobs:
     def leave(self) -> None:
         """Give up the place (the job closes): it counts no more."""
         self._after_fork()
+        atexit.unregister(self._leave_at_exit)
         fd, name = self._fd, self._name
         self._fd = self._name = None
         if fd is None or name is None:

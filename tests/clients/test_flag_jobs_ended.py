@@ -128,3 +128,32 @@ def test_joining_removes_every_unlocked_place_and_keeps_the_dot_files(
     finally:
         mine.leave()
         live.leave()
+
+
+README_LOOP_EXIT = """
+import sys
+from forewarn.clients import CheckpointGuard
+guard = CheckpointGuard(every_steps=600, notices=False, flag_file=sys.argv[1], agree=False)
+step = 0
+guard.resumed(step)
+while step < 3:
+    step += 1
+    guard.due(step)
+sys.exit(guard.exit_code)  # as the README's loop ends: no close()
+"""
+
+
+def test_a_job_that_ends_as_the_readme_loop_does_leaves_no_place_behind(tmp_path: Path) -> None:
+    """The README's loop ends with `sys.exit(guard.exit_code)` and no `close()`: its place in
+    `<flag>.jobs/` stayed, with the directory, until the next job on the node started (found:
+    two torchrun ranks that saved and exited for a flag left `<pid>-<hex>` files behind)."""
+    flag = tmp_path / "checkpoint-now"
+    done = subprocess.run(
+        [sys.executable, "-c", README_LOOP_EXIT, str(flag)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    directory = flag.with_name(flag.name + ".jobs")
+    assert not directory.exists(), os.listdir(directory)
