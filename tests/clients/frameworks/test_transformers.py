@@ -71,6 +71,36 @@ def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Pat
     assert trainer.state.global_step == 25, "the notice during evaluation stopped training there"
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_exit_during_a_long_evaluation_cuts_the_pass_short_and_saves(
+    tmp_path: Path, workers: int
+) -> None:
+    """The exit's save waited for the whole evaluation pass: a terminate with a 10 s lead that
+    came as an 8 s evaluation began (the README's loop's pass of 500 batches, two persistent
+    workers) was saved 9.2 s after the notice, and a longer pass lost every step since the
+    last checkpoint. The pass now ends at the batch the exit is seen, and the save follows."""
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    model = models.AsksToExitInEvaluation()
+    model.callback = callback
+    options: dict[str, Any] = {"dataloader_num_workers": workers}
+    if workers:
+        options |= {"dataloader_persistent_workers": True, "dataloader_prefetch_factor": 4}
+    args = models.arguments(tmp_path, **models.EVALUATE_EVERY_25, **options)
+    trainer = hf.Trainer(
+        model=model,
+        args=args,
+        train_dataset=models.Points(),
+        eval_dataset=models.ManyPoints(),
+        callbacks=[callback],
+    )
+    trainer.train()
+    assert model.eval_calls == 3, "the pass went on past the batch that saw the exit"
+    assert callback.saved_steps == [25]
+    assert (tmp_path / "out" / "checkpoint-25").is_dir()
+    assert trainer.state.global_step == 25
+    assert callback.exit_code == 143
+
+
 def test_a_terminate_withdrawn_during_evaluation_saves_and_training_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -92,10 +122,11 @@ def test_a_terminate_withdrawn_during_evaluation_saves_and_training_goes_on(
             args=args,
             train_dataset=models.Points(),
             eval_dataset=models.FewPoints(),
-            callbacks=[callback],
+            callbacks=[callback, model.withdraws()],
         )
         trainer.train()
-    assert model.eval_calls > 6
+    # The first pass ended at the terminate's batch; the second, at step 50, ran whole.
+    assert model.cleared and model.eval_calls == 3 + 16, model.eval_calls
     assert callback.saved_steps[0] == 25
     assert trainer.state.global_step == 50, "the withdrawn terminate did not stop training"
 

@@ -51,13 +51,16 @@ class AsksToExitInEvaluation(Tiny):
 
 
 class TerminateWithdrawnInEvaluation(Tiny):
-    """In the first evaluation an agent sends a terminate, then clears it before the save."""
+    """In the first evaluation an agent sends a terminate (which ends that pass at its
+    batch), then clears it as the evaluation returns, before the save (`withdraws`, a
+    TrainerCallback's `on_evaluate`)."""
 
     def __init__(self, agent: Any, callback: ForewarnTrainerCallback) -> None:
         super().__init__()
         self.agent = agent
         self.callback = callback
         self.eval_calls = 0
+        self.sent = self.cleared = False
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         from support import eventually
@@ -68,10 +71,23 @@ class TerminateWithdrawnInEvaluation(Tiny):
             if self.eval_calls == 3:
                 self.agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
                 eventually(lambda: guard.should_exit, 10, "the terminate")
-            if self.eval_calls == 6:
-                self.agent.control({"op": "clear", "id": "local/t"})
-                eventually(lambda: not guard.should_exit, 10, "the clear")
+                self.sent = True
         return super().forward(x, labels)
+
+    def withdraws(self) -> TrainerCallback:
+        from support import eventually
+
+        model = self
+
+        class Withdraws(TrainerCallback):  # type: ignore[misc]
+            def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                if model.sent and not model.cleared:
+                    model.agent.control({"op": "clear", "id": "local/t"})
+                    guard = model.callback.guard
+                    eventually(lambda: not guard.should_exit, 10, "the clear")
+                    model.cleared = True
+
+        return Withdraws()
 
 
 class TerminatedInEvaluation(Tiny):
@@ -93,6 +109,13 @@ class TerminatedInEvaluation(Tiny):
 class FewPoints(Points):
     def __len__(self) -> int:
         return 64
+
+
+class ManyPoints(Points):
+    """An evaluation pass of 200 batches of 4: long beside a notice's lead."""
+
+    def __len__(self) -> int:
+        return 800
 
 
 class SeededPoints(Dataset):  # type: ignore[type-arg]
