@@ -37,7 +37,12 @@ class PollHealth:
     polls: int = 0
     successes: int = 0  # good answers; `polls` counts failed ones too
     errors: int = 0
-    errors_by_kind: dict[str, int] = field(default_factory=dict)
+    errors_by_kind: dict[str, int] = field(default_factory=dict)  # since the agent started
+    # Errors by kind in this episode: since polling last recovered (or the agent started). The
+    # log line's "(seen N times ...)" counts these, so a new episode's first line says 1, not
+    # the total the metrics keep.
+    episode_errors: dict[str, int] = field(default_factory=dict)
+    recovered_once: bool = False
     last_success: float | None = None  # time.time() of the last good answer
     last_error: str | None = None
     # time.monotonic() of the watcher's last answer or error (either says it is working):
@@ -75,6 +80,8 @@ class PollHealth:
             log.info("%s: polling recovered after %s", self.provider, self.last_error)
             self.last_error = None
             self._logged.clear()
+            self.episode_errors.clear()
+            self.recovered_once = True
         for listener in self.listeners:
             listener(self.provider, True, None)
 
@@ -86,7 +93,8 @@ class PollHealth:
         self.last_progress = time.monotonic()
 
     def error(self, kind: str, message: str) -> None:
-        """Count an error; log it the first time, and again only after `repeat_log_seconds`.
+        """Count an error; log it the first time, and again only after `repeat_log_seconds`,
+        with the number of its kind in this episode (since polling last recovered).
         A crash of the watcher (WATCHER_FAILED) or its restart when hung (WATCHER_STALLED) is an
         error but no poll of its endpoint, as in `forewarn_polls_total` (`status` counted each
         crash as a poll), and no progress of the watcher."""
@@ -95,14 +103,16 @@ class PollHealth:
             self.last_progress = time.monotonic()
         self.errors += 1
         self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
+        self.episode_errors[kind] = self.episode_errors.get(kind, 0) + 1
         self.last_error = kind
         now = time.monotonic()
         last = self._logged.get(kind)
         if last is None or now - last >= self.repeat_log_seconds:
             self._logged[kind] = now
-            count = self.errors_by_kind[kind]
+            count = self.episode_errors[kind]
+            since = "polling recovered" if self.recovered_once else "the agent started"
             seen = "once" if count == 1 else f"{count} times"
-            log.warning("%s: %s: %s (seen %s)", self.provider, kind, message, seen)
+            log.warning("%s: %s: %s (seen %s since %s)", self.provider, kind, message, seen, since)
         for listener in self.listeners:
             listener(self.provider, False, kind)
 

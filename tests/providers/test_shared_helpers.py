@@ -344,6 +344,6 @@ def test_a_poll_error_s_log_line_counts_in_words(caplog: pytest.LogCaptureFixtur
         health.error("http-503", "IMDS is unavailable")
     said = [record.getMessage() for record in caplog.records]
     assert said == [
-        "aws: http-503: IMDS is unavailable (seen once)",
-        "aws: http-503: IMDS is unavailable (seen 2 times)",
+        "aws: http-503: IMDS is unavailable (seen once since the agent started)",
+        "aws: http-503: IMDS is unavailable (seen 2 times since the agent started)",
     ], said

@@ -238,7 +238,8 @@ async def test_a_key_failing_before_the_first_good_answer_is_said_once(
         watcher._bad(UPCOMING_KEY, "http-500", f"{UPCOMING_KEY}: HTTP 500")
         watcher._good(PREEMPTED_KEY)
         said = [r.getMessage() for r in caplog.records if r.name == "forewarn.providers"]
-        assert said == [f"gcp: http-500: {UPCOMING_KEY}: HTTP 500 (seen once)"], said
+        line = f"gcp: http-500: {UPCOMING_KEY}: HTTP 500 (seen once since the agent started)"
+        assert said == [line], said
         watcher._good(UPCOMING_KEY)  # the key itself answers: that is a recovery
         said = [r.getMessage() for r in caplog.records if r.name == "forewarn.providers"]
         assert said[-1] == "gcp: polling recovered after http-500", said
@@ -308,3 +309,27 @@ async def test_a_server_with_a_new_etag_at_every_answer_is_paced_not_hammered() 
     # The first two are asked at once (last_etag=0, then its ETag); each answer from the
     # second on is held retry_delay before the next request.
     assert served[-1] - served[0] >= 4 * 0.2 * 0.9, [b - a for a, b in itertools.pairwise(served)]
+
+
+async def test_a_new_episode_of_an_error_counts_from_one(
+    server: SimServer, sim: GcpSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Three 503s, recovery, then one more 503: the second episode's first line said "(seen 4
+    # times)", counting every 503 since the agent started, as if the endpoint had failed four
+    # times in a row. The metrics keep the total; the line counts since the last recovery.
+    caplog.set_level("INFO", logger="forewarn.providers")
+    async with watching(server.url, **LONG_POLLS_ONLY) as run:
+        await run.until_polling()
+        health = run.watcher.health
+        sim.add_fault("status", status=503, count=3)
+        await _errors(run, "unavailable", 3)
+        await run.until(lambda: health.last_error is None, 10, "recovered")
+        sim.add_fault("status", status=503, count=1)
+        await _errors(run, "unavailable", 4)
+        await run.until(lambda: health.last_error is None, 10, "recovered again")
+    said = [r.getMessage() for r in caplog.records if r.name == "forewarn.providers"]
+    lines = [line for line in said if ": unavailable: " in line]
+    assert len(lines) == 2, said
+    assert lines[0].endswith("(seen once since the agent started)"), lines
+    assert lines[1].endswith("(seen once since polling recovered)"), lines
+    assert health.errors_by_kind["unavailable"] == 4
