@@ -40,6 +40,7 @@ import httpx
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.report import Report
 
+from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id, machine_started
 from ..skew import report_on_clock, resume_skew, take_skew
@@ -70,6 +71,12 @@ DETECT_SECONDS = 1.0
 # The health condition that holds a token failure's cause and fix (hop limit 1, IMDSv1 only)
 # until IMDS answers.
 TOKEN_CONDITION = "imds-token"
+# After a 429 (IMDS throttles each instance's queries; AWS: "retry with exponential
+# backoff"), no path is asked again for THROTTLE_FIRST seconds, doubling at each 429 up to
+# THROTTLE_CEILING: AWS's own spot cadence, so a 2-minute interruption notice still comes
+# in time.
+THROTTLE_FIRST = 1.0
+THROTTLE_CEILING = 5.0
 # Token failures after which detection asks for the identity document without a token.
 _PROBED_TOKENLESS = ("token-timeout", "token-http-403", "token-http-404", "token-http-405")
 
@@ -172,6 +179,9 @@ class AwsWatcher:
         self._ahead = timedelta(0)
         self.paths = watched_paths(settings, clock, lambda: utcnow() - self._ahead)
         self._explained: set[str] = set()
+        # While IMDS throttles: the backoff, and no request before `_throttled_until`.
+        self._throttle = Backoff(THROTTLE_FIRST, THROTTLE_CEILING)
+        self._throttled_until = 0.0
         # Spot polls go to `heightened_interval` while a warning is active (see `heightened`).
         self.spot = next((path for path in self.paths if path.name == "spot"), None)
         self._warnings = [path for path in self.paths if path.name in ("rebalance", "scheduled")]
@@ -207,7 +217,7 @@ class AwsWatcher:
         token, each within `timeout`); none when every path is turned off."""
         if not self.paths:
             return None
-        longest = max(self.interval(path) for path in self.paths)
+        longest = max(max(self.interval(path) for path in self.paths), THROTTLE_CEILING)
         return stall_bound(longest, self.settings.timeout * (len(self.paths) + 1))
 
     async def detect(self) -> bool:
@@ -257,9 +267,11 @@ class AwsWatcher:
                 path.next_due = max(path.next_due + self.interval(path), now)
             for path in due:
                 if not await self.poll(path, emit):
-                    break  # a token failure fails every path alike; try again next time
+                    break  # a token failure or a 429 fails every path alike; try again later
             self._pull_spot_forward()
             self._pull_unconfirmed_forward()
+            for path in self.paths:
+                path.next_due = max(path.next_due, self._throttled_until)
             wait = min(path.next_due for path in self.paths) - self.clock()
             await asyncio.sleep(max(0.0, wait))
 
@@ -304,7 +316,8 @@ class AwsWatcher:
                 path.next_due = min(path.next_due, self.clock() + soon)
 
     async def poll(self, path: WatchedPath, emit: Emit) -> bool:
-        """One poll of one path; False when the failure concerns IMDS as a whole."""
+        """One poll of one path; False when the failure concerns IMDS as a whole (a token
+        failure, or a 429: the next poll of any path waits out the backoff)."""
         try:
             answer = await self.client.get(path.path)
         except ImdsError as error:
@@ -318,6 +331,8 @@ class AwsWatcher:
             self._failed(path, "internal", f"GET {path.path}: {type(error).__name__}: {error}")
             return True
         self.health.condition(TOKEN_CONDITION, None)
+        if answer.status != 429:
+            self._throttle.reset()
         self._take_skew(answer.date)
         if answer.status == 404 and path.absent_on_404:
             reports: list[Report] = []
@@ -339,6 +354,9 @@ class AwsWatcher:
                 return True
         else:
             self._failed(path, f"http-{answer.status}", _status_message(path.path, answer))
+            if answer.status == 429:
+                self._throttled_until = self.clock() + self._throttle.next()
+                return False
             return True
         for report in path.tracker.update(self._shown(path, reports)):
             _log_report(report)
@@ -509,7 +527,7 @@ def imds_url(configured: str | None) -> str:
 def _status_message(path: str, answer: Answer) -> str:
     hint = {
         403: "IMDS refused the request (metadata endpoint disabled?)",
-        429: "IMDS is throttling this instance",
+        429: "IMDS is throttling this instance; backing off",
         500: "IMDS failed",
         503: "IMDS is unavailable",
     }.get(answer.status, "unexpected status")
@@ -527,4 +545,12 @@ def build(settings: Settings, context: WatcherContext) -> AwsWatcher:
     return AwsWatcher(settings, context.health, state_dir=Path(context.state_dir))
 
 
-__all__ = ["AwsWatcher", "WatchedPath", "build", "imds_url", "watched_paths"]
+__all__ = [
+    "THROTTLE_CEILING",
+    "THROTTLE_FIRST",
+    "AwsWatcher",
+    "WatchedPath",
+    "build",
+    "imds_url",
+    "watched_paths",
+]

@@ -83,3 +83,27 @@ def test_a_hanging_token_renewal_does_not_hold_the_polls(tmp_path: Path) -> None
             notice = sub.notice(timeout=1.5)
             assert notice["action"] == "terminate"
             assert time.monotonic() - started < 1.0
+
+
+def test_a_429_from_imds_is_backed_off(tmp_path: Path) -> None:
+    """IMDS answering 429 (AWS: "retry with exponential backoff") was asked again at each
+    path's own cadence, about four requests a second, for as long as it throttled: 17 429s
+    in 4 s. The watcher now waits 1 s, 2 s, 4 s (at most 5 s, AWS's own spot cadence) after
+    each 429, every path alike, and a notice raised as the throttling ends still arrives."""
+    sim = ImdsSimulator()
+    with SimServer(sim) as server, aws_agent(tmp_path, server) as agent:
+        with agent.subscriber() as sub:
+            spot = "GET /latest/meta-data/spot/instance-action"
+            eventually(lambda: sim.requests[spot] >= 2, what="the first polls")
+            throttle = sim.add_fault("status", path="/latest/meta-data/", status=429)
+            eventually(lambda: sim.faults()[0]["answered"] >= 1, what="the first 429")
+            first = time.monotonic()
+            # The scenario: IMDS throttles for 4 s.
+            time.sleep(4.0)
+            answered = sim.faults()[0]["answered"]
+            sim.remove_fault(throttle)
+            sim.raise_notice("spot", {"lead": 120})
+            notice = sub.notice(timeout=8)
+            assert notice["action"] == "terminate"
+            assert answered <= 6, f"{answered} 429s in {time.monotonic() - first:.1f} s"
+        assert "429" in agent.output()
