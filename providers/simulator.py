@@ -155,6 +155,13 @@ class Simulator:
     def handle(self, request: SimRequest) -> SimResponse:
         raise SimError(f"{self.name}: no such path {request.path}", 404)
 
+    def admit(self, request: SimRequest) -> SimResponse | None:
+        """The endpoint's own refusal of `request` as it arrives, before any fault holds it
+        (None: admitted). A rate limit counts requests here, as they come: counted when
+        answered, the requests a `hang` held were counted all at once as it ended, and the
+        client's next request got a 429 it had not earned."""
+        return None
+
     def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
         raise SimError(f"{self.name}: unknown notice kind {kind!r}")
 
@@ -738,6 +745,9 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
 
         def _endpoint(self, request: SimRequest) -> SimResponse | None:
             """The provider's answer, through whatever fault is in force (None: no answer)."""
+            refusal = sim.admit(request)
+            if refusal is not None:
+                return refusal
             fault = sim.take_fault(request)
             if fault is None:
                 return sim.handle(request)

@@ -2,7 +2,8 @@
 
 What it copies from the real service: `GET`/`POST /metadata/scheduledevents` with the
 `Metadata: true` header and a supported `api-version` (400 otherwise, also for an
-`X-Forwarded-For` header or a repeated query parameter), 429 above five requests a second,
+`X-Forwarded-For` header or a repeated query parameter), 429 above five requests a second
+(counted as they arrive, before a fault holds them),
 `DocumentIncarnation` bumped on every change, Scheduled → Started on approval (or
 `approval_start_after` seconds later, as Azure may wait for other tenants) or at NotBefore
 (NotBefore then becomes ""), removal some seconds after Started, events that name several
@@ -166,9 +167,6 @@ class AzureSimulator(Simulator):
     # The real endpoint.
 
     def handle(self, request: SimRequest) -> SimResponse:
-        refusal = self._refuse(request)
-        if refusal is not None:
-            return refusal
         if request.path == EVENTS_PATH:
             if not _version_ok(request, EVENTS_API_VERSIONS):
                 return _bad_version(EVENTS_API_VERSIONS)
@@ -189,7 +187,9 @@ class AzureSimulator(Simulator):
             return SimResponse.json({"apiVersions": list(INSTANCE_API_VERSIONS)})
         return SimResponse.json({"error": "Not found"}, 404)
 
-    def _refuse(self, request: SimRequest) -> SimResponse | None:
+    def admit(self, request: SimRequest) -> SimResponse | None:
+        """IMDS's refusals as a request arrives: a bad header or query (400), or the sixth
+        request within a second (429), counted as it comes, not when a fault lets it go."""
         if request.header("X-Forwarded-For") is not None:
             return _bad_request("Bad request. X-Forwarded-For header is not allowed")
         if (request.header("Metadata") or "").lower() != "true":

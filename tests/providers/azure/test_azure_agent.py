@@ -336,3 +336,27 @@ def test_a_reboot_escalated_to_terminate_is_approved_after_the_terminates_flush(
         (approval,) = eventually(lambda: sim.approvals, what="the approval")
         assert approval["EventId"] == event_id
         assert approval["monotonic"] >= last_ack
+
+
+def test_requests_held_by_a_hang_do_not_use_up_the_rate_limit_when_let_go(
+    tmp_path: Path,
+) -> None:
+    """IMDS holds every request for 3 s, then answers again. The watcher (4 polls a second,
+    under the 5 a second of IMDS's limit) gives up on each held request at its timeout and
+    asks again, one request at a time. The simulator counted its rate limit when it answered,
+    so the held requests, answered all at once as the hang ended, filled the second's five and
+    the watcher's next poll got a 429 of that limit. A rate limit counts requests as they
+    come, and these came spread over the 3 s: the watcher sent no more than its four a
+    second."""
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30)
+    with (
+        SimServer(sim) as server,
+        azure_agent(tmp_path, server, FOREWARN_AZURE_REQUEST_TIMEOUT="0.5") as agent,
+    ):
+        wait_polls(sim, 2)
+        sim.add_fault("hang", path="/metadata/scheduledevents", duration=3.0)
+        eventually(lambda: sim.faults()[0]["answered"] >= 3, what="three held requests")
+        eventually(lambda: not sim.faults(), timeout=10, what="the hang to end")
+        wait_polls(sim, 8)
+        assert sim.rate_limited == 0, agent.output()
+        assert "429" not in agent.output()
