@@ -520,6 +520,14 @@ def judge(
     why = f"{what} naming this droplet's {named}"
     if AMBIGUOUS in source:
         why += f"; deadline from {source.removeprefix('text: ')}"
+    if mail.unreadable_date is not None:
+        since = (
+            f"its receipt ({format_time(received)})" if received is not None else "when it was read"
+        )
+        why += (
+            f"; its Date header {mail.unreadable_date!r} does not read as a date: its times are "
+            f"counted from {since}"
+        )
     if by_receipt is not None and mail.date is not None:
         ahead = (mail.date - by_receipt).total_seconds() / 3600
         why += (

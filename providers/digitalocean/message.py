@@ -37,6 +37,10 @@ class Mail:
     # The mail this one forwards (attached, or inline under a "Forwarded message" line),
     # judged in its place when this mail's own sender does not match.
     forwarded: Mail | None = None
+    # The Date header as written when it is there but does not read as a date (`date` is then
+    # None, as without one): the verdict names it, so an operator learns why the times are
+    # counted from the mail's receipt.
+    unreadable_date: str | None = None
 
 
 def read_mail(raw: bytes) -> Mail:
@@ -84,7 +88,11 @@ def _sender_of(value: str) -> str:
 def _mail_of(message: EmailMessage, depth: int = 0) -> Mail:
     sender = _sender_of(", ".join(str(value) for value in message.get_all("From", [])))
     subject = str(message.get("Subject", "") or "")
-    date = _header_date(message.get("Date"))
+    written_date = message.get("Date")
+    date = _header_date(written_date)
+    unreadable_date = None
+    if date is None and written_date is not None:
+        unreadable_date = str(written_date).strip()[:80] or None
     message_id = str(message.get("Message-ID", "") or "").strip() or None
     auth = tuple(str(value) for value in message.get_all("Authentication-Results", []))
     drill = message.get(DRILL_HEADER) is not None
@@ -99,7 +107,7 @@ def _mail_of(message: EmailMessage, depth: int = 0) -> Mail:
                     break
         else:
             forwarded = _inline_forward(text, date)
-    return Mail(sender, subject, date, message_id, text, auth, drill, forwarded)
+    return Mail(sender, subject, date, message_id, text, auth, drill, forwarded, unreadable_date)
 
 
 # A forward written into the body: a separator line, then the original's header lines

@@ -342,3 +342,36 @@ def test_a_reclaim_brought_forward_escalates_on_the_new_time(
         sent = parse_time(terminate["sent_at"])
         assert sent >= new - timedelta(seconds=4.5), (sent, new)
         assert sent < new, (sent, new)
+
+
+def test_a_reclaim_mail_with_an_unreadable_date_says_so_once(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    """A reclaim mail whose Date header does not read ("Thursday-ish"): its deadline is
+    counted from the mail's receipt, and the only trace was `deadline_source:
+    received+lead` in the notice's detail. The agent's line raising it names the Date, and
+    says it once: a restart does not raise the mail again, nor say it again."""
+    raw = (
+        "From: DigitalOcean <no-reply@digitalocean.com>\r\n"
+        "Subject: Your Spot Droplet will be reclaimed\r\n"
+        "Date: Thursday-ish, around noon\r\n"
+        f"Message-ID: {make_msgid(domain='digitalocean.com')}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n\r\n"
+        f"Droplet {DROPLET_ID} will be reclaimed.\r\n"
+    ).encode()
+    dovecot.append(mail_user, raw)
+    env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+    with AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent:
+        with agent.subscriber() as events:
+            notice = events.notice(timeout=15)
+        assert notice["detail"]["deadline_source"] == "received+lead", notice
+    again = AgentProcess(tmp_path, ("local", "digitalocean"), env=env)
+    with again, again.subscriber() as events:
+        assert events.notice(timeout=15)["id"] == notice["id"]
+    named = [
+        line
+        for line in (agent.output() + again.output()).splitlines()
+        if "'Thursday-ish, around noon'" in line
+    ]
+    assert len(named) == 1, agent.output() + again.output()
+    assert "does not read as a date" in named[0] and "receipt" in named[0], named

@@ -2639,3 +2639,30 @@ def test_the_watcher_s_rules_know_when_this_machine_started() -> None:
     started = machine_started()
     assert started is not None
     assert timedelta(0) < datetime.now(timezone.utc) - started < timedelta(days=3650)
+
+
+@given(
+    st.one_of(
+        st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=120),
+        st.datetimes(timezones=st.just(timezone.utc)).map(format_datetime),
+    )
+)
+@example("Thursday-ish, around noon")
+@example("")
+def test_a_date_header_reads_or_is_kept_as_written(written: str) -> None:
+    """A Date header is a date, or (there but unreadable) kept as written, at most 80
+    characters, for the verdict to name; never both."""
+    raw = (
+        "From: DigitalOcean <no-reply@digitalocean.com>\r\n"
+        f"Date: {written}\r\n"
+        "Subject: Spot Droplet reclaim notice\r\n\r\n"
+        "Droplet gpu-spot-1 will be reclaimed.\r\n"
+    ).encode()
+    try:
+        mail = read_mail(raw)
+    except ParseError:
+        return
+    assert mail.date is None or mail.unreadable_date is None
+    if mail.unreadable_date is not None:
+        assert 0 < len(mail.unreadable_date) <= 80
+        assert mail.unreadable_date == mail.unreadable_date.strip()
