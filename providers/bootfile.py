@@ -51,10 +51,11 @@ class BootFile:
             return None
         return payload, same_boot(payload, self.boot_id, self.booted)
 
-    def write(self, seen: object, ended: object) -> bool:
-        """Save this boot's lists (JSON values): True once written, or when none is kept; a
-        failure is the health's to report (`persist.write_or_report`) and the caller's to
-        retry at its next write."""
+    def write(self, seen: object, ended: object, **more: object) -> bool:
+        """Save this boot's lists (JSON values; `more`: a provider's own, such as the
+        Kubernetes watcher's `retired`): True once written, or when none is kept; a failure
+        is the health's to report (`persist.write_or_report`) and the caller's to retry at its
+        next write."""
         if self.path is None:
             return True
         payload = {
@@ -62,6 +63,7 @@ class BootFile:
             "booted": format_time(self.booted) if self.booted is not None else None,
             "seen": seen,
             "ended": ended,
+            **more,
         }
         return write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health)
 

@@ -15,6 +15,12 @@ node restarted for another cause) and is published as usual, as is every type th
 not published before the reboot. The condition names no EventId, so the event type stands for
 it (one condition shows one event at a time). Without this host's boot (the agent not on the
 node: `kubernetes.boot_id_file`) or a state directory, nothing is held back.
+
+It also keeps the Started events the agent retired in this boot (past their deadline plus the
+grace, while the Node still showed them, `retired`): a running watcher does not raise such an
+event again, and an agent restarted in the same boot raised it anew, with the moment of its
+first read for a deadline (a terminate to the job resumed since). Held back while the Node
+shows it Started; forgotten once it does not.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ class VmEventBoots:
         # Published in the boot before this one, until the first Node read of this boot says
         # whether it ended it (Started) or is still to come (Scheduled).
         self.before: set[str] | None = None
+        # Started events the agent retired in this boot while still shown (see above).
+        self.retired: set[str] = set()
         self._unsaved = False
         record = self.file.read()
         if record is None:
@@ -67,6 +75,7 @@ class VmEventBoots:
         seen, ended = _types(payload.get("seen")), _types(payload.get("ended"))
         if same:
             self.seen, self.ended = seen, ended
+            self.retired = _types(payload.get("retired"))
         elif same is not None:
             self.before = seen | ended
 
@@ -89,6 +98,23 @@ class VmEventBoots:
         self.ended = ended
         return shown is not None and shown in self.ended
 
+    def retire(self, event_type: str) -> None:
+        """The agent retired the Started event of `event_type` while the Node shows it: not
+        raised again, by a restarted agent either, while it stays shown Started."""
+        if event_type in BOOT_ENDING and event_type not in self.retired:
+            self.retired.add(event_type)
+            self._save()
+
+    def retired_shown(self, event: VmEvent | None) -> bool:
+        """Whether `event` (the one the Node shows now) is a Started event retired in this
+        boot; a retired type no longer shown Started is forgotten."""
+        shown = event.type if event is not None and event.status == "Started" else None
+        kept = self.retired & ({shown} if shown else set())
+        if kept != self.retired:
+            self.retired = kept
+            self._unsaved = True
+        return shown is not None and shown in self.retired
+
     def published(self, event: VmEvent | None) -> None:
         """The event published from the current Node read (None: none): a boot-ending one is
         what the next boot checks."""
@@ -100,7 +126,9 @@ class VmEventBoots:
             self._save()
 
     def _save(self) -> None:
-        self._unsaved = not self.file.write(sorted(self.seen), sorted(self.ended))
+        self._unsaved = not self.file.write(
+            sorted(self.seen), sorted(self.ended), retired=sorted(self.retired)
+        )
 
 
 __all__ = ["BOOT_ENDING", "BOOT_FILE", "VmEventBoots"]

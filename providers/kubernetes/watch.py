@@ -156,6 +156,7 @@ class KubernetesWatcher:
         # The AKS VM event types published in this boot, and the one that ended the boot
         # before (Azure shows a Started Reboot for minutes after the reboot): with `host`.
         self.boots: VmEventBoots | None = None
+        self._retired_said: set[str | None] = set()  # retired events held back, logged once
         self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
         self.delivered = False  # the current stream has delivered an event
@@ -644,11 +645,40 @@ class KubernetesWatcher:
         event = node_vm_event(node)
         held = self.boots.held_back(event)
         shown = notice_id(name, "vm-event", event.type) if event is not None else None
+        if self.boots.retired_shown(event) and shown not in self.active:
+            # Retired by the agent (before a restart) while shown Started: as a watcher that
+            # never stopped, which keeps it and raises nothing, not raised again.
+            if shown not in self._retired_said:
+                self._retired_said.add(shown)
+                log.info(
+                    "kubernetes: %s was retired before the agent restarted and is still shown "
+                    "Started; not raised again while it is",
+                    shown,
+                )
+            held = True
         if held:
             current = [report for report in current if report.id != shown]
         published = not held and any(report.id == shown for report in current)
         self.boots.published(event if published else None)
         return current
+
+    def forget(self, notice_id: str) -> None:
+        """The agent retired `notice_id` past its deadline plus the grace. A Started VM event
+        the Node still shows is not raised again while it does (this watcher keeps it, and
+        reports no change): the boot record keeps that, so a restarted agent does not raise
+        it anew either (`boots.py`)."""
+        report = self.active.get(notice_id)
+        node = self.node_object
+        if report is None or node is None or self.boots is None or self.node_name is None:
+            return
+        try:
+            event = node_vm_event(node)
+        except ParseError:
+            return
+        if event is None or event.status != "Started":
+            return
+        if notice_id == vm_event_id(self.node_name, "vm-event", event.type):
+            self.boots.retire(event.type)
 
     def _on_node_clock(self, report: Report) -> Report:
         """`report`'s times as this node's clock reads them (`report_on_clock`). Moved by a
@@ -676,6 +706,9 @@ class KubernetesWatcher:
         if self.api is not None:
             await self.api.aclose()
             self.api = None
+
+
+vm_event_id = notice_id  # `forget`'s parameter hides the name
 
 
 def build(settings: Settings, context: WatcherContext) -> KubernetesWatcher:

@@ -18,7 +18,14 @@ from forewarn.providers.simulator import SimServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import AgentProcess, eventually, examples
-from test_kubernetes_agent import _kubernetes_env, control, expect, wait_for_watch
+from test_kubernetes_agent import (
+    _kubernetes_env,
+    control,
+    expect,
+    published,
+    settled,
+    wait_for_watch,
+)
 
 NODE = "agent-node"
 REBOOT = f"kubernetes/{NODE}/vm-event/Reboot"
@@ -134,3 +141,72 @@ def test_any_file_gives_a_record_that_holds_back_only_a_started_event_of_the_boo
     if written != payload:  # nothing to keep leaves the file as it was
         assert written["boot_id"] == "this-boot", written
         assert set(written["seen"]) <= BOOT_ENDING, written
+
+
+@pytest.mark.usefixtures("forked_agents")  # its agents fork (tests/conftest.py)
+def test_a_started_vm_event_retired_before_a_restart_is_not_raised_anew(tmp_path: Path) -> None:
+    """AKS shows a Reboot Started on the Node for minutes after it began. The agent raised
+    its terminate and retired it past its deadline plus the grace while the Node still
+    showed it (a running watcher raises it no more). An agent restarted then, in the same
+    boot, raised it again as new, with the moment it listed the Node for a deadline: a
+    second terminate to a job resumed after it, again at each restart while it was shown."""
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    with SimServer(sim) as server:
+        env = {
+            **_kubernetes_env(tmp_path, server),
+            **_boot(tmp_path, "boot-a", time.time() - 600),
+            "FOREWARN_NOTICE_GRACE": "2s",
+        }
+        with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+            wait_for_watch(server)
+            control(server, "vm-event", event="Reboot", status="Started")
+            eventually(lambda: published(agent.output(), REBOOT), what="the terminate")
+            eventually(lambda: "notice clear " + REBOOT in agent.output(), what="its retirement")
+            assert agent.control({"op": "status"})["active"] == []
+        again = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with again, again.subscriber(topics=("notice", "heartbeat")) as sub:
+            wait_for_watch(server)
+            settled(again, sub)
+            assert published(again.output(), REBOOT) == [], again.output()
+            assert again.control({"op": "status"})["active"] == [], again.output()
+            # Once the Node no longer shows it, a new Reboot is raised as usual.
+            control(server, "vm-event", event="Reboot", not_before="Sat, 01 Jan 2100 00:00:00 GMT")
+            expect(sub, "drain", REBOOT)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    retired=st.lists(types | json_values, max_size=4) | json_values,
+    boot=st.sampled_from(["this-boot", "the-boot-before"]),
+    shown=st.lists(events, min_size=1, max_size=4),
+)
+def test_any_retired_list_holds_back_only_a_started_event_of_this_boot_while_shown(
+    tmp_path_factory: pytest.TempPathFactory,
+    retired: object,
+    boot: str,
+    shown: list[VmEvent | None],
+) -> None:
+    """Whatever `retired` holds, only a boot-ending type it lists, written in this boot, is
+    held back, and only while it is shown Started from the first read on; once not, it is
+    forgotten (and written so)."""
+    path = tmp_path_factory.mktemp("boots") / BOOT_FILE
+    path.write_text(json.dumps({"boot_id": boot, "seen": [], "ended": [], "retired": retired}))
+    boots = VmEventBoots(path, "this-boot", BOOTED)
+    listed = (
+        {t for t in retired if isinstance(t, str) and t in BOOT_ENDING}
+        if isinstance(retired, list) and boot == "this-boot"
+        else set()
+    )
+    holding = True
+    for event in shown:
+        held = boots.retired_shown(event)
+        if held:
+            assert holding and event is not None and event.status == "Started", event
+            assert event.type in listed, (event, retired)
+        else:
+            holding = False
+        boots.published(None if held else event)
+    assert boots.retired <= listed
+    written = json.loads(path.read_text())
+    if written.get("boot_id") == "this-boot" and written.get("retired") != retired:
+        assert set(written["retired"]) == boots.retired, written  # rewritten: this boot's
