@@ -322,6 +322,8 @@ class AwsWatcher:
             answer = await self.client.get(path.path)
         except ImdsError as error:
             self._failed(path, error.kind, self._describe(error))
+            if error.kind == "token-http-429":  # throttled as a GET's 429 is
+                self._throttled_until = self.clock() + self._throttle.next()
             if error.hint is not None:
                 # Logged once, the cause and fix scrolled away; `status` shows only the
                 # error's kind. Held as a condition until IMDS answers.

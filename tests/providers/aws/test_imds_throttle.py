@@ -107,3 +107,21 @@ def test_a_429_from_imds_is_backed_off(tmp_path: Path) -> None:
             assert notice["action"] == "terminate"
             assert answered <= 6, f"{answered} 429s in {time.monotonic() - first:.1f} s"
         assert "429" in agent.output()
+
+
+def test_a_429_to_the_first_token_put_is_backed_off_too(tmp_path: Path) -> None:
+    """IMDS answering the token PUT 429 (no token in hand yet): the watcher asked for a
+    token again at every round of polls, two a second, for as long as IMDS throttled."""
+    sim = ImdsSimulator()
+    throttle = sim.add_fault("status", path=TOKEN_PATH, method="PUT", status=429)
+    with SimServer(sim) as server, aws_agent(tmp_path, server) as agent:
+        with agent.subscriber() as sub:
+            eventually(lambda: sim.faults()[0]["answered"] >= 1, what="the first 429")
+            # The scenario: IMDS throttles the token PUT for 4 s.
+            time.sleep(4.0)
+            answered = sim.faults()[0]["answered"]
+            sim.remove_fault(throttle)
+            sim.raise_notice("spot", {"lead": 120})
+            assert sub.notice(timeout=8)["action"] == "terminate"
+            assert answered <= 6, f"{answered} token PUTs answered 429"
+        assert "429" in agent.output()
