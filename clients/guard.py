@@ -222,6 +222,7 @@ class CheckpointGuard(
         self._due_failed: float | None = None
         self._told_running: tuple[float, int] = (0.0, 0)
         self._told_late: float | None = None
+        self._exit_barrier: tuple[float, float] | None = None
         self._exit_waiting: tuple[float, float] | None = None
         self._resumed_step: int | None = None
         self._last_save = time.monotonic()

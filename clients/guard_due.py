@@ -167,6 +167,12 @@ class DueChecks(GuardState):
         agreed = self._agreed
         if self.agreement is None or agreed is None or agreed[0] != step or not agreed[1]:
             return False
+        now = time.monotonic()
+        since = self._due_since
+        # Said by the ticker while it lasts (`_check_exit_save_late`): a rank whose own save
+        # never returns holds every rank here until the platform's kill, and each rank's log
+        # said the same "has not ended" line, not which rank hung.
+        self._exit_barrier = (now, now - since if since is not None else 0.0)
         try:
             self.agreement.decide(False, True)
         except Exception as error:  # the collective's own error: gloo's, NCCL's
@@ -176,6 +182,8 @@ class DueChecks(GuardState):
                 step,
                 error,
             )
+        finally:
+            self._exit_barrier = None
         return True
 
     def _agree_on(self, step: int, exit_now: bool) -> None:

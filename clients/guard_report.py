@@ -118,12 +118,37 @@ class ExitReporting(GuardState):
             reasons = dict(self._pending)
             events = [self._events[i] for i in sorted(self._notice_ids) if i in self._events]
         cause = exit_causes(reasons, events)
+        waiting = self._barrier_words()
+        if waiting is not None:
+            log.warning(
+                "forewarn: the exit's save of step %d (on %s): %s, still after %gs in all; %s",
+                self._due_step,
+                cause,
+                waiting,
+                told * EXIT_SAVE_WARN_SECONDS,
+                _deadline_words(events, "it waits until they end"),
+            )
+            return
         log.warning(
             "forewarn: the exit's save of step %d (on %s) is still running after %gs; %s",
             self._due_step,
             cause,
             told * EXIT_SAVE_WARN_SECONDS,
             _deadline_words(events, "it runs until it ends"),
+        )
+
+    def _barrier_words(self) -> str | None:
+        """What this rank does while it waits, its own part of the exit's save done, for the
+        other ranks' parts (the last all-reduce, see `_wait_for_ranks_exit_save`); None when it
+        is not waiting there."""
+        barrier, agreement = self._exit_barrier, self.agreement
+        if barrier is None or agreement is None:
+            return None
+        began, own = barrier
+        return (
+            f"this rank's part (rank {agreement.rank} of {agreement.world_size}) is saved "
+            f"(in {own:.0f}s) and it waits for the other ranks' parts (the exit's last "
+            f"all-reduce, {time.monotonic() - began:.0f}s so far)"
         )
 
     def _check_exit_save_late(self, since: float) -> None:
@@ -153,6 +178,19 @@ class ExitReporting(GuardState):
             if nearest > 0
             else f"by the terminate's deadline ({-nearest:.0f}s ago)"
         )
+        waiting = self._barrier_words()
+        if waiting is not None:
+            log.warning(
+                "forewarn: the exit's save of step %d (on %s), %s: %s; a rank whose save does "
+                "not return holds every rank there until the platform's kill; killed at the "
+                "deadline, the job resumes from %s",
+                self._due_step,
+                cause,
+                when,
+                waiting,
+                resumes,
+            )
+            return
         log.warning(
             "forewarn: the exit's save of step %d (on %s) has not ended %s (it has run "
             "%.0fs): it waits on its storage (a hung mount, a write that does not return) or, "

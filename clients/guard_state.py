@@ -51,6 +51,9 @@ class GuardState:
     _due_since: float | None
     _due_step: int
     _due_failed: float | None
+    # While this rank, its part of the exit's save done, waits in the last all-reduce for the
+    # other ranks' parts: when it began waiting and how long its own part took.
+    _exit_barrier: tuple[float, float] | None
     _started: float
     _slowest_flush: float
     durable_step: int | None

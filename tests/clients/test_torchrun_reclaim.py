@@ -266,3 +266,66 @@ def test_no_rank_leaves_before_every_rank_made_its_exit_save(
     assert set(saved) == {0, 1} and set(exits) == {0, 1}, log[-3000:]
     assert exits[0]["t"] >= saved[1]["t"], "rank 0 left while rank 1 still saved"
     assert log.count(f"forewarn: exiting at step {saved[1]['step']} on terminate") == 2, log[-3000:]
+
+
+@pytest.mark.slow(35)
+@pytest.mark.timeout(300)
+def test_a_rank_waiting_for_a_hung_ranks_save_says_its_own_part_is_saved(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Ranks that save by themselves, rank 1's save never returning (a write into a hung
+    mount): rank 0, its own part saved, waits in the exit's last all-reduce for rank 1 until
+    the platform's kill (nothing bounds it but the deadline and gloo's 30 min). Found: both
+    ranks logged the same line 5 s before the deadline (`the exit's save of step 22 ... has
+    not ended ... it waits on its storage (a hung mount, a write that does not return) or,
+    with several ranks, on another rank's part`), so the log did not say which rank hung. The
+    waiting rank now says its part is saved and it waits for the others'; the hung one says
+    its own save has not ended."""
+    lead = 12.0
+    out = tmp_path / "ranks.jsonl"
+    with AgentProcess(tmp_path, env=env) as agent, out.open("w") as lines:
+        job_env = dict(
+            env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", SLOW_RANK_SAVE_SECONDS="1000"
+        )
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
+        argv += ["--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+        argv += ["--master-port", str(free_port()), str(OWN_SAVE_JOB), "--dir", str(tmp_path)]
+        proc = subprocess.Popen(
+            argv, env=job_env, stdout=lines, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+
+            def seen() -> list[dict[str, Any]]:
+                text = out.read_text()
+                return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+            def said() -> list[str]:
+                return [line for line in out.read_text().splitlines() if "exit's save" in line]
+
+            eventually(
+                lambda: any(e["event"] == "step" and e["step"] >= 3 for e in seen()),
+                timeout=120,
+                what="the ranks' third step",
+            )
+            notice: dict[str, Any] = {"op": "notify", "action": "terminate", "reason": "reclaim"}
+            notice.update(seconds_fields(lead))
+            sent = time.monotonic()
+            assert agent.control(notice)["ok"]
+            eventually(lambda: len(said()) >= 2, lead, "both ranks said where their save is")
+            told = time.monotonic() - sent
+            assert proc.poll() is None, "rank 1's save was to hang"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the platform's kill at the deadline
+            proc.wait(30)
+    assert told < lead, (told, out.read_text()[-3000:])
+    saving = {e["rank"]: e["step"] for e in seen() if e["event"] == "saved"}
+    assert set(saving) == {0}, saving  # rank 1's save never returned
+    step = saving[0]
+    waiting = [line for line in said() if "rank 0 of 2" in line]
+    hung = [line for line in said() if "has not ended" in line]
+    assert len(waiting) == 1 and len(hung) == 1, said()
+    assert f"the exit's save of step {step} (on terminate " in waiting[0], waiting[0]
+    assert "before the terminate's deadline: this rank's part (rank 0 of 2) is saved" in waiting[0]
+    assert "it waits for the other ranks' parts" in waiting[0], waiting[0]
+    assert f"the exit's save of step {step} " in hung[0], hung[0]
