@@ -728,11 +728,17 @@ class CheckpointStore:
         """After a save of `step` failed for want of space: delete now the committed
         generations retention would delete once `step` commits, keeping the newest `keep - 1`
         that verify (at least one), the one `LATEST` names and any this process is writing.
-        Returns the steps deleted (none when retention would delete none)."""
-        if self.keep is None:
-            return []
+        Before that, whatever `keep`, the unfinished saves of writers that are gone (a job
+        SIGKILLed mid-save at a reclaim's deadline): no retention deletes one newer than the
+        generations kept, and its temp files held the space every later save needed until
+        the job reached that step again. Returns the steps deleted (none when nothing could
+        be)."""
         steps = self.steps()
         writing = self._in_process()
+        removed = self._remove_killed_saves(step, steps, writing, cause)
+        if self.keep is None:
+            return removed
+        steps = [s for s in steps if s not in removed]
         checksums = self.verify_policy == "checksums"
         survivors = max(self.keep - 1, 1)
         kept: list[int] = []
@@ -749,7 +755,7 @@ class CheckpointStore:
             if len(kept) == survivors:
                 break
         if len(kept) < survivors:
-            return []
+            return removed
         floor = min(kept)
         hinted = self.latest_hint()
         # Only committed ones: an uncommitted generation may be another writer's save.
@@ -762,7 +768,7 @@ class CheckpointStore:
             and self._backend.get_small(f"{generation_name(s)}/{COMMIT}") is not None
         ]
         if not doomed:
-            return []
+            return removed
         log.warning(
             "forewarn: no space to save %s in %s (%s: %s): deleting %s now, which retention "
             "(keep=%d) deletes once it commits, and saving it again",
@@ -775,7 +781,39 @@ class CheckpointStore:
         )
         for doomed_step in doomed:
             self.delete(doomed_step)
-        return doomed
+        return removed + doomed
+
+    def _remove_killed_saves(
+        self, step: int, steps: list[int], writing: set[int], cause: BaseException
+    ) -> list[int]:
+        """For `_make_room`: remove the uncommitted generations other than `step` that no
+        save of this process writes and no live claim of another holds (their writers are
+        gone, as a save of such a step finds its own leftovers); returns their steps."""
+        removed: list[int] = []
+        for candidate in steps:
+            name = generation_name(candidate)
+            if candidate == step or candidate in writing:
+                continue
+            if self._backend.get_small(f"{name}/{COMMIT}") is not None:
+                continue
+            if self._backend.claimed(name):
+                continue  # another process is saving it
+            log.warning(
+                "forewarn: no space to save %s in %s (%s: %s): removing %s, an unfinished save "
+                "whose writer is gone (no live claim holds it), and saving it again",
+                generation_name(step),
+                self.url,
+                type(cause).__name__,
+                cause,
+                name,
+            )
+            try:
+                self._backend.delete_tree(name)
+            except (CheckpointError, OSError) as exc:
+                log.warning("forewarn: could not remove %s in %s: %s", name, self.url, exc)
+                continue
+            removed.append(candidate)
+        return removed
 
     def abort_stale_uploads(self, *, keep_step: int | None = None) -> int:
         """Abort unfinished multipart uploads that killed writers left (S3; nothing on local

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,3 +110,53 @@ def test_a_full_disk_without_retention_to_run_still_fails_and_deletes_nothing(
         latest = store.latest(verify="checksums")
         assert latest is not None and latest.step == 1
         store.delete(1)
+
+
+# A writer killed mid-save (a reclaim's SIGKILL at the deadline): its step committed before,
+# then its next save's file half written when the kill came.
+KILLED_WRITER = """
+import os, sys, time
+from forewarn.clients.checkpoint import CheckpointStore
+
+store = CheckpointStore(sys.argv[1], keep=1)
+store.flush(10, lambda gen: gen.write_bytes("blob", os.urandom(1200 << 10)))
+with store.save(20) as gen:
+    with gen.open("blob") as stream:
+        stream.write(os.urandom(1200 << 10))
+        stream.flush()
+        print("writing", flush=True)
+        time.sleep(300)
+"""
+
+
+def test_a_full_disk_makes_room_by_removing_a_killed_writers_unfinished_save(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job before was SIGKILLed at a reclaim's deadline mid-save: its unfinished step 20
+    (1.2 MiB of temp file) stayed beside its committed step 10, and the resumed job's saves
+    (step 15 here) found the disk full: retention had nothing older than step 10 to delete,
+    so every save failed until the job reached step 20 again, whose save removes the
+    leftover, and an exit's save in between was lost. Found: a local store after a reclaim
+    kill mid-save held `step-000000000180/.state.pt.tmp-…` (195 MB) that `forewarn checkpoint
+    prune --keep 1` left ("deleted nothing"). A save that runs out of space removes a killed
+    writer's unfinished saves (no live claim holds them) before it tries again."""
+    root = small_disk / "store"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(root)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+    finally:
+        writer.kill()  # the platform's SIGKILL at the deadline
+        writer.wait(30)
+    assert (root / "step-000000000020").is_dir()
+    caplog.set_level(logging.WARNING, "forewarn.checkpoint")
+    store = CheckpointStore(root, keep=1)
+    latest = store.latest()
+    assert latest is not None and latest.step == 10
+    store.flush(15, lambda gen: gen.write_bytes("blob", os.urandom(1200 << 10)))
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 15
+    assert not (root / "step-000000000020").exists()
+    assert "no space to save step-000000000015" in caplog.text
+    assert "step-000000000020, an unfinished save whose writer is gone" in caplog.text
