@@ -321,11 +321,17 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
             "step": step,
             "generation": generation_name(step),
             "latest": step == hinted,
+            "writer": None,
         }
         if generation is None:
             state = "partial" if problems == ["not committed"] else "corrupt"
             row.update(size=None, files=None, world_size=None, created_at=None)
             row.update(state=state, problems=[] if state == "partial" else problems)
+            if state == "partial":
+                # A save under way (a live claim holds its step) or a killed writer's leftover:
+                # `latest()` tells them apart in the job's log, and `ls` listed both alike.
+                claimed = store.backend.claimed(generation_name(step))
+                row["writer"] = "saving" if claimed else "gone"
         else:
             check = _verified(store, generation, checksums)
             if check is None:
@@ -340,6 +346,14 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
             )
         rows.append(row)
     return rows
+
+
+def _state_words(row: dict[str, Any]) -> str:
+    """The STATE column of `ls`: the state, with the problems or who writes a partial."""
+    if row["problems"]:
+        return f"{row['state']}: {'; '.join(row['problems'])}"
+    writer = {"saving": "being saved", "gone": "writer gone"}.get(row.get("writer") or "")
+    return f"{row['state']} ({writer})" if writer else row["state"]
 
 
 def _verified(
@@ -393,7 +407,7 @@ def run_ls(args: argparse.Namespace, store: CheckpointStore) -> int:
                 str(row["files"]) if row["files"] is not None else "-",
                 str(row["world_size"]) if row["world_size"] is not None else "-",
                 _age(row["created_at"], now) if row["created_at"] else "-",
-                row["state"] + (f": {'; '.join(row['problems'])}" if row["problems"] else ""),
+                _state_words(row),
                 "LATEST" if row["latest"] else "",
             )
         )

@@ -981,3 +981,50 @@ def test_a_second_get_into_a_destination_without_flock_waits_and_says_why(
     assert second.wait(timeout=30) == 0, errors.read_text()
     assert second.stdout is not None and "already in place" in second.stdout.read()
     assert (out / "model.bin").stat().st_ino == loaded
+
+
+# A job's save of step 40 under way in another process: its file written, its commit not yet.
+SAVING_WRITER = """
+import sys, time
+from forewarn.clients.checkpoint import CheckpointStore
+
+store = CheckpointStore(sys.argv[1])
+store.flush(30, lambda gen: gen.write_bytes("model.bin", b"x" * 1000))
+with store.save(40) as gen:
+    gen.write_bytes("model.bin", b"y" * 1000)
+    print("saving", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_ls_tells_a_save_under_way_from_a_killed_writers_leftover(tmp_path: Path) -> None:
+    """After a reclaim's SIGKILL mid-save, `ls` listed the unfinished generation `partial`,
+    as it lists one a live job is still saving: whether it was safe to delete, or what
+    resume had passed over, `latest()` said in the job's log and `ls` did not. Found: a local
+    store after a kill 1.5 s into a final save listed `180  -  -  -  -  partial`."""
+    store_url = str(tmp_path / "store")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", SAVING_WRITER, store_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "saving\n"
+        live = forewarn("ls", store_url)
+        live_rows = [
+            json.loads(line) for line in forewarn("ls", store_url, "--json").stdout.splitlines()
+        ]
+    finally:
+        writer.kill()  # the platform's SIGKILL
+        writer.wait(30)
+    assert live.returncode == 0, live.stderr
+    assert live.stdout.splitlines()[2].split()[-1:] == ["saved)"], live.stdout
+    assert "partial (being saved)" in live.stdout.splitlines()[2], live.stdout
+    assert [(r["step"], r["state"], r["writer"]) for r in live_rows] == [
+        (30, "ok", None),
+        (40, "partial", "saving"),
+    ]
+    dead = forewarn("ls", store_url)
+    assert "partial (writer gone)" in dead.stdout.splitlines()[2], dead.stdout
+    dead_rows = [
+        json.loads(line) for line in forewarn("ls", store_url, "--json").stdout.splitlines()
+    ]
+    assert [(r["step"], r["writer"]) for r in dead_rows] == [(30, None), (40, "gone")]
