@@ -192,6 +192,32 @@ class BackgroundSaves(GuardState):
         self._recorded(step)
         return result
 
+    def _exit_save_moving(self, since: float) -> str | bool:
+        """For the exit's save still running near its deadline (`_check_exit_save_late`): what
+        the saver is doing when its bytes moved within TAIL_QUIET_SECONDS (its final save
+        writing, or the background save it waits for first); False while `final()` has not
+        begun either for at most TAIL_QUIET_SECONDS after `since` (it decides and copies the
+        state), True otherwise. A final save writing at full pace into a lead shorter than it
+        needs was said to wait on its storage (a hung mount), read as a storage fault."""
+        from .checkpoint.background import TAIL_QUIET_SECONDS
+
+        saver = self.saver
+        if saver is None:
+            return True
+        quiet = saver.final_quiet_seconds()
+        if quiet is not None:
+            if quiet >= TAIL_QUIET_SECONDS:
+                return True
+            return f"it is still writing (its bytes moved {quiet:.0f}s ago)"
+        in_flight = saver.in_flight
+        if in_flight is not None and saver.stalled_seconds() < TAIL_QUIET_SECONDS:
+            return (
+                f"it waits for the background save of step {in_flight}, still moving "
+                f"({saver.progress_words()})"
+            )
+        # False: final() deciding or copying, or not called yet.
+        return not (in_flight is None and time.monotonic() - since < TAIL_QUIET_SECONDS)
+
     def _close_background(self) -> None:
         """close(): wait for the save in flight, and say when the last one failed unsaved."""
         if self.saver is not None:

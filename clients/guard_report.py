@@ -137,6 +137,12 @@ class ExitReporting(GuardState):
             _deadline_words(events, "it runs until it ends"),
         )
 
+    def _exit_save_moving(self, since: float) -> str | bool:
+        """What the exit's save that began at `since` is doing when its bytes are seen moving
+        (a background saver's), False while that is not known yet, True when it is not
+        moving or cannot be known. See BackgroundSaves."""
+        return True
+
     def _barrier_words(self) -> str | None:
         """What this rank does while it waits, its own part of the exit's save done, for the
         other ranks' parts (the last all-reduce, see `_wait_for_ranks_exit_save`); None when it
@@ -168,6 +174,9 @@ class ExitReporting(GuardState):
         known = [value for value in left if value is not None]
         if not known or min(known) > EXIT_SAVE_LATE_SECONDS:
             return
+        moving = self._exit_save_moving(since)
+        if moving is False:
+            return  # not known yet: said at a later tick
         self._told_late = since
         durable = self.durable_step
         resumes = f"step {durable}" if durable is not None else "no checkpoint (none is saved)"
@@ -178,6 +187,19 @@ class ExitReporting(GuardState):
             if nearest > 0
             else f"by the terminate's deadline ({-nearest:.0f}s ago)"
         )
+        if isinstance(moving, str):
+            log.warning(
+                "forewarn: the exit's save of step %d (on %s) has not ended %s (it has run "
+                "%.0fs): %s, in a lead shorter than it needs; killed at the deadline, the job "
+                "resumes from %s",
+                self._due_step,
+                cause,
+                when,
+                time.monotonic() - since,
+                moving,
+                resumes,
+            )
+            return
         waiting = self._barrier_words()
         if waiting is not None:
             log.warning(

@@ -236,6 +236,14 @@ class SaveMotion:
         self._completing = False
         self.mark()
 
+    def quiet_seconds(self) -> float:
+        """How long it has moved nothing: 0 while its upload completes (within its bound)."""
+        now = time.monotonic()
+        until = self._completing_until
+        if self._completing and (until is None or now < until):
+            return 0.0
+        return now - self._last
+
     def moving(self) -> bool:
         now = time.monotonic()
         until = self._completing_until
@@ -410,6 +418,8 @@ class BackgroundSaver:
         self._tail_sends = False
         self._file_closed = False  # ... and its file is closed: what is left is the commit
         self._stream: Any = None  # the file the save in flight writes (an ObjectWriter)
+        self._in_final = False  # final() is running
+        self._final_motion: SaveMotion | None = None  # the final save's, while it writes
         store.finish_on_close(self)
 
     # -- the training thread's side -------------------------------------------------------
@@ -510,6 +520,24 @@ class BackgroundSaver:
     ) -> FinalSave:
         """The terminate path: finish or cancel the in-flight save, then save `step`
         synchronously. `seconds_left` is the time until the deadline (None: unknown)."""
+        self._in_final = True
+        try:
+            return self._final(step, state, seconds_left, metadata)
+        finally:
+            self._in_final = False
+
+    @property
+    def in_final(self) -> bool:
+        """Whether `final()` is running."""
+        return self._in_final
+
+    def _final(
+        self,
+        step: int,
+        state: Mapping[str, Any],
+        seconds_left: float | None,
+        metadata: Mapping[str, Any] | None,
+    ) -> FinalSave:
         started = time.monotonic()
         deadline = None if seconds_left is None else started + seconds_left
         in_flight = self.in_flight
@@ -685,9 +713,18 @@ class BackgroundSaver:
             left = max(seconds_left - (time.monotonic() - started), 0.0)
             timeout = max(left + FINAL_SAVE_GRACE_SECONDS, CANCEL_GRACE_SECONDS)
         motion = SaveMotion()
-        generation = self._write(
-            job, snapshot, dict(metadata or {}), threading.Event(), timeout=timeout, motion=motion
-        )
+        self._final_motion = motion
+        try:
+            generation = self._write(
+                job,
+                snapshot,
+                dict(metadata or {}),
+                threading.Event(),
+                timeout=timeout,
+                motion=motion,
+            )
+        finally:
+            self._final_motion = None
         self.last_durable = generation
         seconds = time.monotonic() - started
         self.last = SaveTiming(step, seconds, seconds)
@@ -760,6 +797,12 @@ class BackgroundSaver:
         if self._writes_done and not self._tail_sends:
             return 0.0
         return time.monotonic() - self._moved
+
+    def final_quiet_seconds(self) -> float | None:
+        """How long the final save `final()` is writing has moved nothing (0 while its upload
+        completes); None when `final()` writes none."""
+        motion = self._final_motion
+        return None if motion is None else motion.quiet_seconds()
 
     def progress_words(self) -> str:
         """How far the save in flight is, for a log line: its bytes sent, of how many once

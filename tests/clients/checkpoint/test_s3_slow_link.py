@@ -315,3 +315,55 @@ def test_an_upload_waited_for_past_its_deadline_is_not_cut_while_its_last_parts_
     assert [generation.step for generation in store.generations()] == [1, 2, 3]
     assert saver.last_durable is not None and saver.last_durable.step == 3
     store.close()
+
+
+def test_an_exit_save_writing_into_a_short_lead_is_not_said_to_wait_on_a_hung_storage(
+    link: SlowLink, bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A terminate with a lead shorter than the final save needs, its bytes flowing over the
+    link: 5 s before the deadline the guard says the exit's save has not ended, and it said
+    `it waits on its storage (a hung mount, a write that does not return)` of a save moving
+    at full pace, sending the reader of the log after a storage fault. Found: S3 through a
+    slow link, 40 MiB background state, terminate with a 6 s lead: `has not ended 5s before
+    the terminate's deadline (it has run 1s): it waits on its storage (a hung mount ...)`,
+    while the final save sent its bytes and committed 3.8 s later. It now says the save is
+    still writing."""
+    from datetime import datetime, timedelta, timezone
+
+    import torch
+    from forewarn.clients import CheckpointGuard
+    from forewarn.clients.event import Event
+
+    caplog.set_level(logging.WARNING, "forewarn.clients")
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
+    )
+    guard = CheckpointGuard(
+        notices=False, handle_signals=False, flag_file=None, store=store, background=True
+    )
+    assert store.latest() is None  # the client is made before the link slows
+    now = datetime.now(timezone.utc)
+    guard._on_event(
+        Event(
+            id="gcp/preempted/short",
+            seq=1,
+            action="terminate",
+            reason="preemption",
+            provider="gcp",
+            deadline=now + timedelta(seconds=4),  # inside the 5 s the line is said within
+            noticed_at=now,
+            sent_at=now,
+        )
+    )
+    link.rate = RATE  # the 6 MiB state takes about 4 s
+    state = {"w": torch.frombuffer(bytearray(os.urandom(MIN_PART + (1 << 20))), dtype=torch.uint8)}
+    assert guard.due(9)
+    result = guard.save_state(9, state)
+    link.rate = None
+    assert result.exit and result.generation is not None and result.generation.step == 9
+    said = [r.getMessage() for r in caplog.records if "has not ended" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "it is still writing" in said[0], said[0]
+    assert "hung mount" not in said[0], said[0]
+    guard.close()
+    store.close()
