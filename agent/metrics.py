@@ -173,8 +173,8 @@ class MetricsObserver(Observer):
         )
         self.unacked = Counter(
             "forewarn_unacked_terminates",
-            "Terminates whose deadline passed while some client that received them had not "
-            "acked them (once per notice and deadline; the agent's log names the clients).",
+            "Terminates whose deadline passed while some client that received or held them had "
+            "not acked them (once per notice and deadline; the agent's log names the clients).",
             ["provider", "reason"],
             registry=registry,
         )
