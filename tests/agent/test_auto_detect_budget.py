@@ -9,6 +9,7 @@ second inside their budgets, and every probe, AWS's too, timed out."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,26 +27,32 @@ sys.exit(main(sys.argv[1:], REGISTRY.plus(SPEC)))
 """
 
 
-def test_a_slow_watcher_build_does_not_spend_another_providers_detection_budget(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture
+def four_providers(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """An agent's environment where `--provider auto` has four providers to probe: the AWS
+    simulator, which answers, and Azure, GCP and DigitalOcean at a dead loopback address."""
     with SimServer(ImdsSimulator()) as server:
         dead = f"http://{DEAD_LOOPBACK}"
-        env = agent_env(
+        yield agent_env(
             tmp_path,
             FOREWARN_AWS_URL=server.url,
             FOREWARN_AZURE_URL=dead,
             FOREWARN_GCP_URL=dead,
             FOREWARN_DIGITALOCEAN_URL=dead,
         )
-        agent = AgentProcess(tmp_path, env=env)
-        agent.argv = [
-            sys.executable, "-c", LAUNCH, str(Path(__file__).parent), "agent", "--provider", "auto"
-        ]  # fmt: skip
-        with agent:
-            providers = agent.control({"op": "status"})["agent"]["providers"]
-            assert "aws" in providers, agent.output()
-            assert "slowbuild" not in providers
+
+
+def test_a_slow_watcher_build_does_not_spend_another_providers_detection_budget(
+    tmp_path: Path, four_providers: dict[str, str]
+) -> None:
+    agent = AgentProcess(tmp_path, env=four_providers)
+    agent.argv = [
+        sys.executable, "-c", LAUNCH, str(Path(__file__).parent), "agent", "--provider", "auto"
+    ]  # fmt: skip
+    with agent:
+        providers = agent.control({"op": "status"})["agent"]["providers"]
+        assert "aws" in providers, agent.output()
+        assert "slowbuild" not in providers
 
 
 # Stands in for a loaded machine at the two points of the HTTP stack that are slow once:
@@ -76,26 +83,17 @@ sys.exit(main(sys.argv[1:]))
     ("client_seconds", "import_seconds"), [(1.6, 0.0), (0.0, 1.6)], ids=["client", "backend"]
 )
 def test_the_http_stacks_first_costs_are_paid_before_the_probes_budgets_start(
-    tmp_path: Path, client_seconds: float, import_seconds: float
+    tmp_path: Path, four_providers: dict[str, str], client_seconds: float, import_seconds: float
 ) -> None:
-    with SimServer(ImdsSimulator()) as server:
-        dead = f"http://{DEAD_LOOPBACK}"
-        env = agent_env(
-            tmp_path,
-            FOREWARN_AWS_URL=server.url,
-            FOREWARN_AZURE_URL=dead,
-            FOREWARN_GCP_URL=dead,
-            FOREWARN_DIGITALOCEAN_URL=dead,
-        )
-        agent = AgentProcess(tmp_path, env=env)
-        agent.argv = [
-            sys.executable, "-c", SLOW_HTTP_LAUNCH, str(client_seconds), str(import_seconds),
-            "agent", "--provider", "auto",
-        ]  # fmt: skip
-        # Each of its HTTP clients made slowly: counted in them, its start takes longer.
-        agent.start(timeout=30.0 + 8 * client_seconds)
-        try:
-            providers = agent.control({"op": "status"})["agent"]["providers"]
-            assert "aws" in providers, agent.output()
-        finally:
-            agent.stop()
+    agent = AgentProcess(tmp_path, env=four_providers)
+    agent.argv = [
+        sys.executable, "-c", SLOW_HTTP_LAUNCH, str(client_seconds), str(import_seconds),
+        "agent", "--provider", "auto",
+    ]  # fmt: skip
+    # Each of its HTTP clients made slowly: counted in them, its start takes longer.
+    agent.start(timeout=30.0 + 8 * client_seconds)
+    try:
+        providers = agent.control({"op": "status"})["agent"]["providers"]
+        assert "aws" in providers, agent.output()
+    finally:
+        agent.stop()
