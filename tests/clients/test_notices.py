@@ -189,7 +189,13 @@ def test_no_agent_is_logged_once_and_a_late_agent_is_picked_up_with_its_replay(
     caplog.set_level(logging.INFO, logger="forewarn.clients")
     notices = Notices(first.events, first.control_endpoint, heartbeat_timeout=1.0)
     try:
-        time.sleep(2.5)  # past the heartbeat timeout, with no agent
+        # Past the heartbeat timeout with no agent: the client has said so (a fixed 2.5 s
+        # sleep stood here).
+        eventually(
+            lambda: any("no agent on" in r.getMessage() for r in caplog.records),
+            timeout=30,
+            what="the client's 'no agent' line",
+        )
         assert not notices.alive and notices.active == {}
         again = AgentProcess(tmp_path, env=first.env).start()
         try:
