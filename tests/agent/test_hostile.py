@@ -67,6 +67,8 @@ if kind == "flood":
         sock.send(b"\\x01notice")
         sock.send(b"\\x01client/flood-%d" % (sent % 50))
         sent += 2
+        if sent == 2:
+            print("started", flush=True)
     sock.close()
 else:
     while time.monotonic() < end:
@@ -79,6 +81,8 @@ else:
         time.sleep(0.05)
         sock.close()
         sent += 1
+        if sent == 1:
+            print("started", flush=True)
 context.term()
 print(sent)
 """
@@ -285,7 +289,11 @@ def test_a_subscription_flood_and_oversize_frames_do_not_delay_a_flag_drain(
             for kind in ("flood", "oversize")
         ]
         try:
-            time.sleep(1.5)  # the flood is in full swing
+            # Once both flooders are sending (a fixed 1.5 s stood here: on a loaded machine
+            # their interpreters could still be starting, and the flag was raised unflooded).
+            for flooder in flooders:
+                assert flooder.stdout is not None
+                assert flooder.stdout.readline() == "started\n", "a flooder ended before sending"
             flag = tmp_path / "run" / "checkpoint-now"
             flag.write_text("")
             raised = time.monotonic()
