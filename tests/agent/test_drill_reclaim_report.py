@@ -221,7 +221,7 @@ def test_a_terminate_the_loaded_agent_answers_late_still_reclaims_on_time(
     def slow_agent() -> None:
         if rep.poll(30_000):
             rep.recv()
-            time.sleep(2.5)
+            time.sleep(2.5)  # the scenario: the loaded agent's late answer, past the old 2 s
             rep.send_json({"ok": True})
 
     answering = threading.Thread(target=slow_agent, daemon=True)

@@ -72,7 +72,7 @@ async def test_a_crashing_watcher_is_retried_with_backoff_and_others_keep_going(
     ]
     # The crashed watcher is rebuilt from its module; here that fails too and counts as well.
     agent._build = lambda name, health: Crashing()  # type: ignore[method-assign,assignment,return-value]
-    await asyncio.sleep(1.6)
+    await asyncio.sleep(1.6)  # the scenario: a stretch of supervision, retries counted in it
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -51,7 +51,7 @@ def test_a_quiet_live_agent_is_waited_on_and_a_lost_one_is_reported(tmp_path: Pa
 def test_agent_timeout_zero_waits_forever(env: dict[str, str]) -> None:
     wait = subprocess.Popen(forewarn_cmd("wait", "--agent-timeout", "0"), env=env)
     try:
-        time.sleep(3)
+        time.sleep(3)  # the scenario: longer than the default agent timeout, no agent at all
         assert wait.poll() is None
     finally:
         wait.kill()
