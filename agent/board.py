@@ -162,6 +162,11 @@ class Entry:
     # Restored from a state file that did not say which clients had received it (an agent
     # older than `received_by`): past its deadline, some of them may not have acked.
     receivers_unknown: bool = False
+    # Clients that acked it `outcome=failed` (their save raised: a full disk, a refused
+    # write) and no saved ack since, with the note they gave (blank when none): not acked,
+    # their state is not saved, but named so past the deadline, not as gone before their ack,
+    # which read as if they never tried and hid the cause. Kept across a restart.
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -172,6 +177,8 @@ class Overdue:
     deadline: datetime
     clients: list[str]  # sorted: those that received it (or hold it) and did not ack
     gone: list[str] = field(default_factory=list)  # sorted: of those, the ones that left
+    # Of those, the ones whose save failed (their failed ack's note, blank when none).
+    failed: dict[str, str] = field(default_factory=dict)
     # Restored from a state file that did not say who had received it before the restart.
     receivers_unknown: bool = False
 
@@ -667,9 +674,17 @@ class NoticeBoard:
             missing = self._unacked(entry)
             told = bool(missing) or (entry.receivers_unknown and not entry.flushed)
             if entry.notice.action == "terminate" and told:
-                gone = sorted(entry.gone & missing)
+                failed = {c: n for c, n in entry.failed.items() if c in missing}
+                gone = sorted((entry.gone & missing) - set(failed))
                 found.append(
-                    Overdue(entry.notice, deadline, sorted(missing), gone, entry.receivers_unknown)
+                    Overdue(
+                        entry.notice,
+                        deadline,
+                        sorted(missing),
+                        gone,
+                        receivers_unknown=entry.receivers_unknown,
+                        failed=failed,
+                    )
                 )
         return found
 
@@ -719,10 +734,51 @@ class NoticeBoard:
         still there and late. Kept across a restart (`gone_to_save`)."""
         found: dict[str, list[str]] = {}
         for notice_id, missing in self.unacked_past_deadline().items():
-            gone = self.entries[notice_id].gone.intersection(missing)
+            entry = self.entries[notice_id]
+            gone = entry.gone.intersection(missing) - set(entry.failed)
             if gone:
                 found[notice_id] = sorted(gone)
         return found
+
+    def failed_past_deadline(self) -> dict[str, dict[str, str]]:
+        """Of the clients `unacked_past_deadline` names, those whose save failed (they acked
+        `outcome=failed`, and no saved ack since), with their note, by id: said so in the
+        warning and `status`, not "gone before its ack". Kept across a restart
+        (`failed_to_save`)."""
+        found: dict[str, dict[str, str]] = {}
+        for notice_id, missing in self.unacked_past_deadline().items():
+            failed = self.entries[notice_id].failed
+            named = {client: failed[client] for client in missing if client in failed}
+            if named:
+                found[notice_id] = named
+        return found
+
+    def failed_to_save(self) -> dict[str, dict[str, str]]:
+        """The clients whose save of each active terminate failed, not acked since, by id."""
+        return {
+            notice_id: dict(entry.failed)
+            for notice_id, entry in self.entries.items()
+            if entry.failed and entry.notice.action == "terminate"
+        }
+
+    def record_failure(self, notice_id: str | None, client: str | None, note: str | None) -> bool:
+        """`client` acked `notice_id` `outcome=failed`: its save raised. Not an ack (its
+        state is not saved), but kept to be named so past the deadline. True when kept anew
+        (for the state file); a client that acked it saved already stays acked."""
+        entry = self.entries.get(notice_id) if notice_id else None
+        if entry is None or not client or client in entry.acked:
+            return False
+        if client not in entry.failed and len(entry.failed) >= MAX_ACKED_KEPT:
+            return False  # bounded as the acks kept are
+        before = entry.failed.get(client)
+        entry.failed[client] = note or ""
+        return before != entry.failed[client]
+
+    def save_failed(self, notice_id: str, client: str) -> str | None:
+        """The note of `client`'s failed save of `notice_id` (blank when none), or None when
+        it has no failed save not acked since."""
+        entry = self.entries.get(notice_id)
+        return None if entry is None else entry.failed.get(client)
 
     def gone_to_save(self) -> dict[str, set[str]]:
         """The clients that left each active terminate before their ack, by id: saved, so
@@ -970,6 +1026,8 @@ class NoticeBoard:
                     kept.acked.add(ANONYMOUS)
             return False
         entry.saved = True
+        if client:
+            entry.failed.pop(client, None)  # a retry that saved: acked, its failure over
         if client and client not in entry.acked:
             if len(entry.acked) >= MAX_ACKED_KEPT:
                 listening = entry.expected | self.clients
@@ -1008,6 +1066,7 @@ class NoticeBoard:
         overdue: Mapping[str, datetime] | None = None,
         gone: Mapping[str, Iterable[str]] | None = None,
         acked_for: Mapping[str, str] | None = None,
+        save_failed: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -1044,7 +1103,9 @@ class NoticeBoard:
         each notice's acks in `acked_by` were for (`acked_for()`): those of a drain that comes
         back as terminate (its deadline came within the margin while the agent was down) are
         not the terminate's. A notice not in it (a file of an agent before it) keeps its acks
-        for whatever it comes back as, as that agent did."""
+        for whatever it comes back as, as that agent did. `save_failed` are the clients whose
+        save of each failed, with their notes (`failed_to_save()`): named so past its
+        deadline, unless they ack a saved flush."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -1126,6 +1187,8 @@ class NoticeBoard:
             elif not entry.flushed and received_by is not None:
                 entry.received_before = set(received_by.get(notice.id, ())) - entry.acked
             entry.gone = set((gone or {}).get(notice.id, ())) - entry.acked
+            failed = (save_failed or {}).get(notice.id, {})
+            entry.failed = {c: n for c, n in failed.items() if c not in entry.acked}
             held = set((held_by or {}).get(notice.id, ())) - entry.acked
             if held and not entry.flushed:
                 entry.held |= held
@@ -1338,6 +1401,7 @@ class NoticeBoard:
             entry.flushed = False
             entry.expected = set(self.clients) | entry.held
             entry.gone = set()
+            entry.failed = {}  # a failed save of the drain is no answer to the terminate
         return entry.notice
 
     def _stamp(self, report: Report, action: Action) -> Notice:

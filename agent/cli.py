@@ -1496,6 +1496,7 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     unacked = reply.get("unacked_past_deadline") or {}  # none from an older agent
     unknown = reply.get("past_deadline_receivers_unknown") or []  # none from an older agent
     gone_before_ack = reply.get("gone_before_ack") or {}  # none from an older agent
+    save_failed = reply.get("save_failed") or {}  # none from an older agent
     for notice in reply["active"]:
         line = "active     " + describe(notice, noticed=True)
         clients = acked_by.get(notice["id"]) if isinstance(acked_by, dict) else None
@@ -1504,7 +1505,8 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
         held = held_for.get(notice["id"]) if isinstance(held_for, dict) else None
         late = unacked.get(notice["id"]) if isinstance(unacked, dict) else None
         gone = gone_before_ack.get(notice["id"]) if isinstance(gone_before_ack, dict) else None
-        line += _waited_for(held, late, gone)
+        failed = save_failed.get(notice["id"]) if isinstance(save_failed, dict) else None
+        line += _waited_for(held, late, gone, failed)
         if isinstance(unknown, list) and notice["id"] in unknown:
             line += (
                 "  its deadline passed; the clients that received it before the agent "
@@ -1514,12 +1516,14 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _waited_for(held: object, late: object, gone: object = None) -> str:
+def _waited_for(held: object, late: object, gone: object = None, failed: object = None) -> str:
     """The clients a notice still waits for, each named once: a held client past the deadline
     is in both `held_for` and `unacked_past_deadline`, and the line named it twice ("waiting for
     loop (pid 7)  not acked by loop (its deadline passed)"), as if two jobs were late. One
-    that left before its ack is said so, as the agent's warning says it."""
+    that left before its ack is said so, as the agent's warning says it, and one whose save
+    failed says so and why (it tried)."""
     pids = {str(c): pid for c, pid in held.items()} if isinstance(held, dict) else {}
+    notes = {str(c): str(n) for c, n in failed.items()} if isinstance(failed, dict) else {}
     overdue = [str(client) for client in late] if isinstance(late, list) else []
     left = {str(client) for client in gone} if isinstance(gone, list) else set()
 
@@ -1528,6 +1532,9 @@ def _waited_for(held: object, late: object, gone: object = None) -> str:
         return client if pid is None else f"{client} (pid {pid})"
 
     def named_late(client: str) -> str:
+        if client in notes:
+            why = notes[client]
+            return f"{client} (its save failed: {why})" if why else f"{client} (its save failed)"
         if client not in pids:
             return f"{client} (gone before its ack)" if client in left else client
         pid = pids[client]

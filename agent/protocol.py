@@ -427,6 +427,10 @@ class StatusReply(_Message):
     # process ended; sorted, among the 16 listed): the job whose steps were lost, as the
     # agent's warning names it (kept across a restart of the agent).
     gone_before_ack: dict[str, list[str]] = Field(default_factory=dict)
+    # Of those, the clients whose save failed (they acked `outcome=failed`, and no saved
+    # flush since), each with its ack's note (blank when none): it tried, and the note says
+    # why it failed (a full disk, a refused write). Not in `gone_before_ack`, left or not.
+    save_failed: dict[str, dict[str, str]] = Field(default_factory=dict)
     # The active terminates now past their deadline, not flushed, restored after a restart
     # from an older agent's state file, which did not say which clients had received them:
     # some may not have acked (sorted).

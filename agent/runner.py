@@ -467,6 +467,7 @@ class Agent:
             overdue=state.overdue,
             gone=state.gone,
             acked_for=state.acked_for,
+            save_failed=state.save_failed,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -976,7 +977,19 @@ class Agent:
         acked_by = self.board.acked_by(notice_id).get(notice_id, ())
         acked = len(acked_by)
         fields = {**notice_fields(notice, "acked"), "clients": acked}
-        if left is not None and left not in acked_by:
+        failed = self.board.save_failed(notice_id, left) if left is not None else None
+        if left is not None and left not in acked_by and failed is not None:
+            # It tried: "left without its ack" read as if it never had, and hid the cause.
+            log.info(
+                "notice %s flushed by every client left (%d acked; %s left after its save "
+                "failed%s)",
+                notice_id,
+                acked,
+                left,
+                f" ({failed})" if failed else "",
+                extra={**fields, "left_unacked": left, "save_failed": failed},
+            )
+        elif left is not None and left not in acked_by:
             log.info(
                 "notice %s flushed by every client left (%d acked; %s left without its ack)",
                 notice_id,
@@ -1096,8 +1109,7 @@ class Agent:
         for overdue in said:
             listed = overdue.clients[:ACKED_BY_LISTED]
             more = len(overdue.clients) - len(listed)
-            gone = set(overdue.gone)
-            named = ", ".join(f"{c} (gone before its ack)" if c in gone else c for c in listed)
+            named = ", ".join(_unacked_named(c, overdue.gone, overdue.failed) for c in listed)
             named += f" and {more} more" if more else ""
             if overdue.receivers_unknown:
                 # Restored from an older agent's state file, which kept no receivers: said,
@@ -1116,6 +1128,7 @@ class Agent:
                     **notice_fields(overdue.notice, "unacked"),
                     "unacked": overdue.clients,
                     "gone": overdue.gone,
+                    "save_failed": overdue.failed,
                 },
             )
             self.observers.on_unacked(overdue.notice, overdue.clients)
@@ -1253,7 +1266,18 @@ class Agent:
             unacked_past_deadline=unacked,
             past_deadline_receivers_unknown=self.board.receivers_unknown_past_deadline(),
             gone_before_ack=self._gone_before_ack(unacked),
+            save_failed=self._save_failed(unacked),
         )
+
+    def _save_failed(self, unacked: dict[str, list[str]]) -> dict[str, dict[str, str]]:
+        """The clients of `unacked` (as listed) whose save failed, with their notes."""
+        found = {}
+        for notice_id, failed in self.board.failed_past_deadline().items():
+            listed = unacked.get(notice_id, [])
+            named = {client: note for client, note in failed.items() if client in listed}
+            if named:
+                found[notice_id] = named
+        return found
 
     def _gone_before_ack(self, unacked: dict[str, list[str]]) -> dict[str, list[str]]:
         """The clients of `unacked` (as listed) that left before their ack."""
@@ -1378,6 +1402,10 @@ class Agent:
                 # margin its clients' flushes set.
                 self._save()
             self._wake.set()  # a slower flush widens the exit margin
+        elif req.outcome == "failed" and self.board.record_failure(
+            req.notice_id, req.client, req.note
+        ):
+            self._save()  # a restarted agent names it as one whose save failed, and why
         background = ""
         if req.stall_seconds is not None or req.durable_seconds is not None:
             background = f" stall={_secs(req.stall_seconds)} durable={_secs(req.durable_seconds)}"
@@ -1487,12 +1515,22 @@ class Agent:
             if not holder.gone():
                 continue
             del self._holders[key]
-            log.warning(
-                "hold of client %s on %s let go: its process %d is gone before its ack",
-                client,
-                notice_id,
-                holder.pid,
-            )
+            failed = self.board.save_failed(notice_id, client)
+            if failed is not None:
+                log.warning(
+                    "hold of client %s on %s let go: its process %d ended after its save failed%s",
+                    client,
+                    notice_id,
+                    holder.pid,
+                    f" ({failed})" if failed else "",
+                )
+            else:
+                log.warning(
+                    "hold of client %s on %s let go: its process %d is gone before its ack",
+                    client,
+                    notice_id,
+                    holder.pid,
+                )
             went = True
             if self.board.let_go(notice_id, client):
                 done.append(notice_id)
@@ -1562,6 +1600,7 @@ class Agent:
                     for notice_id, clients in self.board.gone_to_save().items()
                 },
                 self.board.acked_for(),
+                save_failed=self.board.failed_to_save(),
             )
         )
 
@@ -1789,3 +1828,12 @@ def run_agent(settings: Settings, *, exit_process: bool = False) -> int:
 
 
 __all__ = ["VERSION", "Agent", "run_agent"]
+
+
+def _unacked_named(client: str, gone: list[str], failed: dict[str, str]) -> str:
+    """`client` as a deadline's warning names it: one whose save failed says so, and why
+    (it tried: "gone before its ack" hid the cause), one that left before its ack says so."""
+    if client in failed:
+        note = failed[client]
+        return f"{client} (its save failed: {note})" if note else f"{client} (its save failed)"
+    return f"{client} (gone before its ack)" if client in gone else client

@@ -19,11 +19,11 @@ from pathlib import Path
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.boot import boot_id, one_boot, saved_boot_time
 from forewarn.providers.persist import write_kept
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from .board import DEADLINE_KINDS
 from .holders import Holder
-from .protocol import MAX_FLUSH_SECONDS, Notice, client_id_problem
+from .protocol import MAX_FLUSH_SECONDS, Notice, OneLineNote, client_id_problem
 
 log = logging.getLogger("forewarn.agent")
 
@@ -31,6 +31,8 @@ STATE_VERSION = 1
 # The names of the state file and of the reserved high-water mark of `seq` in the directory.
 STATE_FILE = "state.json"
 SEQ_FILE = "seq"
+# A failed save's note as an ack gives it: one line, of the length an ack's note may have.
+_NOTE: TypeAdapter[str] = TypeAdapter(OneLineNote)
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o640) -> None:
@@ -121,6 +123,11 @@ class AgentState:
     # margin while the agent was down) counts the drain's acks for no terminate. None: a file
     # of an agent before it, whose acks count for whatever the notice comes back as.
     acked_for: dict[str, str] | None = None
+    # The clients whose save of each active terminate failed (they acked `outcome=failed`)
+    # and that acked no saved flush since, with their note (blank when none), by id: named so
+    # past the deadline by a restarted agent, not as gone before their ack. A file of an
+    # agent before it has none.
+    save_failed: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -208,7 +215,26 @@ def load_state(path: Path) -> AgentState:
         overdue=_times(raw, "overdue", "overdue deadline", path),
         gone=_acked_by(raw.get("gone_before_ack", {})),
         acked_for=_acked_for(raw["acked_for"]) if "acked_for" in raw else None,
+        save_failed=_save_failed(raw.get("save_failed", {})),
     )
+
+
+def _save_failed(raw: object) -> dict[str, dict[str, str]]:
+    """The saved failed saves by notice id and client, each with its note; a client that no
+    ack could name, or a note that is no one-line text an ack could give, is left out."""
+    found: dict[str, dict[str, str]] = {}
+    for notice_id, clients in (raw if isinstance(raw, dict) else {}).items():
+        for client, note in (clients if isinstance(clients, dict) else {}).items():
+            if len(found.get(notice_id, {})) >= MAX_EXPECTED_SAVED:
+                break
+            if client_id_problem(client) is not None:
+                continue
+            try:
+                kept = _NOTE.validate_python(note, strict=True)
+            except ValidationError:
+                continue
+            found.setdefault(notice_id, {})[client] = kept
+    return found
 
 
 def _acked_for(raw: object) -> dict[str, str]:
@@ -532,6 +558,11 @@ def encode_state(state: AgentState) -> bytes:
             for notice_id, clients in state.gone.items()
         },
     }
+    if state.save_failed:
+        payload["save_failed"] = {
+            notice_id: dict(sorted(clients.items())[:MAX_EXPECTED_SAVED])
+            for notice_id, clients in state.save_failed.items()
+        }
     if state.acked_for is not None:
         payload["acked_for"] = {
             notice_id: action
