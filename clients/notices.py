@@ -788,9 +788,20 @@ ACK_MAXIMA = {
 }
 
 
+# The most the agent takes of an ack's note (its MAX_ACK_NOTE_LENGTH), and what a note may
+# not hold there (no character below U+0020, nor U+007F), a run of it at a time.
+ACK_NOTE_CHARS = 500
+_NOTE_CONTROL_RUN = re.compile(r"[\x00-\x1f\x7f]+")
+
+
 def _ack_figure(key: str, value: Any) -> Any:
     """`value` as the ack sends it for `key`: plain (`_plain`), and a time no more than the
-    agent takes."""
+    agent takes; a note made one line (each run of line breaks or other control characters a
+    space) of at most the agent's length: the agent refused the whole ack for a note of
+    several lines, and a failed save's (a storage error with its response body) was lost, the
+    job then named as gone before its ack."""
+    if key == "note" and isinstance(value, str):
+        return _NOTE_CONTROL_RUN.sub(" ", value).strip()[:ACK_NOTE_CHARS]
     plain = _plain(value)
     most = ACK_MAXIMA.get(key)
     if most is not None and isinstance(plain, (int, float)) and plain > most:

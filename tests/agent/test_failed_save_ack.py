@@ -145,6 +145,34 @@ def test_a_guard_whose_exit_save_raised_is_named_with_its_error(tmp_path: Path) 
         assert agent.control({"op": "status"})["save_failed"] == {notice_id: {"trainer": why}}
 
 
+def test_a_guard_whose_exit_save_raised_a_multiline_error_is_named_with_it(
+    tmp_path: Path,
+) -> None:
+    """An error whose message has several lines (a storage client's, with its response
+    body): the guard sent it as the failed ack's note, the agent refused the ack (a note is
+    one line), and the job was named gone before its ack, its failed save unsaid."""
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
+        notices = Notices(agent.events, agent.control_endpoint, client_id="trainer")
+        guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+        try:
+            eventually(lambda: notices.alive, 10, "the first heartbeat")
+            notice_id = _terminate(agent, 3)
+            eventually(lambda: guard.due(41), 10, "the guard to see the terminate")
+
+            def refused(step: int) -> None:
+                raise RuntimeError("PUT ckpt/step-41.pt refused\nHTTP 403\r\nAccessDenied")
+
+            with pytest.raises(RuntimeError):
+                guard.save(41, refused)
+        finally:
+            guard.close()
+            notices.close()
+        line = _warned(agent, notice_id)
+        why = "RuntimeError: PUT ckpt/step-41.pt refused HTTP 403 AccessDenied"
+        assert line.endswith(f"trainer (its save failed: {why})"), line
+
+
 def test_a_failed_save_without_a_note_is_still_named_failed(tmp_path: Path) -> None:
     """`forewarn ack ID --outcome failed --client trainer` from a shell loop, no note."""
     env = agent_env(tmp_path)
@@ -226,3 +254,15 @@ def load_state_from(factory: Any, payload: dict[str, Any]) -> Any:
     path = factory.mktemp("again") / "state.json"
     path.write_text(json.dumps(payload))
     return load_state(path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(note=st.text(max_size=700))
+def test_any_note_a_client_sends_is_one_the_agent_takes(note: str) -> None:
+    """A note of several lines (or over 500 characters) made the agent refuse the whole ack."""
+    from forewarn.agent.protocol import AckRequest
+    from forewarn.clients.notices import _ack_figure
+
+    sent = _ack_figure("note", note)
+    request = AckRequest.model_validate({"op": "ack", "outcome": "failed", "note": sent})
+    assert request.note == sent
