@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,43 @@ def test_any_note_a_client_sends_is_one_the_agent_takes(note: str) -> None:
     sent = _ack_figure("note", note)
     request = AckRequest.model_validate({"op": "ack", "outcome": "failed", "note": sent})
     assert request.note == sent
+
+
+def test_a_shell_loop_whose_save_failed_is_named_so_when_its_hold_is_let_go(
+    tmp_path: Path,
+) -> None:
+    """`forewarn wait --client loop --pid $$`, then `forewarn ack ID --outcome failed --note
+    ...` and the loop exits: its hold let go 'gone before its ack', and the deadline named
+    it so."""
+    from forewarn.agent.holders import pid_namespace
+
+    env = agent_env(tmp_path)
+    loop = subprocess.Popen(["sleep", "60"])  # the shell loop, ended below
+    try:
+        with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
+            notice_id = _terminate(agent, 3)
+            hold = {
+                "op": "hold",
+                "notice_id": notice_id,
+                "client": "loop",
+                "pid": loop.pid,
+                "pid_namespace": pid_namespace(),
+            }
+            assert agent.control(hold)["held"]
+            failed = {**_failed_ack(notice_id, "disk full"), "client": "loop"}
+            assert agent.control(failed)["ok"]
+            loop.kill()
+            loop.wait()
+            let_go = eventually(
+                lambda: re.search(r"^.*hold of client loop on .* let go.*$", agent.output(), re.M),
+                10,
+                "the hold let go",
+            ).group(0)
+            assert let_go.endswith(
+                f"its process {loop.pid} ended after its save failed (disk full)"
+            )
+            assert _warned(agent, notice_id).endswith("loop (its save failed: disk full)")
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
