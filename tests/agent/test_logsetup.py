@@ -115,6 +115,10 @@ def test_json_logs_have_every_lifecycle_step(tmp_path: Path) -> None:
         assert client.notice()["id"] == notice_id
         ack = {"op": "ack", "notice_id": notice_id, "client": "log-test", "flush_seconds": 0.1}
         assert agent.control(ack)["ok"]
+        # The drain's ack is not the terminate's: a client acks the escalated notice again
+        # (its exit save), else the terminate's deadline passes `unacked` (a WARNING).
+        assert client.notice(timeout=10)["action"] == "terminate"
+        assert agent.control(ack)["ok"]
 
         def steps() -> dict[str, dict[str, object]] | None:
             lines = [
