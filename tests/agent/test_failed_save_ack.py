@@ -20,7 +20,7 @@ from forewarn.clients import CheckpointGuard, Notices
 from forewarn.protocol.timefmt import format_time
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
+from support import AgentProcess, Subscriber, agent_env, eventually, examples, run_forewarn
 
 pytestmark = pytest.mark.usefixtures("forked_agents")
 
@@ -228,7 +228,7 @@ def test_an_older_state_file_without_failed_saves_loads(tmp_path: Path) -> None:
     assert state.gone == {"n1": ["trainer"]} and state.save_failed == {}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     raw=st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=20),
@@ -257,7 +257,7 @@ def load_state_from(factory: Any, payload: dict[str, Any]) -> Any:
     return load_state(path)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(note=st.text(max_size=700))
 def test_any_note_a_client_sends_is_one_the_agent_takes(note: str) -> None:
     """A note of several lines (or over 500 characters) made the agent refuse the whole ack."""
