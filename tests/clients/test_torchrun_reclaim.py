@@ -219,6 +219,17 @@ def test_a_terminate_during_a_periodic_save_under_torchrun_exits_at_that_save(
     assert [g.step for g in CheckpointStore(str(store)).generations()] == [10]
 
 
+def _kill_job(proc: subprocess.Popen[bytes], mark: str) -> None:
+    """SIGKILL torchrun and its ranks, as the platform does. The ranks run in sessions of
+    their own, out of torchrun's group: killing the group alone left rank 1's 1,000 s save
+    and rank 0's all-reduce running after the test (seen: both alive minutes later). `mark`
+    is in the job's environment."""
+    for pid in [proc.pid, *job_processes(mark)]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(30)
+
+
 @pytest.mark.slow(40)
 @pytest.mark.timeout(300)
 def test_no_rank_leaves_before_every_rank_made_its_exit_save(
@@ -230,9 +241,14 @@ def test_no_rank_leaves_before_every_rank_made_its_exit_save(
     with 3 minutes' lead, rank 0's save 16 s and rank 1's 48 s: rank 1 was SIGKILLed at 46 s
     (exit -9, its part never written). Every rank now leaves once every rank's save ended."""
     out = tmp_path / "ranks.jsonl"
+    mark = f"job-{uuid.uuid4().hex}"
     with AgentProcess(tmp_path, env=env) as agent, out.open("w") as lines:
         job_env = dict(
-            env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", SLOW_RANK_SAVE_SECONDS="4"
+            env,
+            GLOO_SOCKET_IFNAME="lo",
+            OMP_NUM_THREADS="1",
+            SLOW_RANK_SAVE_SECONDS="4",
+            FOREWARN_TEST_JOB=mark,
         )
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
         argv += ["--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
@@ -256,9 +272,7 @@ def test_no_rank_leaves_before_every_rank_made_its_exit_save(
             assert agent.control(notice)["ok"]
             assert proc.wait(90) == 1  # torchrun's code after a rank's 143
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+            _kill_job(proc, mark)
     events = seen()
     log = out.read_text()
     saved = {e["rank"]: e for e in events if e["event"] == "saved"}
@@ -283,9 +297,14 @@ def test_a_rank_waiting_for_a_hung_ranks_save_says_its_own_part_is_saved(
     its own save has not ended."""
     lead = 12.0
     out = tmp_path / "ranks.jsonl"
+    mark = f"job-{uuid.uuid4().hex}"
     with AgentProcess(tmp_path, env=env) as agent, out.open("w") as lines:
         job_env = dict(
-            env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", SLOW_RANK_SAVE_SECONDS="1000"
+            env,
+            GLOO_SOCKET_IFNAME="lo",
+            OMP_NUM_THREADS="1",
+            SLOW_RANK_SAVE_SECONDS="1000",
+            FOREWARN_TEST_JOB=mark,
         )
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
         argv += ["--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
@@ -315,9 +334,7 @@ def test_a_rank_waiting_for_a_hung_ranks_save_says_its_own_part_is_saved(
             told = time.monotonic() - sent
             assert proc.poll() is None, "rank 1's save was to hang"
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the platform's kill at the deadline
-            proc.wait(30)
+            _kill_job(proc, mark)  # the platform's kill at the deadline
     assert told < lead, (told, out.read_text()[-3000:])
     saving = {e["rank"]: e["step"] for e in seen() if e["event"] == "saved"}
     assert set(saving) == {0}, saving  # rank 1's save never returned
