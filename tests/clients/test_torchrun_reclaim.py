@@ -165,7 +165,12 @@ def test_a_reclaim_mid_evaluation_under_torchrun_ends_in_time_loses_nothing_and_
 
         # The next job on the same node: the agent still lists the terminate (its deadline
         # past, within the notice's grace). It resumes from the saved step and trains to its
-        # end, not stopped again by the terminate the first job acted on.
+        # end, not stopped again by the terminate the first job acted on. It starts once the
+        # deadline has passed, as on a real node (the machine was taken then): one started
+        # earlier, inside the job's exit margin, rightly saves and exits at once (seen: the
+        # first job ended 2 s after the notice, the next one exited at its 4th step).
+        while time.monotonic() < sent + LEAD:
+            time.sleep(0.05)  # the scenario: the rest of the lead, until the machine's kill
         next_job = Torchrun(env, store, tmp_path / "job-2.log", "--steps", str(step + 12))
         try:
             started = next_job.until("started")
