@@ -294,6 +294,34 @@ def _tax(text: str) -> float:
     return value
 
 
+def _share_in(says: str, *, above_zero: bool = False, below_all: bool = False) -> Any:
+    """A share (`_fraction`) within its flag's range, refused in the flag's terms with the
+    text as written: `--reserved-utilization 0%` said 'must be in (0, 1] (got 0.0)' and
+    `--fallback-share -5%` 'must be a share such as 3% or 0.03'."""
+
+    def convert(text: str) -> float:
+        written = text.strip()
+        if written.startswith("-"):
+            # `_fraction` refuses any sign as 'must be a share such as 3%': say what is wrong.
+            if _fraction(written[1:]) > 0:
+                raise argparse.ArgumentTypeError(f"must not be negative (got {text!r})")
+            written = written[1:]
+        value = _fraction(written)
+        if (value <= 0 if above_zero else value < 0) or (value >= 1 if below_all else value > 1):
+            raise argparse.ArgumentTypeError(f"{says} (got {text!r})")
+        return value
+
+    return convert
+
+
+# The share flags whose range is narrower than any fraction, each with it as it is said.
+SHARE_TYPES = {
+    "--no-notice-share": _share_in("must be from 0% to 100%"),
+    "--reserved-utilization": _share_in("must be above 0% and at most 100%", above_zero=True),
+    "--fallback-share": _share_in("must be 0% or more and below 100%", below_all=True),
+}
+
+
 def _parsed(parse: Any) -> Any:
     def convert(text: str) -> float:
         try:
@@ -421,7 +449,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     share = job.add_mutually_exclusive_group()
     share.add_argument(
         "--no-notice-share",
-        type=_fraction,
+        type=SHARE_TYPES["--no-notice-share"],
         metavar="PCT",
         help="share of interruptions without a usable notice: crashes, host failures, lost "
         f"notices (default {DEFAULT_NO_NOTICE_SHARE * 100:.0f}%%, or the telemetry's share of late "
@@ -519,13 +547,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     money.add_argument(
         "--reserved-utilization",
-        type=_fraction,
+        type=SHARE_TYPES["--reserved-utilization"],
         metavar="PCT",
         help="share of reserved hours the job uses, with --reserved-price (default 100%%)",
     )
     money.add_argument(
         "--fallback-share",
-        type=_fraction,
+        type=SHARE_TYPES["--fallback-share"],
         default=0.0,
         metavar="PCT",
         help="share of compute hours that fall back to on-demand while spot "

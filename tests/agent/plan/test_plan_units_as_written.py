@@ -145,3 +145,65 @@ def test_a_compute_price_per_month_is_still_refused_naming_the_hour() -> None:
     for text in ("1500/month", "1500/mo", "0.035/m"):  # `/m`: a minute, or a month?
         with pytest.raises(argparse.ArgumentTypeError, match="a price per hour"):
             plan_cli._hourly(text)
+
+
+# Each share flag with the range it takes, as the refusal says it, and texts outside it.
+SHARE_RANGES = {
+    "--no-notice-share": ("must be from 0% to 100%", ["150%", "100.5%"]),
+    "--reserved-utilization": ("must be above 0% and at most 100%", ["0%", "0", "150%"]),
+    "--fallback-share": ("must be 0% or more and below 100%", ["100%", "1", "1.0", "250%"]),
+}
+SHARE_PRICES = {
+    "--no-notice-share": [],
+    "--reserved-utilization": ["--spot-price", "1.2", "--reserved-price", "1"],
+    "--fallback-share": ["--spot-price", "1.2", "--on-demand-price", "3.9"],
+}
+
+
+@pytest.mark.parametrize(
+    ("flag", "written"),
+    [(flag, text) for flag, (_, texts) in SHARE_RANGES.items() for text in texts],
+)
+def test_a_share_out_of_its_range_is_refused_as_written(
+    capsys: pytest.CaptureFixture[str], flag: str, written: str
+) -> None:
+    """`--reserved-utilization 0%` said 'must be in (0, 1] (got 0.0)' and `--fallback-share
+    100%` 'must be in [0, 1) (got 1.0)': an interval notation and a fraction nobody wrote,
+    where `--tax 0%` says 'must be above 0% and below 100% (got '0%')'."""
+    argv = [*FIGURES, *SHARE_PRICES[flag], flag, written]
+    try:
+        code = plan_cli.main(argv)
+    except SystemExit as caught:  # argparse's refusal
+        code = caught.code
+    assert code == 2
+    says = SHARE_RANGES[flag][0]
+    assert f"{flag}: {says} (got {written!r})" in capsys.readouterr().err
+
+
+@given(
+    flag=st.sampled_from(sorted(SHARE_RANGES)),
+    percent=st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+)
+@example(flag="--fallback-share", percent=-5.0)
+def test_a_share_flag_takes_its_range_and_names_the_text_outside_it(
+    flag: str, percent: float
+) -> None:
+    """Any `N%`: inside the flag's range it is N/100; outside it, the refusal names the flag's
+    range and the text as written (a negative one: 'must not be negative')."""
+    parse = plan_cli.SHARE_TYPES[flag]
+    written = f"{percent!r}%"
+    low_open = flag == "--reserved-utilization"
+    high_open = flag == "--fallback-share"
+    share = percent / 100
+    inside = (share > 0 if low_open else share >= 0) and (share < 1 if high_open else share <= 1)
+    if inside:
+        assert parse(written) == pytest.approx(share, rel=1e-12)
+        return
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse(written)
+    message = str(caught.value)
+    assert repr(written) in message
+    if percent < 0:
+        assert message.startswith("must not be negative")
+    else:
+        assert message.startswith(SHARE_RANGES[flag][0])
