@@ -72,6 +72,25 @@ def _unit_bytes(unit: str) -> tuple[float, bool] | None:
     return _UNITS[low], False
 
 
+# A prefix without its B: `14G`, as `du -h` and `ls -lh` print a size (in 2^30 bytes), is
+# 10^9 bytes to a cloud's bill. The plan reads neither for it: it names both.
+_PREFIX_POWERS = {"k": (3, 10), "m": (6, 20), "g": (9, 30), "t": (12, 40)}
+
+
+def _prefix_alone(number: str, unit: str, per: str = "") -> str | None:
+    """Both readings of a size written with a prefix alone (`14G`, `14Gi`), else None."""
+    low = unit.lower()
+    if low.removesuffix("i") not in _PREFIX_POWERS:
+        return None
+    stem = low[0].upper()
+    decimal, binary = _PREFIX_POWERS[low[0]]
+    du = "" if per else f", what `du -h` and `ls -lh` mean by {stem}"
+    return (
+        f"{number}{unit}{per} names no unit: write {number}{stem}B{per} (10^{decimal} bytes) or "
+        f"{number}{stem}iB{per} (2^{binary} bytes{du})"
+    )
+
+
 def parse_size(text: str) -> float:
     """Bytes in `14GB`, `2.4 GiB`, `500MB`: a unit is required (B, KB, MB, GB, TB or the
     binary KiB ... TiB); a unit in bits (`14Gb`) is refused, not read as bytes."""
@@ -79,6 +98,9 @@ def parse_size(text: str) -> float:
     match = _SIZE.match(text.strip())
     unit = _unit_bytes(match.group(2)) if match else None
     if not match or unit is None:
+        both = _prefix_alone(match.group(1), match.group(2)) if match else None
+        if both is not None:
+            raise ValueError(f"{both} (got {text!r})")
         raise ValueError(f"not a size such as 14GB or 2.4GiB (got {text!r})")
     scale, bits = unit
     if bits:
@@ -106,6 +128,9 @@ def parse_bandwidth(text: str) -> float:
     match = _SIZE.match(size.strip())
     unit = _unit_bytes(match.group(2)) if match else None
     if not match or unit is None:
+        both = _prefix_alone(match.group(1), match.group(2), "/s") if match else None
+        if both is not None:
+            raise ValueError(f"{both} (got {text!r})")
         raise ValueError(f"not a rate such as 500MB/s or 10Gbit/s (got {text!r})")
     return _finite(float(match.group(1)) * unit[0], text, "a bandwidth")
 

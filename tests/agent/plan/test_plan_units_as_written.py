@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 from forewarn.agent.plan import cli as plan_cli
-from forewarn.agent.plan.sizes import parse_bandwidth
+from forewarn.agent.plan.sizes import parse_bandwidth, parse_size
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -207,3 +207,54 @@ def test_a_share_flag_takes_its_range_and_names_the_text_outside_it(
         assert message.startswith("must not be negative")
     else:
         assert message.startswith(SHARE_RANGES[flag][0])
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        ("14G", "14GB (10^9 bytes) or 14GiB (2^30 bytes"),
+        ("800M", "800MB (10^6 bytes) or 800MiB (2^20 bytes"),
+        ("1.5T", "1.5TB (10^12 bytes) or 1.5TiB (2^40 bytes"),
+        ("14 Gi", "14GB (10^9 bytes) or 14GiB (2^30 bytes"),
+        ("512k", "512KB (10^3 bytes) or 512KiB (2^10 bytes"),
+    ],
+)
+def test_a_size_as_du_and_ls_print_it_is_refused_naming_both_units(
+    written: str, meant: str
+) -> None:
+    """`du -sh` and `ls -lh` print a checkpoint's size as `14G`: `--checkpoint-size 14G` said
+    'not a size such as 14GB or 2.4GiB', as it said of any text, leaving the user to guess
+    which of the two 14G is (du's G is 2^30 bytes, 7 % more than 10^9)."""
+    with pytest.raises(ValueError) as caught:
+        parse_size(written)
+    message = str(caught.value)
+    assert meant in message and "du -h" in message and repr(written) in message
+
+
+@pytest.mark.parametrize(("written", "meant"), [("1G/s", "1GB/s"), ("500M/s", "500MB/s")])
+def test_a_rate_without_its_byte_unit_is_refused_naming_both_units(
+    written: str, meant: str
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_bandwidth(written)
+    message = str(caught.value)
+    assert meant in message and meant.replace("B/", "iB/") in message
+    assert repr(written) in message
+
+
+@given(
+    number=st.floats(min_value=0.001, max_value=1e6, allow_nan=False),
+    prefix=st.sampled_from(["k", "K", "M", "m", "G", "g", "T", "t", "Ki", "Mi", "Gi", "Ti"]),
+    space=st.sampled_from(["", " "]),
+)
+def test_a_size_with_a_prefix_alone_is_refused_with_both_readings(
+    number: float, prefix: str, space: str
+) -> None:
+    """A prefix without B names no unit: refused, never read as one of the two, and the
+    refusal offers both, each with the text's number."""
+    written = f"{number!r}{space}{prefix}"
+    with pytest.raises(ValueError) as caught:
+        parse_size(written)
+    stem = prefix[0].upper()
+    message = str(caught.value)
+    assert f"{number!r}{stem}B " in message and f"{number!r}{stem}iB " in message
