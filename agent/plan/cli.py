@@ -265,6 +265,34 @@ def _positive(text: str) -> float:
     return _number(text, positive=True)
 
 
+# A training speed as tqdm's progress bar (transformers', Lightning's) prints it: `3.50it/s`,
+# or below one step a second `1.25s/it`, seconds a step, the inverse. A bare number is steps
+# a second.
+_STEPS_A_SECOND = re.compile(r"^(.*?)\s*(?:it|its|steps?)?/s\Z", re.IGNORECASE)
+_SECONDS_A_STEP = re.compile(r"^(.*?)\s*(?:s|secs?|seconds?)/(?:it|steps?)\Z", re.IGNORECASE)
+
+
+def _speed(text: str) -> float:
+    """Steps a second: `3.5`, `3.5it/s` (`steps/s`, `/s`), or `1.25s/it` (`s/step`), which
+    is 0.8; any other unit is refused naming these forms."""
+    written = text.strip()
+    per_second = _STEPS_A_SECOND.match(written)
+    per_step = None if per_second else _SECONDS_A_STEP.match(written)
+    match = per_second or per_step
+    try:
+        value = _number(match.group(1) if match else written, positive=True)
+    except argparse.ArgumentTypeError as error:
+        if "positive" in str(error):
+            raise argparse.ArgumentTypeError(f"must be positive (got {text!r})") from None
+        if not str(error).startswith("not a number"):
+            raise  # digits other than 0-9, a number too large: said as for any number
+        raise argparse.ArgumentTypeError(
+            f"not a speed such as 3.5 (steps a second), 3.5it/s or 1.25s/it, as tqdm prints "
+            f"one (got {text!r})"
+        ) from None
+    return 1.0 / value if per_step else value
+
+
 def _fraction(text: str) -> float:
     """`3%` or `0.03`."""
     _digits_0_to_9(text)
@@ -469,9 +497,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     job.add_argument(
         "--steps-per-second",
-        type=_positive,
+        type=_speed,
         metavar="X",
-        help="training speed, to give intervals in steps",
+        help="training speed, to give intervals in steps: 3.5, or as tqdm prints it, "
+        "3.5it/s or 1.25s/it (seconds a step, 0.8 steps a second)",
     )
     at = job.add_mutually_exclusive_group()
     at.add_argument(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 from forewarn.agent.plan import cli as plan_cli
@@ -258,3 +259,46 @@ def test_a_size_with_a_prefix_alone_is_refused_with_both_readings(
     stem = prefix[0].upper()
     message = str(caught.value)
     assert f"{number!r}{stem}B " in message and f"{number!r}{stem}iB " in message
+
+
+@given(
+    speed=st.floats(min_value=1e-3, max_value=1e4, allow_nan=False),
+    per_second=st.sampled_from(["it/s", "its/s", " it/s", "steps/s", " steps/s", "step/s", "/s"]),
+)
+@example(speed=3.5, per_second="it/s")
+def test_a_speed_as_tqdm_prints_it_in_iterations_a_second_is_that_speed(
+    speed: float, per_second: str
+) -> None:
+    """tqdm's bar (transformers', Lightning's) prints a job's speed as `3.50it/s`:
+    `--steps-per-second 3.50it/s` was 'not a number'."""
+    assert plan_cli._speed(f"{speed!r}{per_second}") == pytest.approx(speed, rel=1e-12)
+
+
+@given(
+    seconds=st.floats(min_value=1e-3, max_value=1e4, allow_nan=False),
+    per_step=st.sampled_from(["s/it", " s/it", "s/step", "sec/it", " seconds/step"]),
+)
+@example(seconds=1.25, per_step="s/it")
+def test_a_speed_as_tqdm_prints_it_in_seconds_an_iteration_is_inverted(
+    seconds: float, per_step: str
+) -> None:
+    """Slower than one step a second, tqdm prints `1.25s/it`: seconds a step, the inverse.
+    Typed as `--steps-per-second 1.25` it planned 1.25 steps a second where the job makes
+    0.8, every interval's step count 56 % too high; written as printed it is 0.8."""
+    assert plan_cli._speed(f"{seconds!r}{per_step}") == pytest.approx(1 / seconds, rel=1e-12)
+
+
+def test_a_speed_in_another_unit_is_refused_naming_the_forms() -> None:
+    for text in ("3.5it/min", "3.5 it/h", "1.25min/it", "0it/s", "0s/it", "-3it/s", "fast"):
+        with pytest.raises(argparse.ArgumentTypeError) as caught:
+            plan_cli._speed(text)
+        message = str(caught.value)
+        assert repr(text) in message or "must be positive" in message, message
+
+
+def test_the_command_takes_the_speed_as_tqdm_prints_it(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--checkpoint", "10s", "--tax", "3%", "--json", "--steps-per-second"]
+    assert plan_cli.main([*argv, "1.25s/it"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["inputs"]["steps_per_second"]["value"] == pytest.approx(0.8)
+    assert slow["intervals"]["steps"]["chosen"] == round(1000 / 3 * 0.8)
