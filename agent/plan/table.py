@@ -23,7 +23,10 @@ def _percent(value: float) -> str:
 
 
 def _money(value: float) -> str:
-    return f"{value:.4f}"
+    """Four decimals, or four significant digits where those pass the column's 12 places
+    (a price of 1e12 printed `1000000000000.0000`, 1e300 a 301-digit number)."""
+    fixed = f"{value:.4f}"
+    return fixed if len(fixed) <= 12 else f"{value:.4g}"
 
 
 def _rows(title: str, rows: list[tuple[str, str, str]]) -> list[str]:

@@ -1584,3 +1584,27 @@ def test_plan_run_by_a_member_of_the_agents_group_reads_the_system_agents_teleme
         stranger = call_as(uid, 65534, found)
     assert member == str((system / "telemetry.jsonl", None))
     assert stranger == str((home / ".local/state/forewarn/telemetry.jsonl", None))
+
+
+@pytest.mark.parametrize(
+    ("spot", "on_demand"),
+    [("1.2", "3.9"), ("1.2", "45000000"), ("1.2", "1e12"), ("1e300", "3.9"), ("2e-9", "3.9")],
+)
+def test_the_cost_table_keeps_its_columns_for_any_price(
+    capsys: pytest.CaptureFixture[str], spot: str, on_demand: str
+) -> None:
+    """`--spot-price 1e300` printed its compute line as a 301-digit number, and an on-demand
+    price of 1e12 as `1000000000000.0000`, each past the 12 places of its column, so every
+    figure after it stood under the wrong option."""
+    argv = [*FIGURES, "--spot-price", spot, "--on-demand-price", on_demand]
+    assert plan_cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("Cost per useful hour") + 1
+    header = lines[start]
+    rows = lines[start + 1 : lines.index("", start)]
+    # Each figure ends where its option's name ends in the header.
+    ends = [match.end() for match in re.finditer(r"\S+", header)]
+    assert len(ends) == 2
+    for row in rows:
+        cells = [match.end() for match in re.finditer(r"(?<=\s)[-\d.e+]+(?=\s|$)", row)]
+        assert cells and set(cells) <= set(ends), row
