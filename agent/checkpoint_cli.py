@@ -10,6 +10,7 @@ does not verify, 2 bad input (one `forewarn checkpoint:` line), 3 the store coul
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import logging
@@ -328,6 +329,8 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
             row.update(size=None, files=None, world_size=None, created_at=None)
             row.update(state=state, problems=[] if state == "partial" else problems)
             if state == "partial":
+                # The bytes it holds, unfinished files too: what deleting it would free.
+                row["size"] = store.backend.usage(generation_name(step))
                 # A save under way (a live claim holds its step) or a killed writer's leftover:
                 # `latest()` tells them apart in the job's log, and `ls` listed both alike.
                 claimed = store.backend.claimed(generation_name(step))
@@ -655,6 +658,10 @@ def run_prune(args: argparse.Namespace, store: CheckpointStore) -> int:
             failures.append(f"cannot remove {generation_name(step)} from {store.url}: {error}")
         else:
             deleted.append(step)
+    if deleted:
+        # The lock files (claims) of the killed writers whose saves it removed.
+        with contextlib.suppress(CheckpointError, OSError):
+            store.backend.remove_stale_claims()
     print(f"deleted {', '.join(generation_name(step) for step in deleted) or 'nothing'}")
     for failure in failures:
         print(f"forewarn: checkpoint: {failure}", file=sys.stderr)

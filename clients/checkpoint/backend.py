@@ -285,6 +285,16 @@ class Backend(ABC):
         there are no claims, or when it cannot tell."""
         return False
 
+    def writer_gone(self, prefix: str) -> bool:
+        """Whether the writer of the uncommitted generation `prefix` is provably gone (every
+        rank's): False while any writer may still be saving it, and wherever this backend
+        cannot prove it (writers on other machines)."""
+        return False
+
+    def usage(self, prefix: str) -> int:
+        """The bytes stored under `prefix`, also those of files a save has not finished."""
+        return sum(self.list_sizes(prefix).values())
+
     def remove_stale_claims(self) -> int:
         """Remove the claims (see `claim`) killed writers left on steps nobody saved again;
         returns how many. Nothing to do where there are none."""

@@ -63,6 +63,45 @@ def _is_temp(name: str) -> bool:
     return name.startswith(".") and _TMP_MARK in name
 
 
+# The file systems (`statfs`'s f_type, linux/magic.h) only this machine's kernel writes:
+# ext2/3/4, XFS, Btrfs, tmpfs, ramfs, overlayfs, F2FS, ZFS, bcachefs. On them every writer of
+# a store is a process here, so a lock nobody holds proves a killed writer gone. On NFS (a
+# `nolock` mount keeps locks per machine), CIFS, FUSE and cluster file systems another
+# machine's live save looks unlocked from here.
+_FILE_SYSTEMS_OF_ONE_MACHINE = frozenset(
+    {
+        0xEF53,
+        0x58465342,
+        0x9123683E,
+        0x01021994,
+        0x858458F6,
+        0x794C7630,
+        0xF2F52010,
+        0x2FC12FC1,
+        0xCA451A4E,
+    }
+)
+# Where `struct statfs` starts with a 64-bit little-endian f_type (glibc and musl).
+_STATFS_MACHINES = ("x86_64", "aarch64")
+
+
+def _file_system_type(path: Path) -> int | None:
+    """`statfs(path)`'s f_type, or None where it cannot be read (another OS or machine, no
+    such path)."""
+    if not sys.platform.startswith("linux") or os.uname().machine not in _STATFS_MACHINES:
+        return None
+    import ctypes
+
+    buffer = ctypes.create_string_buffer(512)  # struct statfs is 120 bytes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.statfs(os.fsencode(path), buffer) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return int(struct.unpack_from("<q", buffer.raw)[0])
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -523,6 +562,49 @@ class LocalBackend(Backend):
             return False
         ranks = re.compile(re.escape(f".{prefix}{RANK_CLAIM}") + r"[0-9]+\.lock")
         return any(self._lock_held(self.root / name) for name in names if ranks.fullmatch(name))
+
+    def writer_gone(self, prefix: str) -> bool:
+        # Only where every writer is on this machine (see _FILE_SYSTEMS_OF_ONE_MACHINE): a
+        # claim is a POSIX lock, which the kernel drops when its holder dies, and a live
+        # writer holds its lock from before its first file to its commit.
+        if _file_system_type(self.root) not in _FILE_SYSTEMS_OF_ONE_MACHINE:
+            return False
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return False
+        ranks = re.compile(re.escape(f".{prefix}") + rf"(?:{re.escape(RANK_CLAIM)}[0-9]+)?\.lock")
+        return all(self._lock_free(self.root / name) for name in names if ranks.fullmatch(name))
+
+    def _lock_free(self, path: Path) -> bool:
+        """Whether the lock at `path` is free or gone (False when this process holds it, or
+        cannot open it to tell: another user's)."""
+        with _HELD.mutex:
+            try:
+                found = os.stat(path, follow_symlinks=False)
+                if (found.st_dev, found.st_ino) in _HELD.files:
+                    return False
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                return True
+            except OSError:
+                return False
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False
+            finally:
+                os.close(fd)  # (and with it the lock just taken)
+            return True
+
+    def usage(self, prefix: str) -> int:
+        # A killed writer's bytes are mostly in temp files, which list_sizes leaves out.
+        used = 0
+        for directory, _dirs, files in os.walk(self._path(prefix)):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    used += os.stat(os.path.join(directory, name), follow_symlinks=False).st_size
+        return used
 
     def _lock_held(self, path: Path) -> bool:
         with _HELD.mutex:

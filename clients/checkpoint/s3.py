@@ -744,6 +744,33 @@ class S3Backend(Backend):
                     return True
         return False
 
+    def writer_gone(self, prefix: str) -> bool:
+        # Only a claim naming a process of this machine's boot and PID namespace that is no
+        # longer running proves its writer gone (a job killed here, `prune` run here after
+        # it); a claim of another machine, or none (a service without conditional writes, a
+        # claim swept a lease after the kill), proves nothing.
+        if not self._conditional_writes:
+            return False
+        ranks = self._key(f".{prefix}{RANK_CLAIM}")
+        keys = [self._key(claim_name(prefix))]
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=ranks):
+            for item in page.get("Contents", []):
+                if s3claim.RANK_CLAIM_KEY.fullmatch(item["Key"][len(ranks) :]):
+                    keys.append(item["Key"])
+        found = 0
+        for key in keys:
+            try:
+                raw = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            except Exception as exc:
+                if _is_missing(exc):
+                    continue
+                raise
+            if not s3claim._gone_from_here(raw):
+                return False
+            found += 1
+        return found > 0
+
     def _claimed_once(self, prefix: str, seen: dict[str, bool]) -> bool:
         """`claimed(prefix)`, asked once per sweep; a claim that cannot be read counts as
         held (the upload waits for the next sweep rather than a live save failing)."""

@@ -10,6 +10,7 @@ the backends (`local.py`, `s3.py`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import json
 import logging
@@ -1103,6 +1104,18 @@ class CheckpointStore:
         and that save failed with its files missing)."""
         return self._writing | _WRITING.steps(self._backend.identity)
 
+    def _killed_saves(self, steps: list[int], writing: set[int], kept: list[int]) -> list[int]:
+        """The uncommitted generations among `steps` that no save of this process writes and
+        whose writers the backend proves gone (see `Backend.writer_gone`)."""
+        return [
+            s
+            for s in steps
+            if s not in writing
+            and s not in kept
+            and self._backend.get_small(f"{generation_name(s)}/{COMMIT}") is None
+            and self._backend.writer_gone(generation_name(s))
+        ]
+
     def delete(self, step: int) -> None:
         """Remove one generation (its marker first)."""
         self._hashed.discard(step)
@@ -1140,12 +1153,19 @@ class CheckpointStore:
             kept.append(step)
             if len(kept) == self.keep:
                 break
+        # By hand, also the unfinished saves whose writers are provably gone, whatever their
+        # step (a final save SIGKILLed at a reclaim's deadline is newer than every generation
+        # kept, and retention spared it for good unless the job saved that step again).
+        gone = [] if fresh is not None else self._killed_saves(steps, writing, kept)
         if len(kept) < self.keep:
-            return []
-        floor = min(kept)
-        # `fresh` can be older than `floor` when a job restarted from an older checkpoint:
-        # it is still the generation that job just made durable and will resume from.
-        doomed = [s for s in steps if s < floor and s not in writing and s != fresh]
+            doomed = gone
+        else:
+            floor = min(kept)
+            # `fresh` can be older than `floor` when a job restarted from an older
+            # checkpoint: it is still the generation that job just made durable and will
+            # resume from.
+            doomed = [s for s in steps if (s < floor or s in gone) and s not in writing]
+            doomed = [s for s in doomed if s != fresh]
         if doomed:
             hinted = self.latest_hint()
             doomed = [s for s in doomed if s != hinted]
@@ -1182,6 +1202,10 @@ class CheckpointStore:
                 continue
             self._undeletable.discard(step)
             deleted.append(step)
+        if fresh is None and deleted:
+            # The claims of the killed writers whose saves it removed (as a commit does).
+            with contextlib.suppress(CheckpointError, OSError):
+                self._backend.remove_stale_claims()
         if first is not None and fresh is None:
             raise first
         return deleted

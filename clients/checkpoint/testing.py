@@ -188,6 +188,12 @@ class DelegatingBackend(Backend):
     def claimed(self, prefix: str) -> bool:
         return self.inner.claimed(prefix)
 
+    def writer_gone(self, prefix: str) -> bool:
+        return self.inner.writer_gone(prefix)
+
+    def usage(self, prefix: str) -> int:
+        return self.inner.usage(prefix)
+
     def remove_stale_claims(self) -> int:
         return self.inner.remove_stale_claims()
 

@@ -94,12 +94,14 @@ def test_prune_by_checksums_keeps_the_one_that_verifies(make_store: Any, store_u
     fill(store)
     flip(store, "step-000000000030/model.bin")
     # By sizes 30 still counts, so 10 and 20 would go; by checksums 20 is the newest good one.
+    # Step 40's writer let go of its claim (dropped): on local disk that proves it gone.
+    killed = ", step-000000000040" if not store_url.startswith("s3://") else ""
     dry = forewarn("prune", store_url, "--keep", "1", "--dry-run")
-    assert dry.stdout.strip() == "would delete step-000000000010, step-000000000020"
+    assert dry.stdout.strip() == f"would delete step-000000000010, step-000000000020{killed}"
     pruned = forewarn("prune", store_url, "--keep", "1", "--checksums")
     assert pruned.returncode == 0, pruned.stderr
-    assert pruned.stdout.strip() == "deleted step-000000000010"
-    assert store.steps() == [20, 30, 40]
+    assert pruned.stdout.strip() == f"deleted step-000000000010{killed}"
+    assert store.steps() == ([20, 30] if killed else [20, 30, 40])
 
 
 def test_verify_of_a_mistyped_store_fails(make_store: Any, store_url: str) -> None:
@@ -151,11 +153,13 @@ def test_ls_show_get_and_prune(make_store: Any, store_url: str, tmp_path: Path) 
     assert copied.returncode == 0, copied.stderr
     assert (tmp_path / "out" / "model.bin").read_bytes() == store.get(10).read_bytes("model.bin")
 
+    # Step 40's writer let go of its claim (dropped): on local disk that proves it gone.
+    killed = ", step-000000000040" if not store_url.startswith("s3://") else ""
     dry = forewarn("prune", store_url, "--keep", "1", "--dry-run")
-    assert dry.stdout.strip() == "would delete step-000000000010, step-000000000020"
+    assert dry.stdout.strip() == f"would delete step-000000000010, step-000000000020{killed}"
     assert store.steps() == [10, 20, 30, 40]
     assert forewarn("prune", store_url, "--keep", "1").returncode == 0
-    assert store.steps() == [30, 40]
+    assert store.steps() == ([30] if killed else [30, 40])
 
 
 @pytest.mark.parametrize(
@@ -366,7 +370,9 @@ def test_prune_names_what_it_deleted_and_what_it_could_not(tmp_path: Path) -> No
         assert out.strip() == "deleted step-000000000020", (out, err)
         assert code == 3, (out, err)
         assert "cannot read" not in err and "cannot remove step-000000000010" in err, err
-        assert len(err.strip().splitlines()) == 1, err
+        # Step 40 is a dropped writer's unfinished save, this user's too.
+        assert "cannot remove step-000000000040" in err, err
+        assert len(err.strip().splitlines()) == 2, err
     finally:
         shutil.rmtree(shared)
 
@@ -1028,3 +1034,92 @@ def test_ls_tells_a_save_under_way_from_a_killed_writers_leftover(tmp_path: Path
         json.loads(line) for line in forewarn("ls", store_url, "--json").stdout.splitlines()
     ]
     assert [(r["step"], r["writer"]) for r in dead_rows] == [(30, None), (40, "gone")]
+
+
+def test_prune_removes_a_killed_writers_newer_partial_and_ls_shows_its_size(
+    tmp_path: Path,
+) -> None:
+    """A final save SIGKILLed at a reclaim's deadline left step 40 uncommitted, newer than
+    every generation kept: `prune --keep 1` spared it (`deleted nothing`) and `ls` showed its
+    size as `-`, though its bytes held the disk. Found: a 3,000,000-byte save killed mid-file
+    in a local store listed `300  -  -  -  -  partial (writer gone)`, and `prune --keep 1`
+    deleted step 100 and left it. On a local file system every writer is on this machine, so
+    a lock nobody holds proves the writer gone; a live writer's save is still spared."""
+    store_url = str(tmp_path / "store")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", SAVING_WRITER, store_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "saving\n"
+        live = forewarn("prune", store_url, "--keep", "1")
+        sizes = [
+            json.loads(line)["size"]
+            for line in forewarn("ls", store_url, "--json").stdout.splitlines()
+        ]
+    finally:
+        writer.kill()  # the platform's SIGKILL
+        writer.wait(30)
+    assert live.returncode == 0 and live.stdout == "deleted nothing\n", live.stdout
+    assert sizes == [1000, 1000]
+    listed = forewarn("ls", store_url).stdout.splitlines()[2]
+    assert listed.split()[:2] == ["40", "1000"], listed
+    dry = forewarn("prune", store_url, "--keep", "1", "--dry-run")
+    assert dry.stdout == "would delete step-000000000040\n", dry.stdout
+    pruned = forewarn("prune", store_url, "--keep", "1")
+    assert pruned.returncode == 0 and pruned.stdout == "deleted step-000000000040\n", (
+        pruned.stdout + pruned.stderr
+    )
+    assert sorted(os.listdir(store_url)) == ["LATEST", "step-000000000030"]
+    with CheckpointStore(store_url) as store:
+        generation = store.latest()
+        assert generation is not None and generation.step == 30
+
+
+def test_prune_spares_a_partial_whose_writer_may_be_on_another_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On NFS (or any file system other machines write) a lock nobody holds here proves
+    nothing: a `nolock` mount keeps locks per machine, so another node's live save looks
+    free. There `prune` leaves a newer partial alone, as before."""
+    from forewarn.clients.checkpoint import local
+
+    store_url = str(tmp_path / "store")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", SAVING_WRITER, store_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "saving\n"
+    finally:
+        writer.kill()
+        writer.wait(30)
+    monkeypatch.setattr(local, "_FILE_SYSTEMS_OF_ONE_MACHINE", frozenset())
+    with CheckpointStore(store_url, keep=1) as store:
+        assert store.prune(dry_run=True) == []
+        assert store.prune() == []
+        assert store.steps() == [30, 40]
+        monkeypatch.undo()  # a local file system: the lock nobody holds proves it gone
+        assert store.prune() == [40]
+        assert sorted(os.listdir(store_url)) == ["LATEST", "step-000000000030"]
+
+
+def test_prune_removes_a_save_killed_on_this_machine_in_either_store(store_url: str) -> None:
+    """The same on S3: a claim naming a process of this machine's boot that is gone proves
+    its writer gone, and `prune` run here after the kill removes the save (before: `deleted
+    nothing`, the partial and its claim left until the job saved that very step again)."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", SAVING_WRITER, store_url],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "saving\n"
+    finally:
+        writer.kill()  # the platform's SIGKILL
+        writer.wait(30)
+    pruned = forewarn("prune", store_url, "--keep", "1")
+    assert pruned.returncode == 0 and pruned.stdout == "deleted step-000000000040\n", (
+        pruned.stdout + pruned.stderr
+    )
+    with CheckpointStore(store_url) as store:
+        assert store.steps() == [30]
