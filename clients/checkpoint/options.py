@@ -47,6 +47,15 @@ def open_backend(
     """The backend a store URL names: a path, `file://`, or `s3://bucket/prefix`."""
     given = s3.given() if s3 is not None else {}
     text = os.fspath(url)
+    if isinstance(url, str) and text != text.strip():
+        # `" /data/ckpt"` opened `./ /data/ckpt` on the machine's own disk, and a line read
+        # unstripped (`"/data/ckpt\n"`) another directory than the next job's: saved where no
+        # resume looks. A path object is taken as it is (a name that really has such space).
+        raise StoreConfigError(
+            f"store URL {text!r} has white space at its start or end, which would name "
+            "another directory than the one meant: remove it (a name that really has it can "
+            "be given as a pathlib.Path)"
+        )
     # URL schemes are case-insensitive: `S3://bucket/prefix` was refused as an unknown scheme.
     head, sep, _rest = text.partition("://")
     scheme = head.lower() if sep else ""

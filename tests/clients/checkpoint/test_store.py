@@ -928,6 +928,40 @@ def test_a_scheme_with_one_slash_is_read_as_a_url(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a"]
 
 
+def test_a_store_url_with_space_around_it_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`CheckpointStore(" /data/ckpt")` (a URL read from a config file or pasted with a space)
+    opened the relative directory `./ /data/ckpt` on the machine's own disk, and `"/data/ckpt\n"`
+    (a line read unstripped) a directory `ckpt\n` beside the store the next job opens: saved
+    where no resume looks. Found: `CheckpointStore("  <tmp>/sp  ")` saved into
+    `<cwd>/  <tmp>/sp  `. A name that really has it is given as a `pathlib.Path`."""
+    monkeypatch.chdir(tmp_path)
+    for url in (f" {tmp_path}/a", f"{tmp_path}/a\n", " s3://bucket/run", f"file://{tmp_path}/a "):
+        with pytest.raises(StoreConfigError, match="space") as info:
+            CheckpointStore(url)
+        assert repr(url) in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+    save_step(CheckpointStore(tmp_path / " a "), 1)  # a Path is taken as it is
+    assert sorted(path.name for path in tmp_path.iterdir()) == [" a "]
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    st.text(alphabet=st.characters(categories=["Zs", "Cc"]), min_size=1, max_size=3),
+    st.sampled_from(["/ckpt/run", "rel/run", "s3://bucket/run", "file:///ckpt/run"]),
+    st.booleans(),
+)
+def test_space_at_either_end_of_any_store_url_is_refused(
+    space: str, url: str, leading: bool
+) -> None:
+    text = space + url if leading else url + space
+    if text == text.strip():
+        return  # characters Python does not count as space (no such store is refused)
+    with pytest.raises(StoreConfigError, match="space"):
+        CheckpointStore(text)
+
+
 @pytest.mark.parametrize("tail", ["run#2", "run?seed=2"])
 def test_a_file_url_with_a_fragment_or_query_names_no_other_directory(
     tmp_path: Path, tail: str
