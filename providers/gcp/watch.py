@@ -31,6 +31,7 @@ from forewarn.protocol.timefmt import format_time, parse_duration, parse_time, u
 from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
+from ..boot import boot_id
 from ..errortext import error_text
 from ..fetch import fetch
 from ..skew import CLOCK_AHEAD, resume_skew, take_skew
@@ -448,6 +449,8 @@ class NoticeTrack:
         # The notice in force when the agent last stopped, until the first answer settles it.
         self.saved: Report | None = active.get(kind) if active is not None else None
         self.answered = False  # an answer was observed since the watcher started
+        # The ids of the notices this track cleared since the watcher started (`_new_id`).
+        self._ended: set[str] = set()
 
     def observe(
         self, report: Report | None, detail: dict[str, Any], token: str | None = None
@@ -464,6 +467,7 @@ class NoticeTrack:
             ended = self.active or saved
             if ended is None:
                 return None
+            self._ended.add(ended.id)
             self.active = None
             self._keep(None)
             return Report(
@@ -481,16 +485,7 @@ class NoticeTrack:
                 # Changed while the agent was down: the same notice, as when seen to change.
                 self.active = report.model_copy(update={"id": saved.id})
             else:
-                notice_id = stable_id(
-                    PROVIDER,
-                    self.kind,
-                    {
-                        "token": token,
-                        "seen": format_time(report.noticed_at),
-                        "detail": report.detail,
-                    },
-                )
-                self.active = report.model_copy(update={"id": notice_id})
+                self.active = report.model_copy(update={"id": self._new_id(report, token)})
             self._keep(self.active)
             return self.active
         if report.detail == self.active.detail:
@@ -498,6 +493,26 @@ class NoticeTrack:
         self.active = report.model_copy(update={"id": self.active.id})
         self._keep(self.active)
         return self.active
+
+    def _new_id(self, report: Report, token: str | None) -> str:
+        """The id of a notice appearing: a function of the provider's own data (the kind,
+        this boot, the ETag and the answer, `_identity`), so an agent restarted without the
+        notice saved (killed between the publish and the write of `gcp-notices.json`, which
+        comes after it: a slow state disk must never hold a notice back) makes the same id
+        again. Before, the id hashed the time it was first seen: such a restart raised the
+        same maintenance under a second id, and a raw subscriber held both. The same answer
+        again after this track cleared it (a server whose ETag is the value's shows each live
+        migration alike) is another notice: its id takes the time it was seen too."""
+        payload: dict[str, Any] = {
+            "boot": boot_id(),
+            "token": token,
+            "detail": _identity(report.detail),
+        }
+        notice_id = stable_id(PROVIDER, self.kind, payload)
+        if notice_id in self._ended:
+            payload["seen"] = format_time(report.noticed_at)
+            notice_id = stable_id(PROVIDER, self.kind, payload)
+        return notice_id
 
     def redate(self, deadline: datetime) -> Report:
         """The notice in force with `deadline`, kept (the wall clock was stepped since it was
@@ -530,6 +545,16 @@ class NoticeTrack:
     def _keep(self, report: Report | None) -> None:
         if self.active_notices is not None:
             self.active_notices.keep(self.kind, report)
+
+
+# What an answer may say of a notice without making it another: a window begun (PENDING ->
+# ONGOING) is the same window, and the skew is this VM's clock's, taken afresh at a restart.
+_NOT_IDENTITY = frozenset({*_STATUS_KEYS, CLOCK_AHEAD})
+
+
+def _identity(detail: dict[str, Any]) -> dict[str, Any]:
+    """The part of a notice's detail that says which notice it is (`NoticeTrack._new_id`)."""
+    return {key: value for key, value in detail.items() if key not in _NOT_IDENTITY}
 
 
 def on_boot_clock(report: Report | None) -> Report | None:

@@ -714,13 +714,20 @@ def moved_before_this_boot(state_dir: Path, kind: str, boot: str = "another boot
 
 @pytest.mark.parametrize("boot", BOOT_RECORDS)
 async def test_a_notice_saved_before_this_machine_started_is_not_this_boot_s(
-    server: SimServer, sim: GcpSimulator, tmp_path: Path, boot: str
+    server: SimServer,
+    sim: GcpSimulator,
+    tmp_path: Path,
+    boot: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # TERMINATE_ON_HOST_MAINTENANCE at the first answer after a stop and start is a new
     # event: the old notice's deadline, past, was reused (a terminate at once, and, retired
     # past its deadline, a clear and a raise again every grace period).
     before = await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
     moved_before_this_boot(tmp_path, "maintenance-event", boot)
+    # The kernel's boot id of the boot after the stop and start, from which the new notice's
+    # id is made (the test runs in one boot, where the same answer makes the same id).
+    monkeypatch.setattr("forewarn.providers.gcp.watch.boot_id", lambda: _OTHER_BOOT)
     async with watching(server.url, tmp_path) as run:
         [after] = await run.count(1)
     assert after.action == "drain" and after.id != before.id

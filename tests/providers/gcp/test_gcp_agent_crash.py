@@ -1,0 +1,102 @@
+"""A GCP notice across an agent SIGKILLed right after it published it, through the real agent
+subprocess against the metadata simulator: the watcher publishes before it writes
+`gcp-notices.json` (a slow state disk must never hold a 30 s preemption notice back), so a
+kill in between leaves no saved id. The id is then made again from the provider's own data."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.agent.state import STATE_FILE
+from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.providers.gcp.active import ACTIVE_FILE
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env
+
+pytestmark = pytest.mark.usefixtures("forked_agents")
+
+FAST_ENV = {
+    "FOREWARN_GCP_RETRY_DELAY": "0.2",
+    "FOREWARN_GCP_UPCOMING_INTERVAL": "0.2",
+    "FOREWARN_GCP_TIMEOUT_SEC": "5",
+}
+
+# kind and fields raised in the simulator, the notice id prefix, the simulator's id.
+CASES = {
+    "upcoming": (
+        "upcoming",
+        {"start_in": 3600},
+        "gcp/upcoming-maintenance/",
+        "upcoming-maintenance",
+    ),
+    "maintenance": (
+        "maintenance",
+        {"type": "TERMINATE"},
+        "gcp/maintenance-event/",
+        "maintenance-event",
+    ),
+    "preempted": ("preempt", {}, "gcp/preempted/", "preempted"),
+}
+
+
+def _next_notice(sub: Subscriber, within: float = 15.0) -> dict[str, Any]:
+    ends = time.monotonic() + within
+    while True:
+        topic, message = sub.recv(max(0.05, ends - time.monotonic()))
+        if topic == "notice":
+            return message
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_notice_published_just_before_a_sigkill_keeps_its_id(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator, case: str
+) -> None:
+    """Seen before (4 of 4): killed within milliseconds of publishing
+    `gcp/upcoming-maintenance/56c87cfb016b`, the restarted agent raised the same maintenance
+    as `.../1f83ba1fb966`, its deadline 1.4 s later: a raw subscriber held two copies and the
+    first was never cleared on the wire. Measured after the fix, the writes let through and
+    the kill racing them (load 14): the stops' 6 restarts of 6 found no notice saved, each
+    kept its id, and a stop's deadline came back 0.9-1.2 s later, the time the agent was
+    down."""
+    kind, fields, prefix, sim_id = CASES[case]
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **FAST_ENV)
+    first = AgentProcess(tmp_path, providers=("gcp",), env=env).start()
+    try:
+        with Subscriber(first.events).ready() as sub:
+            # Neither the agent's state nor the watcher's file is written before the kill
+            # (as when it lands between the publish and the writes, which come after it): a
+            # directory in the place of each makes every write fail.
+            state = Path(env["FOREWARN_STATE_DIR"])
+            blocked = [state / STATE_FILE, state / ACTIVE_FILE]
+            for path in blocked:
+                path.unlink(missing_ok=True)
+                path.mkdir()
+            sim.raise_notice(kind, fields)
+            notice = _next_notice(sub)
+            first.kill()  # at once on the subscriber's receipt
+            for path in blocked:
+                path.rmdir()
+            assert notice["id"].startswith(prefix), notice
+            with AgentProcess(tmp_path, providers=("gcp",), env=env) as second:
+                sub.ready()  # the restarted agent's replay
+                again = _next_notice(sub)
+                back = utcnow()
+                assert again["id"] == notice["id"], (notice, again, second.output())
+                deadline, moved = parse_time(notice["deadline"]), parse_time(again["deadline"])
+                if case == "upcoming":  # the window's own start
+                    assert moved == deadline
+                else:
+                    # Counted again from the restarted agent's first answer, as nothing says
+                    # when the notice was first seen: later by no more than the agent was down.
+                    down = back - parse_time(notice["noticed_at"])
+                    assert deadline <= moved <= deadline + down, (notice, again)
+                if case != "preempted":  # a preemption is never withdrawn
+                    sim.withdraw(sim_id)
+                    cleared = _next_notice(sub)
+                    assert (cleared["action"], cleared["id"]) == ("clear", notice["id"])
+    finally:
+        first.kill()
