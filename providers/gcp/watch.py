@@ -505,7 +505,10 @@ class NoticeTrack:
         migration alike) is another notice: its id takes the time it was seen too."""
         payload: dict[str, Any] = {
             "boot": boot_id(),
-            "token": token,
+            # A preemption comes once in a boot and is never withdrawn: the boot says which
+            # it is. With the ETag, a server giving the same value a new one at every answer
+            # made a restarted agent's first answer another preemption under another id.
+            "token": None if self.kind == "preempted" else token,
             "detail": _identity(report.detail),
         }
         notice_id = stable_id(PROVIDER, self.kind, payload)

@@ -188,3 +188,14 @@ async def test_an_old_state_file_written_by_main_keeps_its_ids(
         sim.withdraw("maintenance-event")
         _, cleared = await run.count(2)
     assert (cleared.action, cleared.id) == ("clear", old_id)
+
+
+def test_a_preemption_s_id_does_not_take_the_etag() -> None:
+    """A preemption comes once in a boot and is never withdrawn: the boot says which it is.
+    A server that gives the same value a new ETag at every answer (one the watcher paces,
+    tests/providers/gcp/test_gcp_faults.py) made a restarted agent's first answer another
+    preemption under another id."""
+    detail = {"preempted": "TRUE"}
+    first = NoticeTrack("preempted").observe(_report("preempted", detail, NOW), detail, "etag-1")
+    again = NoticeTrack("preempted").observe(_report("preempted", detail, NOW), detail, "etag-2")
+    assert first is not None and again is not None and again.id == first.id
