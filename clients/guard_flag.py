@@ -22,6 +22,7 @@ from forewarn.protocol.flagfile import (
     FlagError,
     flag_deadline,
     flag_deadline_is_duration,
+    flag_mtime_text,
     flag_written,
     past_when_read,
     read_flag,
@@ -375,7 +376,7 @@ class FlagFileRequests(GuardState):
             "forewarn: flag file %s: its mtime %s is not when it was written by this clock "
             "(read at %s: the clock was stepped since); a duration in it counts from now",
             self.flag_file,
-            format_time(mtime),
+            flag_mtime_text(mtime_ns),
             format_time(now),
         )
         return deadline + (anchor - mtime)

@@ -85,9 +85,32 @@ def read_flag(path: Path) -> tuple[int, str | None] | None:
     return found.st_mtime_ns, content.decode("utf-8-sig", errors="replace")
 
 
+# What an mtime past the dates Python holds (before year 1, after 9999) reads as: tmpfs, where
+# the runtime directory lives (/run), keeps 64-bit seconds (`touch -d @400000000000`), and
+# `fromtimestamp` raised, ending the agent's local watcher at every look (no drain raised)
+# and a job's guard ticker. Far off either way, so `written_anchor` counts from the first
+# read, as for any mtime the clock cannot have written; inside the range, so a duration
+# (`5m`) counted from it still holds a date.
+LATEST_WRITTEN = datetime(9999, 1, 1, tzinfo=timezone.utc)
+EARLIEST_WRITTEN = datetime(1, 1, 2, tzinfo=timezone.utc)
+
+
 def flag_written(mtime_ns: int) -> datetime:
-    """When the flag file was written (its mtime): a duration in it counts from then."""
-    return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
+    """When the flag file was written (its mtime): a duration in it counts from then. An mtime
+    no date holds reads as LATEST_WRITTEN or EARLIEST_WRITTEN."""
+    try:
+        return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
+    except (OverflowError, ValueError, OSError):  # OSError: EOVERFLOW, past the C time_t
+        return LATEST_WRITTEN if mtime_ns > 0 else EARLIEST_WRITTEN
+
+
+def flag_mtime_text(mtime_ns: int) -> str:
+    """The mtime as a warning shows it: RFC 3339, or, where no date holds it, its seconds
+    from 1970 as `touch -d` takes them (`@400000000000`), not the date it reads as."""
+    try:
+        return format_time(datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc))
+    except (OverflowError, ValueError, OSError):
+        return f"@{mtime_ns // 10**9} (past any date)"
 
 
 def line_deadline(line: str, written: datetime, read: datetime | None = None) -> datetime:
@@ -191,7 +214,9 @@ def written_anchor(
 
 
 __all__ = [
+    "EARLIEST_WRITTEN",
     "FLAG_CLOCK_SLACK",
+    "LATEST_WRITTEN",
     "MAX_FLAG_BYTES",
     "PAST_AT_READING_SECONDS",
     "PAST_AT_WRITING_SECONDS",
@@ -199,6 +224,7 @@ __all__ = [
     "FlagError",
     "flag_deadline",
     "flag_deadline_is_duration",
+    "flag_mtime_text",
     "flag_written",
     "line_deadline",
     "past_when_read",

@@ -32,6 +32,7 @@ from forewarn.protocol.flagfile import (
     SHOWN_CHARS,
     FlagError,
     flag_deadline_is_duration,
+    flag_mtime_text,
     flag_written,
     line_deadline,
     read_flag,
@@ -235,7 +236,7 @@ class LocalWatcher:
                 "flag file %s: its mtime %s is not when it was written by this clock (read "
                 "at %s: the clock was stepped since); a duration in it counts from now",
                 self.flag_file,
-                format_time(mtime),
+                flag_mtime_text(mtime_ns),
                 format_time(now),
             )
         return anchor
