@@ -98,7 +98,10 @@ def parse_record(text: str) -> KeptDeadline | None:
     """The record `text` holds, or None when it is none (damaged, another version's)."""
     try:
         payload = json.loads(text)
-    except ValueError:
+    # RecursionError: nested past the recursion limit (4,096 `[` fit in the 4 KiB read), in a
+    # directory every user may write; it ended the agent's local watcher and the guards'
+    # tickers.
+    except (ValueError, RecursionError):
         return None
     if not isinstance(payload, dict):
         return None

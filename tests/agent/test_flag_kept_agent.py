@@ -342,3 +342,39 @@ def test_a_job_that_saved_for_the_agents_flag_drain_saves_no_more_once_the_agent
             assert job.exit_code == 143
         finally:
             job.close()
+
+
+def _plant_text(flag: Path, name: str, text: str) -> None:
+    directory = flag.with_name(flag.name + ".jobs")
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_text(text)
+
+
+# A record nested past Python's recursion limit, in the 4 KiB a record is read to: the
+# directory is open to every user (mode 1777), so anyone on the machine can plant one.
+NESTED_RECORD = "[" * 4000
+
+
+def test_a_record_nested_too_deep_neither_stops_the_watcher_nor_a_guard(tmp_path: Path) -> None:
+    """It crashed the agent's local watcher at every restart (no flag was ever raised again:
+    `RecursionError` in its health, restarting) and ended each job's guard ticker thread
+    (its periodic saves and flag looks): it reads as no record, as any damaged one."""
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        _plant_text(flag, ".deadline-9-9-9", NESTED_RECORD)
+        (tmp_path / "alone").mkdir()
+        own = tmp_path / "alone" / "checkpoint-now"
+        _plant_text(own, ".deadline-9-9-9", NESTED_RECORD)
+        guard = alone(own)
+        try:
+            looked(guard)
+            looked(guard)
+            assert guard._ticker.is_alive()
+        finally:
+            guard.close()
+        flag.write_text("")
+        drain = sub.notice(timeout=5)
+        assert drain["action"] == "drain" and drain["id"].startswith("local/flag/"), drain
+        health = agent.control({"op": "status"})["health"]
+        assert [h["state"] for h in health if h["name"] == "local"] == ["healthy"], health
+    assert "RecursionError" not in agent.output(), agent.output()

@@ -340,3 +340,21 @@ def test_a_record_names_the_deadline_as_the_first_job_held_it(tmp_path: Path) ->
         assert record.boot_deadline is None  # a time stays that time
     finally:
         guard.close()
+
+
+@settings(max_examples=examples(60))
+@given(
+    # Past the recursion limit (about 1,000) in half the draws.
+    depth=st.integers(1, 4096) | st.integers(1000, 4096),
+    opener=st.sampled_from(["[", "[{}, ", '{"":']),
+    inside=st.sampled_from(["", "1", "null"]),
+)
+def test_a_record_nested_any_depth_reads_as_none_never_an_error(
+    depth: int, opener: str, inside: str
+) -> None:
+    """Nested past the recursion limit (4,096 `[` fit in the 4 KiB read), `json.loads` raised
+    RecursionError, which no reader caught: the agent's local watcher and each job's guard
+    ticker died on a record anyone on the machine may plant."""
+    closer = "]" if opener == "[" else "}"
+    text = (opener * depth + inside + closer * depth)[: flagkept.MAX_RECORD_BYTES]
+    assert parse_record(text) is None
