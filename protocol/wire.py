@@ -239,6 +239,13 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as error:
         hint = _quote_hint(data[mark:].decode(errors="replace"), str(error))
         raise ConfigFileError(f"config file {path}: not valid TOML: {error}{hint}") from None
+    except RecursionError:
+        # tomllib recurses once per level: a few hundred (`x = [[[...]]]`) ended every
+        # command that read the file with "unexpected RecursionError".
+        raise ConfigFileError(
+            f"config file {path}: not valid TOML: its arrays or inline tables are nested too "
+            "deep to read"
+        ) from None
     except UnicodeDecodeError as error:
         raise ConfigFileError(
             f"config file {path}: not UTF-8 text (byte {error.start + mark}), as TOML must be"

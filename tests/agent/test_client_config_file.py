@@ -88,6 +88,8 @@ def test_the_environment_wins_over_the_config_file_for_the_commands(tmp_path: Pa
         ("runtime_dir = [", "not valid TOML"),
         ("runtime_dir = 5", "config key runtime_dir: expected a string"),
         ('control = "a"\nCONTROL = "b"', "set twice"),
+        # tomllib's RecursionError: a traceback, not this line.
+        ("runtime_dir = " + "[" * 600 + "]" * 600, "nested too deep"),
     ],
 )
 def test_a_config_file_the_commands_cannot_use_is_an_error_naming_it(

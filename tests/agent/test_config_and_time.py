@@ -1323,3 +1323,32 @@ def test_a_providers_enabled_key_says_providers_chooses_them(
         "top-level key providers "
         'names it: providers = ["gcp"], or "auto")'
     )
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    depth=st.integers(1, 3000),
+    shape=st.sampled_from(["array", "table"]),
+    key=st.sampled_from(["exit_margin", "providers", "x"]),
+)
+def test_a_config_file_nested_any_depth_is_read_or_refused_naming_it(
+    depth: int, shape: str, key: str
+) -> None:
+    """tomllib recurses once per level of an inline array or table: a few hundred levels
+    (`x = [[[...]]]`) raised RecursionError, and `forewarn agent --config` (and every client
+    command that reads the file) ended with a traceback, not a line naming the file."""
+    text = (
+        f"{key} = " + "[" * depth + "]" * depth
+        if shape == "array"
+        else f"{key} = " + "{a = " * depth + "1" + "}" * depth
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        config = Path(directory) / "deep.toml"
+        config.write_text(text + "\n")
+        try:
+            document = read_toml(config)
+        except ConfigFileError as error:
+            assert str(error).startswith(f"config file {config}: "), error
+            assert "\n" not in str(error), error
+        else:
+            assert key in document
