@@ -380,7 +380,16 @@ def _notices(raw: dict[str, object], key: str, path: Path) -> list[Notice]:
             notices.append(saved_notice(item))
         except ValidationError as error:
             shown = item.get("id") if isinstance(item, dict) else None
-            log.error("state file %s: notice %r dropped: %s", path, shown, error.errors()[0]["msg"])
+            first = error.errors()[0]
+            # Naming the field: "Value error, a time without its UTC offset" said not which.
+            where = ".".join(str(part) for part in first["loc"])
+            log.error(
+                "state file %s: notice %r dropped: %s%s",
+                path,
+                shown,
+                f"{where}: " if where else "",
+                first["msg"].removeprefix("Value error, "),
+            )
     return notices
 
 

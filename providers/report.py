@@ -5,16 +5,39 @@ It lives with the providers, not the agent, so that no provider imports the agen
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from forewarn.protocol.fields import Action, Reason
 from forewarn.protocol.timefmt import format_time, utcnow
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+)
+
+
+def _usable_time(moment: datetime) -> datetime:
+    """A time the agent can compare and send: with its UTC offset, and one whose UTC a date
+    holds. pydantic takes `2026-12-07T06:00:00` (naive) and `9999-12-31T23:59:59-01:00`: from a
+    hand-edited state file, the first stopped every start of the agent (TypeError comparing it
+    with the clock), the other its first publish (format_time's OverflowError)."""
+    if moment.utcoffset() is None:
+        raise ValueError("a time without its UTC offset: write Z, or one such as +01:00")
+    try:
+        moment.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError("a time whose UTC is past the range of dates (years 1 to 9999)") from None
+    return moment
+
 
 # Times travel as RFC 3339 in UTC with a `Z` (see `format_time`).
 Timestamp = Annotated[
     datetime,
+    AfterValidator(_usable_time),
     PlainSerializer(format_time, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]

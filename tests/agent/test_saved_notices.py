@@ -30,7 +30,8 @@ from forewarn.agent.state import (
 from forewarn.protocol.timefmt import format_time, parse_time
 from hypothesis import given
 from hypothesis import strategies as st
-from support import local_notice
+from pydantic import ValidationError
+from support import AgentProcess, agent_env, local_notice
 
 
 def sent(seq: int, action: str) -> Notice:
@@ -254,3 +255,74 @@ def test_a_state_files_clients_gone_are_taken_only_as_client_ids(raw: object) ->
         assert all(
             isinstance(client, str) and client_id_problem(client) is None for client in clients
         )
+
+
+# Times a hand edit leaves in a saved notice that no agent writes: without their UTC offset
+# (read as naive datetimes), or one whose UTC is past what a date holds.
+_UNUSABLE_TIMES = ["2026-12-07T06:00:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:30:00+01:00"]
+
+
+@pytest.mark.parametrize("field", ["deadline", "noticed_at", "sent_at"])
+@pytest.mark.parametrize("moment", _UNUSABLE_TIMES)
+def test_a_saved_notice_with_a_time_no_agent_can_use_is_dropped_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, field: str, moment: str
+) -> None:
+    """Taken as valid, the first stopped every start of the agent ("unexpected TypeError:
+    can't subtract offset-naive and offset-aware datetimes") and the others at its first
+    publish (format_time's OverflowError): each restart the same, no notice ever sent again.
+    The notice is dropped and reported, as any that does not validate; the others are kept."""
+    bad, good = sent(4, "drain"), sent(5, "terminate")
+    saved = json.loads(encode_state(AgentState(seq=5, manual=[bad, good])))
+    saved["manual"][0][field] = moment
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(saved))
+    with caplog.at_level(logging.ERROR, logger="forewarn.agent"):
+        state = load_state(path)
+    assert state.manual == [good]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and f"notice {bad.id!r} dropped: {field}: " in errors[0], errors
+    assert "\n" not in errors[0], errors
+
+
+_TIME_TEXTS = st.one_of(
+    st.sampled_from(_UNUSABLE_TIMES),
+    st.datetimes(timezones=st.none() | st.timezones()).map(lambda moment: moment.isoformat()),
+    st.integers(-(2**40), 2**40),
+    st.text(max_size=30),
+)
+
+
+@given(deadline=_TIME_TEXTS, noticed=_TIME_TEXTS)
+def test_a_saved_notice_is_refused_or_one_the_agent_can_send_and_save(
+    deadline: object, noticed: object
+) -> None:
+    """Whatever times a saved notice holds: a ValidationError, or a notice whose times are
+    aware and that the agent can publish and write back."""
+    item = json.loads(sent(4, "drain").model_dump_json())
+    item.update(deadline=deadline, noticed_at=noticed)
+    try:
+        notice = saved_notice(item)
+    except ValidationError:
+        return
+    for moment in (notice.deadline, notice.noticed_at, notice.sent_at):
+        assert moment is not None and moment.utcoffset() is not None
+        format_time(moment)
+    text = notice.model_dump_json()  # at the wire's millisecond precision
+    assert saved_notice(json.loads(text)).model_dump_json() == text
+    encode_state(AgentState(manual=[notice]))
+
+
+def test_an_agent_whose_state_holds_a_time_without_its_offset_starts_and_restores_the_rest(
+    tmp_path: Path,
+) -> None:
+    """The hand edit as the agent met it: it exited 1 at every start, saying only "unexpected
+    TypeError", so a unit restarting it never brought it back."""
+    env = agent_env(tmp_path)
+    bad, good = sent(4, "drain"), sent(5, "drain")
+    saved = json.loads(encode_state(AgentState(seq=5, manual=[bad, good])))
+    saved["manual"][0]["deadline"] = "2026-12-07T06:00:00"
+    (Path(env["FOREWARN_STATE_DIR"]) / "state.json").write_text(json.dumps(saved))
+    with AgentProcess(tmp_path, env=env) as agent:
+        active = [notice["id"] for notice in agent.control({"op": "status"})["active"]]
+        assert active == [good.id], active
+    assert f"notice {bad.id!r} dropped" in agent.output(), agent.output()
