@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -304,7 +305,7 @@ class FlagFileRequests(GuardState):
             return
         if found != self._flag_kept and found != self._flag_refused:
             try:
-                deadline, is_duration, mtime_ns, unread = _read_flag(flag)
+                deadline, is_duration, _, unread = _read_flag(flag, self._anchor)
             except FlagError as error:
                 # A link (or a directory) there: the agent refuses it, no drain raised. Taken
                 # here, the same `ln -s` saved the job with no agent and nothing with one.
@@ -322,8 +323,6 @@ class FlagFileRequests(GuardState):
                 )
             if jobs is not None:
                 jobs.join()  # a directory made since the guard was
-            if deadline is not None and is_duration:
-                deadline = self._anchored(deadline, mtime_ns)
             stale = None if deadline is None else past_when_read(deadline, utcnow())
             if stale is not None:
                 # As the agent reads it: a flag file left over, whose deadline every job
@@ -364,14 +363,16 @@ class FlagFileRequests(GuardState):
                 self._pending["flag"] = None
                 self._wake = True
 
-    def _anchored(self, deadline: datetime, mtime_ns: int) -> datetime:
-        """A duration's deadline (`5m` from the mtime) counted from when the file counts as
-        written (`written_anchor`, as the agent counts it): where a step of the wall clock
-        since the writing shows, from this first read, with a warning."""
+    def _anchor(self, mtime_ns: int) -> datetime:
+        """When the file found with `mtime_ns` counts as written (`written_anchor`, as the
+        agent counts it): where a step of the wall clock since the writing shows, this first
+        read, with a warning. A duration (`5m`) counts from it, and a time is judged against
+        it, as the agent judges it: against the mtime, a time written before a step back of
+        the clock was "past already when the file was written", and the save had no deadline."""
         mtime, now = flag_written(mtime_ns), utcnow()
         anchor = written_anchor(mtime, now, boot_seconds(), self._flag_empty_at)
         if anchor == mtime:
-            return deadline
+            return anchor
         log.warning(
             "forewarn: flag file %s: its mtime %s is not when it was written by this clock "
             "(read at %s: the clock was stepped since); a duration in it counts from now",
@@ -379,7 +380,7 @@ class FlagFileRequests(GuardState):
             flag_mtime_text(mtime_ns),
             format_time(now),
         )
-        return deadline + (anchor - mtime)
+        return anchor
 
     def _take_kept_deadline(self) -> None:
         """A flag handled before this job started (every job then saved for it, the file
@@ -477,11 +478,14 @@ def _read_flag_deadline(flag: Path) -> datetime | None:
     return _read_flag(flag)[0]
 
 
-def _read_flag(flag: Path) -> tuple[datetime | None, bool, int, str | None]:
-    """The flag file's deadline, as `_read_flag_deadline` (a duration counted from its
-    mtime), whether it was written as a duration (`5m`: counted on the boot clock) rather
-    than a time, the mtime read (0 when none), and why its first line is no deadline (None:
-    it is one, or there is none)."""
+def _read_flag(
+    flag: Path, anchor: Callable[[int], datetime] = flag_written
+) -> tuple[datetime | None, bool, int, str | None]:
+    """The flag file's deadline, as `_read_flag_deadline` (a duration counted from when the
+    file counts as written, `anchor` of its mtime: the mtime itself unless given; a time
+    judged against it), whether it was written as a duration (`5m`: counted on the boot
+    clock) rather than a time, the mtime read (0 when none), and why its first line is no
+    deadline (None: it is one, or there is none)."""
     try:
         found = read_flag(flag)
     except FlagError:
@@ -493,9 +497,10 @@ def _read_flag(flag: Path) -> tuple[datetime | None, bool, int, str | None]:
     mtime_ns, content = found
     if content is None:
         return None, False, mtime_ns, None
-    deadline = flag_deadline(content, mtime_ns)
+    written = anchor(mtime_ns)
+    deadline = flag_deadline(content, mtime_ns, written)
     is_duration = deadline is not None and flag_deadline_is_duration(content)
-    return deadline, is_duration, mtime_ns, unread_deadline(content, flag_written(mtime_ns))
+    return deadline, is_duration, mtime_ns, unread_deadline(content, written)
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:

@@ -164,15 +164,15 @@ def unread_deadline(content: str, created: datetime, read: datetime | None = Non
     return None
 
 
-def flag_deadline(content: str, mtime_ns: int) -> datetime | None:
+def flag_deadline(content: str, mtime_ns: int, written: datetime | None = None) -> datetime | None:
     """The deadline the first line of a flag file's content holds (RFC 3339, or a duration
-    such as `15m` counted from when the file was written, not from when it is read), or None
-    (blank, or anything else: kept as a note)."""
+    such as `15m` counted from when the file was written, not from when it is read: `written`,
+    else its mtime), or None (blank, or anything else: kept as a note)."""
     text = content.strip()
     if not text:
         return None
     try:
-        return line_deadline(text.splitlines()[0], flag_written(mtime_ns))
+        return line_deadline(text.splitlines()[0], written or flag_written(mtime_ns))
     except (ValueError, OverflowError):
         return None
 

@@ -15,7 +15,7 @@ import pytest
 from flag_guard import looked, save_for_flag
 from forewarn.clients import CheckpointGuard, guard_flag, proctime
 from forewarn.protocol.flagfile import FLAG_CLOCK_SLACK, written_anchor
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import examples
@@ -101,9 +101,33 @@ def test_the_guards_duration_deadline_is_the_agents(
     mtime_ns = int(written.timestamp() * 1e9)
     read_written = datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
     duration = timedelta(minutes=minutes)
-    deadline = guard._anchored(read_written + duration, mtime_ns)
+    deadline = guard._anchor(mtime_ns) + duration
     assert deadline == written_anchor(read_written, now, up, guard._flag_empty_at) + duration
     since = empty_for if empty_for is not None else up
     slack = timedelta(seconds=FLAG_CLOCK_SLACK)
     assert now - timedelta(seconds=since) - slack - timedelta(milliseconds=1) <= deadline - duration
     assert deadline - duration <= now + slack
+
+
+def test_a_flag_time_written_before_a_step_back_of_the_clock_stands_as_for_the_agent(
+    tmp_path: Path,
+) -> None:
+    """`date -d +30min > checkpoint-now` on a clock 2 h ahead, then NTP's step back: the
+    mtime is 2 h in the future, and the time in the file 30 min from now. The agent judges
+    the time against its first read (`written_anchor`) and keeps it; the guard judged it
+    against the mtime, "past already when the file was written", and dropped the deadline:
+    the job saved once and trained on until the machine went."""
+    flag = tmp_path / "checkpoint-now"
+    guard = job(flag, margin=30.0)
+    try:
+        looked(guard)
+        wanted = utcnow() + timedelta(minutes=30)
+        flag.write_text(format_time(wanted) + "\n")
+        written = time.time() + 2 * 3600
+        os.utime(flag, (written, written))
+        save_for_flag(guard)
+        deadline = guard._flag_deadline
+        assert deadline is not None
+        assert abs((deadline - wanted).total_seconds()) < 1, deadline
+    finally:
+        guard.close()
