@@ -318,3 +318,16 @@ def test_the_mailbox_file_reads_back_as_written(
                 if key in raised and uid > last_uid
             }
             assert getattr(again, name) == kept
+
+
+@pytest.mark.parametrize("moment", ["2026-12-07T06:00:00", "9999-12-31T23:59:59-01:00"])
+@pytest.mark.parametrize("field", ["deadline", "noticed_at", "until"])
+def test_a_reclaim_with_a_time_no_agent_can_use_costs_only_itself(
+    tmp_path: Path, moment: str, field: str
+) -> None:
+    """A hand edit's time without its UTC offset (or past year 9999 in UTC) was read as
+    valid: the agent then failed comparing it with the clock, or publishing it."""
+    path = tmp_path / "digitalocean-active.json"
+    kept = reclaim(2)
+    path.write_text(json.dumps([as_saved(reclaim(1), **{field: moment}), as_saved(kept)]))
+    assert ActiveReclaims(path).load(NOW) == [kept]
