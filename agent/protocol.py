@@ -31,7 +31,7 @@ from forewarn.protocol.wire import (
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
 )
-from forewarn.providers.report import Report, Timestamp
+from forewarn.providers.report import Report, Timestamp, bounded_detail
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -157,7 +157,8 @@ class Notice(_Message):
     @field_validator("detail")
     @classmethod
     def _utf8_detail(cls, value: dict[str, Any]) -> dict[str, Any]:
-        replaced: dict[str, Any] = _replace_surrogates(value)
+        # Bounded first: a detail nested past what pydantic serializes was never sent.
+        replaced: dict[str, Any] = _replace_surrogates(bounded_detail(value))
         return replaced
 
 

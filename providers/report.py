@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     WithJsonSchema,
+    field_validator,
 )
 
 
@@ -32,6 +33,28 @@ def _usable_time(moment: datetime) -> datetime:
     except OverflowError:
         raise ValueError("a time whose UTC is past the range of dates (years 1 to 9999)") from None
     return moment
+
+
+# How deep a notice's detail nests at most (a provider's answer is its detail: AWS's spot
+# answer, GCP's maintenance document). JSON reads about 1,000 levels, pydantic serializes
+# about 255: a field nested 300 deep made a notice whose publish raised in its watcher, which
+# crashed at every answer, and the terminate never went out. Deeper parts are cut.
+MAX_DETAIL_DEPTH = 32
+DETAIL_CUT = f"(nested deeper than {MAX_DETAIL_DEPTH} levels: cut)"
+
+
+def bounded_detail(value: Any, depth: int = 0) -> Any:
+    """`value` with every object or array nested deeper than MAX_DETAIL_DEPTH made
+    DETAIL_CUT."""
+    if isinstance(value, dict):
+        if depth >= MAX_DETAIL_DEPTH:
+            return DETAIL_CUT
+        return {key: bounded_detail(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        if depth >= MAX_DETAIL_DEPTH:
+            return DETAIL_CUT
+        return type(value)(bounded_detail(item, depth + 1) for item in value)
+    return value
 
 
 # Times travel as RFC 3339 in UTC with a `Z` (see `format_time`).
@@ -78,6 +101,12 @@ class Report(BaseModel):
     # margin, a terminate an hour early). Not sent to clients.
     deadline_on_boot_clock: bool = False
 
+    @field_validator("detail")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        bounded: dict[str, Any] = bounded_detail(value)
+        return bounded
+
 
 def saved_report(item: object) -> Report:
     """A report as a watcher's state file holds it, written by this version of the agent or
@@ -90,4 +119,11 @@ def saved_report(item: object) -> Report:
     return Report.model_validate(item)
 
 
-__all__ = ["Report", "Timestamp", "saved_report"]
+__all__ = [
+    "DETAIL_CUT",
+    "MAX_DETAIL_DEPTH",
+    "Report",
+    "Timestamp",
+    "bounded_detail",
+    "saved_report",
+]

@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 
 import pytest
 from forewarn.agent.metrics import notice_time
+from forewarn.agent.protocol import Notice
+from forewarn.agent.state import AgentState, encode_state
 from forewarn.providers.aws import imds
 from forewarn.providers.aws.imds import (
     PartialParse,
@@ -21,6 +23,7 @@ from forewarn.providers.aws.imds import (
     parse_scheduled,
 )
 from forewarn.providers.base import ParseError
+from forewarn.providers.report import Report
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import examples
@@ -338,3 +341,38 @@ def test_aws_date_parsing_raises_only_value_error(text: str) -> None:
 def test_aws_dates_round_trip(moment: datetime) -> None:
     moment = moment.replace(microsecond=0)
     assert parse_aws_date(format_aws_date(moment)) == moment
+
+
+def _publishable(report: Report) -> None:
+    """The agent's notice of `report` serializes, as its publish and its state file need."""
+    notice = Notice(
+        id=report.id,
+        seq=1,
+        action=report.action,
+        reason=report.reason,
+        provider=report.provider,
+        deadline=report.deadline,
+        noticed_at=NOW,
+        sent_at=NOW,
+        detail=report.detail,
+    )
+    json.loads(notice.model_dump_json())
+    encode_state(AgentState(provider=[notice]))
+
+
+@settings(max_examples=examples(60))
+@given(depth=st.integers(0, 900), shape=st.sampled_from(["object", "array"]))
+def test_a_spot_answer_with_a_field_nested_deep_is_still_a_terminate_the_agent_can_send(
+    depth: int, shape: str
+) -> None:
+    """The answer is the notice's detail: a field nested 300 deep (JSON reads up to about
+    1,000) made a Report whose notice pydantic could not serialize ("Maximum serialization
+    depth exceeded"): the publish raised in the watcher, which crashed at every answer, and
+    the terminate never went out."""
+    nested: object = "x"
+    for _ in range(depth):
+        nested = {"a": nested} if shape == "object" else [nested]
+    body = json.dumps({"action": "terminate", "time": "2017-09-18T08:22:00Z", "extra": nested})
+    (report,) = parse_instance_action(body.encode(), now=NOW)
+    assert report.action == "terminate" and report.deadline is not None
+    _publishable(report)
