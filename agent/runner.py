@@ -1009,13 +1009,16 @@ class Agent:
     def _forget(self, notice: Notice) -> None:
         """Tell the watcher an expired notice was retired: one that keeps its own memory of
         what it reported (`forget`) reports it again if the provider still does."""
-        watcher = self.watchers.get(notice.provider)
+        self._forget_id(self.watchers.get(notice.provider), notice.id)
+
+    @staticmethod
+    def _forget_id(watcher: Watcher | None, notice_id: str) -> None:
         hook = getattr(watcher, "forget", None)
-        if hook is not None:
+        if watcher is not None and hook is not None:
             try:
-                hook(notice.id)
+                hook(notice_id)
             except Exception:
-                log.exception("%s: forget(%s) failed", notice.provider, notice.id)
+                log.exception("%s: forget(%s) failed", watcher.name, notice_id)
 
     def _beat(self, replay_for: list[str] | None = None) -> None:
         self.publisher.heartbeat(
@@ -1140,6 +1143,11 @@ class Agent:
         (`board.due()`, unless given)."""
         if escalated is None or expired is None:
             escalated, expired = self.board.due()
+        for notice in expired:
+            # Before the clear is saved or sent: a watcher that keeps what was retired (Azure's
+            # boot record) has it on disk before a client can see the clear. Told after it, an
+            # agent SIGKILLed between the two raised the event anew at its restart.
+            self._forget(notice)
         if expired:
             self._save_now()  # before the clears go out, as for any clear
         for notice in expired:
@@ -1151,7 +1159,6 @@ class Agent:
             )
             self.observers.on_expired(notice)
             self._send(notice, escalated=False)
-            self._forget(notice)
         moved = self.board.take_moved()
         for notice in moved:
             # A deadline given as a duration, moved by a step of the wall clock: the same

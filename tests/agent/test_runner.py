@@ -708,6 +708,36 @@ async def test_a_re_raise_every_client_acked_already_tells_its_provider(tmp_path
     agent.state_writer.close()
 
 
+async def test_a_watcher_is_told_of_a_retirement_before_its_clear_goes_out(
+    tmp_path: Path,
+) -> None:
+    """A watcher that keeps what the agent retired (Azure's boot record of Started events) must
+    have it on disk before a client can see the clear: told after it, an agent SIGKILLed in
+    between (a client saw the clear, the record was not written) raised the event anew at its
+    restart, a terminate with a new deadline to the job resumed since."""
+    agent, published = _agent_publishing_to_a_recorder(tmp_path)
+    sent_when_told: list[list[str]] = []
+
+    class Keeping:
+        name = "azure"
+
+        def forget(self, notice_id: str) -> None:
+            sent_when_told.append([n.action for n in published.sent if n.id == notice_id])
+
+    agent.watchers["azure"] = Keeping()  # type: ignore[assignment]
+    now = [datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)]
+    agent.board.now = lambda: now[0]
+    agent.board.grace = timedelta(seconds=60)
+    started = Report(id="azure/E-1", action="terminate", reason="eviction", provider="azure")
+    agent._emit(started.model_copy(update={"deadline": now[0]}))
+    now[0] += timedelta(minutes=2)
+    agent._send_due()
+    assert published.sent[-1].action == "clear"
+    assert sent_when_told == [["terminate"]]  # told before the clear was sent
+    await agent.state_writer.settled()
+    agent.state_writer.close()
+
+
 async def test_without_a_boot_id_the_boot_time_saved_is_read_at_each_save(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
