@@ -873,6 +873,12 @@ class Agent:
                     watcher.restored(reports)
             except Exception:  # its memory only: the board still dedups what it reports
                 log.exception("%s: restored() failed", watcher.name)
+            # Those retired while no watcher of the provider ran (at start-up, or since a
+            # crash): told as a running watcher is (`_forget`), or an Azure event retired
+            # while Started came back, raised again at every grace while listed.
+            for report in reports:
+                if report.id in self.board.retired and report.id not in self.board.entries:
+                    self._forget_id(watcher, report.id)
         if isinstance(watcher, FlushAware):
             # The flushes it would have been told of had it run then: before a restart (a
             # flushed notice is not flushed again) or while a crashed watcher was rebuilt.

@@ -60,6 +60,9 @@ class BootRecord:
         # Published in the boot before this one, until the first document of this boot says
         # whether each one ended it (Started) or is still to come (Scheduled).
         self.before: set[str] = set()
+        # Started events the agent retired in this boot while still listed (see above).
+        self.retired: set[str] = set()
+        self._absent: dict[str, int] = {}  # retired ones missing from the last documents
         self._unsaved = False
         record = self.file.read()
         if record is None:
@@ -69,6 +72,7 @@ class BootRecord:
         ended = _ids(payload.get("ended"))
         if same:
             self.seen, self.ended = saved, ended
+            self.retired = _ids(payload.get("retired"))
         elif same is not None:
             self.before = saved | ended
 
@@ -99,10 +103,44 @@ class BootRecord:
             self._unsaved = True
         return set(self.ended)
 
+    def retire(self, event_id: str) -> None:
+        """The agent retired `event_id`, listed Started: not raised again, by a restarted agent
+        either, while it stays listed Started."""
+        if event_id not in self.retired:
+            self.retired.add(event_id)
+            self._save()
+
+    def retired_listed(self, events: Iterable[ScheduledEvent], absent_after: int = 2) -> set[str]:
+        """The EventIds of `events` (a document's) retired while Started and still listed
+        Started. A retired event is forgotten once `absent_after` documents in a row lack it
+        (one may be a stray answer, as for a clear), or once it is listed otherwise."""
+        listed = {event.event_id: event for event in events}
+        kept = set()
+        for event_id in self.retired:
+            event = listed.get(event_id)
+            if event is not None:
+                self._absent.pop(event_id, None)
+                if event.status == "Started":
+                    kept.add(event_id)
+                continue
+            absent = self._absent.get(event_id, 0) + 1
+            if absent < absent_after:
+                self._absent[event_id] = absent
+                kept.add(event_id)
+            else:
+                self._absent.pop(event_id, None)
+        if kept != self.retired:
+            self.retired = kept
+            self._unsaved = True
+        return {event_id for event_id in kept if event_id in listed}
+
     def published(self, events: Iterable[ScheduledEvent]) -> None:
         """This VM's events published from the current document: the boot-ending ones are
         what the next boot checks."""
         seen = {event.event_id for event in events if event.event_type in BOOT_ENDING}
+        # A retired one is not published while listed, but may yet end this boot (Azure: a
+        # Started event can bring a further impact until it is removed).
+        seen |= self.retired
         if seen != self.seen:
             self.seen = seen
             self._unsaved = True
@@ -111,7 +149,9 @@ class BootRecord:
 
     def _save(self) -> None:
         self._unsaved = not self.file.write(
-            sorted(self.seen)[:MAX_IDS], sorted(self.ended)[:MAX_IDS]
+            sorted(self.seen)[:MAX_IDS],
+            sorted(self.ended)[:MAX_IDS],
+            retired=sorted(self.retired)[:MAX_IDS],
         )
 
 

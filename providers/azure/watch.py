@@ -150,6 +150,7 @@ class AzureWatcher:
         # within TRUSTED_SKEW. NotBefore goes out moved by it (`_on_this_clock`).
         self._ahead = timedelta(0)
         self._malformed: set[tuple[str, str]] = set()  # unreadable events logged, and why
+        self._retired_said: set[str] = set()  # retired Started events held back, logged
         self._detect_started = 0.0
 
     @property
@@ -365,10 +366,22 @@ class AzureWatcher:
         now = utcnow()
         previous = {**self._restored, **self.reports}
         ended = self.boots.held_back(document.events)
-        if ended:
+        retired = self.boots.retired_listed(document.events, ABSENT_DOCUMENTS)
+        for event_id in sorted(retired - self._retired_said):
+            # Retired by the agent (before a restart) while listed Started: as a watcher that
+            # never stopped, which raises it no more, not raised again.
+            log.info(
+                "azure: event %s was retired while listed Started and is still listed; not "
+                "raised again while it is",
+                event_id,
+            )
+        self._retired_said = retired | (self._retired_said & self.boots.retired)
+        if ended or retired:
             # Started before this boot began: its reboot (or move) is what ended the last one.
             # Published, it told the job resumed since to stop, for as long as it is listed.
-            rest = tuple(event for event in document.events if event.event_id not in ended)
+            # Retired while Started: under way, listed until it is over (see `forget`).
+            held = ended | retired
+            rest = tuple(event for event in document.events if event.event_id not in held)
             shown = EventsDocument(document.incarnation, rest, document.malformed)
         else:
             shown = document
@@ -393,7 +406,7 @@ class AzureWatcher:
             kept = previous.get(ID_PREFIX + bad.event_id) if bad.event_id else None
             if kept is not None and kept.id not in current:
                 current[kept.id] = kept
-        carried = self._carry_missing(current, ended)
+        carried = self._carry_missing(current, ended | retired)
         self.incarnation = document.incarnation
         self.events = {
             **{
@@ -480,12 +493,46 @@ class AzureWatcher:
     # Approval.
 
     def forget(self, notice_id: str) -> None:
-        """The agent retired `notice_id` past its deadline plus a grace: read the next document
-        afresh even if its incarnation did not change, so an event still listed (a long
-        redeploy) is raised again, with the deadline it had."""
-        if notice_id in self.reports:
-            self.incarnation = None
-            log.info("azure: %s retired; raised again while it is still listed", notice_id)
+        """The agent retired `notice_id` past its deadline plus a grace. One still Scheduled
+        (Azure waiting on other tenants past NotBefore) is raised again at the next document,
+        read afresh even if its incarnation did not change, with the deadline it had. One
+        Started is under way, and is not raised again while it stays listed Started: the boot
+        record keeps that, so a restarted agent does not raise it anew either (`boots.py`)."""
+        restored = self._restored.get(notice_id)
+        if notice_id not in self.reports and restored is not None:
+            # Retired at start-up (past its end while the agent was down), before this watcher
+            # read a document: Started then, it is retired as it would have been had it run.
+            event_id = event_id_of(notice_id)
+            if event_id is not None and restored.detail.get("EventStatus") == "Started":
+                self._restored.pop(notice_id, None)
+                self.boots.retire(event_id)
+                self._retired_said.add(event_id)
+                log.info(
+                    "azure: %s retired while listed Started before the restart; not raised "
+                    "again while it is (Azure removes it when it is over)",
+                    notice_id,
+                )
+            return
+        if notice_id not in self.reports:
+            return
+        event = self.events.get(event_id_of(notice_id) or "")
+        if event is not None and event.status == "Started":
+            # Under way: Azure lists it until it is over (about ten minutes) and then removes
+            # it. Raised again, it was a clear and the same terminate, its deadline past, at
+            # every grace of that listing, each one stopping the job resumed since.
+            self.boots.retire(event.event_id)
+            self._retired_said.add(event.event_id)
+            self.reports.pop(notice_id, None)
+            self._missing.pop(notice_id, None)
+            self.events.pop(event.event_id, None)
+            log.info(
+                "azure: %s retired while listed Started; not raised again while it is (Azure "
+                "removes it when it is over)",
+                notice_id,
+            )
+            return
+        self.incarnation = None
+        log.info("azure: %s retired; raised again while it is still listed", notice_id)
 
     def approval_counts(self) -> dict[str, int]:
         """Approvals sent (200), failed and skipped so far by this watcher (the agent's

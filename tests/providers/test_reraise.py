@@ -4,12 +4,15 @@ simulators: each provider keeps its notice, the agent runs with a one-second gra
 subscriber sees the notice, its expiry `clear`, then the same notice again.
 
 Where it does not apply: DigitalOcean's reclaim is one mail, read once (nothing keeps
-showing it); Kubernetes node notices have no deadline, so they never expire.
+showing it); Kubernetes node notices have no deadline, so they never expire; an Azure event
+retired while listed Started is under way until Azure removes it, and is retired once (an
+Azure event retired while still Scheduled is raised again: tests/providers/azure).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -114,20 +117,111 @@ def test_gcp_preemption_still_shown_after_expiry_is_raised_again(
         assert "retired; raised again while the server still shows it" in agent.output()
 
 
-def test_azure_event_still_listed_after_expiry_is_raised_again(
+def _quiet(sub: Subscriber, seconds: float) -> list[tuple[str, str]]:
+    """Every notice `sub` receives within the next `seconds`."""
+    seen = []
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        try:
+            notice = sub.notice(timeout=left)
+        except TimeoutError:
+            break
+        seen.append((notice["action"], notice["id"]))
+    return seen
+
+
+def test_an_azure_started_event_still_listed_after_expiry_is_retired_once(
     tmp_path: Path, serve: Callable[[Simulator], SimServer]
 ) -> None:
-    # Started at its NotBefore and listed for a minute more, as a long redeploy can be.
-    sim = AzureSimulator(vm_name=VM, removal_after=60)
+    """A Started event is under way: Azure lists it until it is over (about ten minutes) and
+    then removes it. Retired past its deadline plus the grace, it was raised again at every
+    grace of that listing, a clear and the same terminate (deadline past) each round, each one
+    stopping the job resumed since. It is retired once, and its removal sends nothing more."""
+    sim = AzureSimulator(vm_name=VM, removal_after=3600)
     server = serve(sim)
-    settings = {"FOREWARN_AZURE_APPROVE": "off", "FOREWARN_AZURE_INTERVAL": "0.5"}
+    settings = {"FOREWARN_AZURE_APPROVE": "off", "FOREWARN_AZURE_INTERVAL": "0.25"}
     with (
         _agent(tmp_path, "azure", server.url, **settings) as agent,
         agent.subscriber() as sub,
     ):
-        sim.raise_notice("Redeploy", {"resources": [VM], "not_before_seconds": 1})
-        _raised_retired_raised(sub, "azure", "terminate", timeout=10)
-        assert "retired; raised again while it is still listed" in agent.output()
+        # Started at once (a hardware failure skips Scheduled); the VM kept running.
+        event_id = sim.raise_notice("Reboot", {"resources": [VM], "status": "Started"})
+        first = _next(sub, lambda n: n["provider"] == "azure", 15)
+        assert (first["id"], first["action"]) == (f"azure/{event_id}", "terminate")
+        cleared = _next(sub, lambda n: n["id"] == first["id"], 10)
+        assert cleared["action"] == "clear" and "grace" in cleared["detail"]["expired"]
+        # Several graces of polls that still list it.
+        assert _quiet(sub, 4) == []
+        assert agent.control({"op": "status"})["active"] == []
+        assert "retired while listed Started; not raised again" in agent.output()
+        sim.withdraw(event_id)  # over: already cleared, nothing more to send
+        new_id = sim.raise_notice("Preempt", {"resources": [VM], "not_before_seconds": 30})
+        assert _quiet(sub, 2) == [("terminate", f"azure/{new_id}")]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_an_azure_started_event_retired_is_not_raised_anew_by_a_restarted_agent(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer], sig: int
+) -> None:
+    """The agent retired a Started event Azure still lists, then stopped (SIGTERM, or SIGKILL
+    with nothing written at exit); started again on the same state directory, it raised the
+    event as new, its deadline the first poll's moment: a terminate to the job resumed since.
+    The boot record keeps it retired while it stays listed Started."""
+    sim = AzureSimulator(vm_name=VM, removal_after=3600)
+    server = serve(sim)
+    settings = {"FOREWARN_AZURE_APPROVE": "off", "FOREWARN_AZURE_INTERVAL": "0.25"}
+    event_id = sim.raise_notice("Redeploy", {"resources": [VM], "status": "Started"})
+    with (
+        _agent(tmp_path, "azure", server.url, **settings) as agent,
+        agent.subscriber() as sub,
+    ):
+        first = _next(sub, lambda n: n["provider"] == "azure", 15)
+        _next(sub, lambda n: n["id"] == first["id"] and n["action"] == "clear", 10)
+        agent.stop(sig)
+    with (
+        _agent(tmp_path, "azure", server.url, **settings) as agent,
+        agent.subscriber() as sub,
+    ):
+        polls = sim.requests["GET /metadata/scheduledevents"]
+        eventually(
+            lambda: sim.requests["GET /metadata/scheduledevents"] >= polls + 8, 15, "8 polls"
+        )
+        assert _quiet(sub, 1) == [], agent.output()
+        assert agent.control({"op": "status"})["active"] == []
+        assert f"event {event_id} was retired while listed Started" in agent.output()
+
+
+def test_an_azure_started_event_past_its_end_while_the_agent_was_down_is_retired_once(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    """The agent stopped while a Started event's terminate was active and stayed down past its
+    deadline plus the grace: the restarted agent retires it at start-up (a clear) and, Azure
+    still listing it Started, does not raise it again (it did, with the deadline it had, and
+    then at every grace), as an agent that never stopped does not."""
+    sim = AzureSimulator(vm_name=VM, removal_after=3600)
+    server = serve(sim)
+    settings = {"FOREWARN_AZURE_APPROVE": "off", "FOREWARN_AZURE_INTERVAL": "0.25"}
+    event_id = sim.raise_notice("Reboot", {"resources": [VM], "status": "Started"})
+    with (
+        _agent(tmp_path, "azure", server.url, **settings) as agent,
+        agent.subscriber() as sub,
+    ):
+        first = _next(sub, lambda n: n["provider"] == "azure", 15)
+        assert first["action"] == "terminate"
+        agent.stop(signal.SIGTERM)
+    time.sleep(1.5)  # the scenario: the agent is down past the deadline plus the 1 s grace
+    with (
+        _agent(tmp_path, "azure", server.url, **settings) as agent,
+        agent.subscriber() as sub,
+    ):
+        polls = sim.requests["GET /metadata/scheduledevents"]
+        eventually(
+            lambda: sim.requests["GET /metadata/scheduledevents"] >= polls + 8, 15, "8 polls"
+        )
+        seen = _quiet(sub, 1)
+        assert ("terminate", f"azure/{event_id}") not in seen, seen
+        assert agent.control({"op": "status"})["active"] == []
+        assert "retired while listed Started before the restart" in agent.output()
 
 
 def test_a_job_that_kept_training_under_an_acted_on_terminate_is_not_stopped_by_its_reraise(

@@ -26,6 +26,7 @@ files = st.fixed_dictionaries(
         "boot_id": st.sampled_from(["this-boot", "the-boot-before"]) | json_values,
         "seen": st.lists(ids | json_values, max_size=4) | json_values,
         "ended": st.lists(ids | json_values, max_size=4) | json_values,
+        "retired": st.lists(ids | json_values, max_size=4) | json_values,
     }
 )
 events = st.lists(
@@ -56,13 +57,45 @@ def test_any_file_gives_a_record_that_holds_back_only_listed_started_events(
     tmp_path = tmp_path_factory.mktemp("boots")
     boots = record(tmp_path, payload)
     for document in (first, then):
-        held = boots.held_back(document)
+        held = boots.held_back(document) | boots.retired_listed(document)
         started = {event.event_id for event in document if event.status == "Started"}
         assert held <= started
         boots.published([event for event in document if event.event_id not in held])
+        for event in document:
+            if event.status == "Started" and event.event_id not in held:
+                boots.retire(event.event_id)
     # What it wrote is read back as the same record, by this boot.
     again = BootRecord(tmp_path / BOOT_FILE, "this-boot")
     assert (again.seen, again.ended, again.before) == (boots.seen, boots.ended, set())
+    assert again.retired == boots.retired
+
+
+def test_a_retired_started_event_is_held_while_listed_started_and_across_a_stray_answer(
+    tmp_path: Path,
+) -> None:
+    """The agent retired a Started event that Azure still lists: held back while it stays
+    listed, by a record read again in this boot (a restarted agent) too; one document without
+    it (a stray answer) does not let it go, two in a row do. Another boot holds nothing."""
+    started = parse_event(
+        {"EventId": "A", "EventType": "Reboot", "EventStatus": "Started", "Resources": ["vm"]}
+    )
+    boots = BootRecord(tmp_path / BOOT_FILE, "this-boot")
+    assert boots.retired_listed([started]) == set()
+    boots.retire("A")
+    assert boots.retired_listed([started]) == {"A"}
+    again = BootRecord(tmp_path / BOOT_FILE, "this-boot")
+    assert again.retired_listed([started]) == {"A"}
+    assert again.retired_listed([]) == set()  # a stray answer: kept, nothing listed to hold
+    assert again.retired_listed([started]) == {"A"}
+    assert again.retired_listed([]) == set()
+    assert again.retired_listed([]) == set()  # two in a row: over
+    assert again.retired_listed([started]) == set()  # listed again: a new one to raise
+    boots.retire("A")
+    boots.published([])
+    # In the next boot it is not retired any more, but it is what ended the last boot.
+    after_reboot = BootRecord(tmp_path / BOOT_FILE, "the-next-boot")
+    assert after_reboot.retired_listed([started]) == set()
+    assert after_reboot.held_back([started]) == {"A"}
 
 
 def test_only_the_first_document_after_a_reboot_decides(tmp_path: Path) -> None:

@@ -524,3 +524,26 @@ def test_an_event_is_cleared_only_at_the_second_document_in_a_row_without_it(
             cleared = active and missing == ABSENT_DOCUMENTS
             assert actions == ({"clear"} if cleared else set())
             active = active and not cleared
+
+
+async def test_a_retired_scheduled_event_is_raised_again_and_a_retired_started_one_is_not() -> None:
+    """The agent retires a notice past its deadline plus the grace (`forget`). An event still
+    Scheduled (Azure waiting on other tenants past NotBefore) is still to come: raised again,
+    as it was. One Started is under way, listed until it is over: not raised again (it was at
+    every grace), nor cleared again when Azure removes it."""
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=3600, rate_limit=10)
+    async with running(sim) as h:
+        scheduled = h.sim.raise_notice("Reboot", {"not_before_seconds": 600})
+        started = h.sim.raise_notice("Reboot", {"status": "Started"})
+        await h.until(lambda: len(h.reports) >= 2, what="both events")
+        sent = {report.id: report for report in h.reports}
+        h.watcher.forget(f"azure/{scheduled}")
+        h.watcher.forget(f"azure/{started}")
+        await h.until(lambda: len(h.reports) >= 3, what="the scheduled one again")
+        await h.more_polls(4)
+        again = h.reports[2:]
+        assert [(r.id, r.action) for r in again] == [(f"azure/{scheduled}", "drain")]
+        assert again[0].deadline == sent[f"azure/{scheduled}"].deadline
+        h.sim.withdraw(started)
+        await h.more_polls(4)
+        assert [r for r in h.reports[2:] if r.id == f"azure/{started}"] == []
