@@ -424,19 +424,28 @@ def test_plain_workers_die_of_the_sigterm_and_take_the_loop_down(
     assert ended in err, err[-2000:]
 
 
+def _own_handler_job(
+    launcher: RankLauncher, tmp_path: Path, *mode: str
+) -> subprocess.CompletedProcess[str]:
+    """loader_own_handler.py, forked from the launcher that imported torch and forewarn.clients
+    once (a fresh interpreter spent ~3 CPU-s importing torch); its spawn workers start
+    fresh all the same."""
+    script = SCRIPT.with_name("loader_own_handler.py")
+    argv = [str(tmp_path), *mode]
+    job = launcher.start(script, argv, dict(os.environ, OMP_NUM_THREADS="1"))
+    out, err = job.communicate(timeout=JOB_BOUND)
+    return subprocess.CompletedProcess([str(script), *argv], job.returncode, out, err)
+
+
 @pytest.mark.timeout(300)
-def test_a_workers_own_sigterm_handler_still_runs_without_a_guard(tmp_path: Path) -> None:
+def test_a_workers_own_sigterm_handler_still_runs_without_a_guard(
+    tmp_path: Path, rank_launcher: RankLauncher
+) -> None:
     """Importing forewarn.clients chains its init into every DataLoader worker. A worker whose
     own `worker_init_fn` installed a SIGTERM handler (to flush what it writes) never ran it:
     forewarn's thread took the signal and ended the worker itself, whoever sent it. With no
     guard, such a worker ends on SIGTERM as it did without forewarn: by its own handler."""
-    job = subprocess.run(
-        [sys.executable, str(SCRIPT.with_name("loader_own_handler.py")), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=JOB_BOUND,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )
+    job = _own_handler_job(rank_launcher, tmp_path)
     workers = json.loads(job.stdout.splitlines()[0])
     flushed = [pid for pid in workers if (tmp_path / f"flushed-{pid}").exists()]
     assert flushed == workers, job.stderr
@@ -444,23 +453,12 @@ def test_a_workers_own_sigterm_handler_still_runs_without_a_guard(tmp_path: Path
 
 @pytest.mark.timeout(300)
 def test_under_a_guard_a_workers_own_sigterm_handler_does_not_take_a_foreign_sigterm(
-    tmp_path: Path,
+    tmp_path: Path, rank_launcher: RankLauncher
 ) -> None:
     """A spawn worker has threads from before its init (a library's); one of them could take a
     job-wide SIGTERM, and Python then ran the handler the worker's own init installed, in its
     main thread, whoever sent it: under a guard the worker ended and the loop raised before the
     save, as a fork worker, whose forewarn thread takes it, does not."""
-    job = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT.with_name("loader_own_handler.py")),
-            str(tmp_path),
-            "guarded-spawn",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=JOB_BOUND,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )
+    job = _own_handler_job(rank_launcher, tmp_path, "guarded-spawn")
     assert job.stdout.splitlines()[1:] == ["read"], job.stderr
     assert not list(tmp_path.glob("flushed-*"))
