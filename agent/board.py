@@ -560,7 +560,8 @@ class NoticeBoard:
             )
             entry.reported_clock = self._reading_of(report, entry)
             if remembered is not None:
-                entry.saved = remembered.saved
+                # Saved for as a drain is not for the terminate it comes back as.
+                entry.saved = remembered.saved and not _asks_more(remembered.action, action)
             # Acked (and flushed) for the action it had when retired: raised again as another
             # (a drain retired past its deadline comes back as terminate), it is acked anew.
             if remembered is not None and remembered.action in (None, action):
@@ -1172,8 +1173,9 @@ class NoticeBoard:
                 and entry.report.deadline is not None
             ):
                 entry.notice = self._stamp(entry.report, "terminate")
-            if notice.id in saved_ids:
-                entry.saved = True
+            kept_for = (acked_for or {}).get(notice.id)
+            if notice.id in saved_ids and not _asks_more(kept_for, entry.notice.action):
+                entry.saved = True  # not a drain's save, for the terminate it came back as
             acks = set((acked_by or {}).get(notice.id, ()))
             if (acked_for or {}).get(notice.id, entry.notice.action) != entry.notice.action:
                 acks = set()  # a drain's, and it is a terminate now (or the other way round)
@@ -1396,6 +1398,11 @@ class NoticeBoard:
         before = entry.notice.action
         entry.notice = self._stamp(entry.report, action)
         if action != before:
+            # A save for the drain is no one acting on the terminate: listed in the
+            # heartbeat's `acked`, a job started after the change (and `forewarn wait`) took
+            # it for a terminate an earlier job had acted on, and one without a deadline
+            # asked nothing of it. A terminate's save answers the drain it becomes again.
+            entry.saved = entry.saved and not _asks_more(before, action)
             entry.held -= entry.acked
             entry.acked = set()
             entry.flushed = False
@@ -1416,6 +1423,12 @@ class NoticeBoard:
             sent_at=self.now(),
             detail=report.detail,
         )
+
+
+def _asks_more(saved_for: str | None, action: str) -> bool:
+    """Whether a save for `saved_for` (None: not known, an older agent's state) leaves
+    `action` unanswered: a drain's save (flush and go on) is no terminate's (the exit)."""
+    return saved_for == "drain" and action == "terminate"
 
 
 def _deadline_moved(before: datetime | None, after: datetime | None) -> bool:

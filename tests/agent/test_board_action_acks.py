@@ -28,11 +28,13 @@ def _escalated_after_acks(*clients: str) -> tuple[NoticeBoard, Clock]:
 def test_an_escalated_drain_waits_for_the_terminates_acks_not_the_drains() -> None:
     b, _ = _escalated_after_acks("a", "b")
     assert b.acked_by(ID) == {}
+    # Nor saved for (the heartbeat's `acked`): no job has acted on the terminate yet.
+    assert b.saved() == []
     assert b.unacked_clients(ID) == {"a", "b"}
     assert b.record_ack(ID, "a", 1.0) is False
     assert b.record_ack(ID, "b", 1.0) is True  # flushed as a terminate: its provider is told
     assert b.acked_by(ID) == {ID: {"a", "b"}}
-    assert b.saved() == [ID]  # saved for still: an earlier job acted on it
+    assert b.saved() == [ID]  # saved for as a terminate: an earlier job acted on it
 
 
 def test_a_client_that_acked_only_the_drain_is_named_past_the_deadline() -> None:
@@ -120,7 +122,7 @@ def test_a_drain_acked_before_a_restart_and_restored_as_terminate_waits_for_new_
         acked_for=before.acked_for(),
     )
     assert restarted.get(ID) is not None and restarted.get(ID).action == "terminate"  # type: ignore[union-attr]
-    assert restarted.acked_by(ID) == {} and restarted.saved() == [ID]
+    assert restarted.acked_by(ID) == {} and restarted.saved() == []
     restarted.client_joined("a")
     assert restarted.record_ack(ID, "a", 1.0) is True
 
@@ -180,5 +182,16 @@ def test_a_retired_drain_raised_again_as_terminate_waits_for_new_acks() -> None:
     clock.now = T0 + timedelta(hours=2)
     raised = b.report(report(deadline=T0 + timedelta(hours=1)))
     assert raised is not None and raised.action == "terminate"
-    assert b.acked_by(ID) == {} and b.saved() == [ID]
+    assert b.acked_by(ID) == {} and b.saved() == []
     assert b.record_ack(ID, "a", 1.0) is True
+
+
+def test_a_terminate_sent_as_a_drain_again_stays_saved_for() -> None:
+    """The exit's save answers the drain the terminate becomes again (its deadline moved
+    out): still listed as saved for, so a job started after it does not save the same state
+    again, as before."""
+    b, _ = _escalated_after_acks()
+    b.record_ack(ID, "a", 1.0)
+    again = b.report(report(deadline=T0 + timedelta(hours=2)))
+    assert again is not None and again.action == "drain"
+    assert b.saved() == [ID]

@@ -157,6 +157,8 @@ class NoticeLife(RuleBasedStateMachine):
                 acked, flushed, acked_action = self.retired_acks.pop(notice_id)
                 if acked_action != action:  # a drain's acks are no terminate's
                     acked, flushed = set(), False
+                if acked_action == "drain" and action == "terminate":
+                    self.saved.discard(notice_id)  # nor its save an act on the terminate
                 self.active[notice_id].acked, self.active[notice_id].flushed = acked, flushed
                 # Every client had acked it (the last perhaps after its expiry): flushed as it
                 # is raised again, and its provider told then (`take_flushed`).
@@ -174,7 +176,7 @@ class NoticeLife(RuleBasedStateMachine):
         entry.deadline, entry.until = shown.deadline, shown.until
         if action == entry.sent and not changed:
             return []
-        self._sent_as(entry, action)
+        self._sent_as(notice_id, entry, action)
         entry.told = shown.deadline
         return [(notice_id, action, shown.deadline)]
 
@@ -201,16 +203,18 @@ class NoticeLife(RuleBasedStateMachine):
                 # A provider's is the same occurrence if shown again: still saved for.
         for notice_id, entry in self.active.items():
             if entry.sent == "drain" and self._escalate(entry.action, entry.deadline) != "drain":
-                self._sent_as(entry, "terminate")
+                self._sent_as(notice_id, entry, "terminate")
                 entry.told = entry.deadline
                 out.append((notice_id, "terminate", entry.deadline))
         return out
 
-    @staticmethod
-    def _sent_as(entry: Active, action: str) -> None:
-        """Acks belong to an action: sent as another, the notice is acked and flushed anew."""
+    def _sent_as(self, notice_id: str, entry: Active, action: str) -> None:
+        """Acks belong to an action: sent as another, the notice is acked and flushed anew.
+        A drain's save is no one acting on the terminate (a terminate's answers the drain)."""
         if action != entry.sent:
             entry.acked, entry.flushed = set(), False
+        if entry.sent == "drain" and action == "terminate":
+            self.saved.discard(notice_id)
         entry.sent = action
 
     def _expect_flushed(self, notice_id: str) -> bool:

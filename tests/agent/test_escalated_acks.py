@@ -186,3 +186,34 @@ def test_an_older_agents_state_keeps_its_acks_as_that_agent_counted_them(
         assert reply["acked_by"] == {notice_id: ["trainer"]}, reply
         assert [n["action"] for n in reply["active"] if n["id"] == notice_id] == ["drain"]
         assert not (tmp_path / "state" / "state.json.broken").exists()
+
+
+def test_a_terminate_a_job_saved_only_the_drain_for_is_no_inherited_one(tmp_path: Path) -> None:
+    """`trainer` saves for an operator's drain (no deadline) and ends; the operator then makes
+    it a terminate (same id). The heartbeat's `acked` still listed it, as if an earlier job had
+    acted on the terminate: the next job on the node took it for inherited and, with no
+    deadline, ignored it ("it does not stop this job ... it is ignored") and trained on under
+    a terminate nobody answered."""
+    from forewarn.clients import CheckpointGuard, Notices
+
+    env = agent_env(tmp_path)
+    notice_id = "local/manual/move-off"
+    with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
+        with Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer:
+            agent.control({"op": "notify", "action": "drain", "id": notice_id})
+            assert trainer.notice()["action"] == "drain"
+            _ack(agent, notice_id, "trainer")
+        agent.control({"op": "notify", "action": "terminate", "id": notice_id})
+
+        with Subscriber(agent.events, ("heartbeat",)).ready() as beats:
+            _, beat = beats.recv(10)
+        assert notice_id in beat["active"] and notice_id not in beat.get("acked", []), beat
+
+        notices = Notices(agent.events, agent.control_endpoint)
+        guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+        try:
+            eventually(lambda: guard.due(1), 10, "the next job to act on the terminate")
+            assert guard.should_exit
+        finally:
+            guard.close()
+            notices.close()
