@@ -1467,7 +1467,9 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     for health in reply.get("health", []):
         line = f"provider   {health['name']:<13} {health['state']}"
         if health["state"] == "degraded":
-            line += f" (last error: {health['last_error']})"
+            said = health.get("last_error_message")  # none from an older agent
+            why = f"{health['last_error']}: {said}" if said else health["last_error"]
+            line += f" (last error: {why})"
         if health.get("last_success"):
             line += f"; last successful poll {health['last_success']}"
         elif health["state"] != "healthy":

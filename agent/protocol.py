@@ -373,7 +373,10 @@ class ProviderHealth(_Message):
     name: str
     state: Literal["healthy", "degraded", "waiting"]
     last_success: Timestamp | None = None
-    last_error: str | None = None
+    last_error: str | None = None  # the error's kind (`connect`, `http-500`)
+    # What the last error said (one line, at most 300 characters): what failed, and where
+    # the watcher knows it, what to do. None when healthy, and from an agent before it.
+    last_error_message: str | None = None
     polls: int = 0
     errors: int = 0
     # Standing problems that hold until the watcher resolves them, by kind: a state file it

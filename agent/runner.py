@@ -1756,6 +1756,7 @@ def provider_health(name: str, health: PollHealth) -> ProviderHealth:
         state=state,
         last_success=last,
         last_error=health.last_error,
+        last_error_message=health.last_message if health.last_error is not None else None,
         polls=health.polls,
         errors=health.errors,
         conditions=dict(health.conditions),

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from forewarn.protocol.oneline import one_line
+
 log = logging.getLogger("forewarn.providers")
 
 # The error kind the agent counts when a watcher crashed and is restarted: no poll of its
@@ -44,7 +46,10 @@ class PollHealth:
     episode_errors: dict[str, int] = field(default_factory=dict)
     recovered_once: bool = False
     last_success: float | None = None  # time.time() of the last good answer
-    last_error: str | None = None
+    last_error: str | None = None  # its kind
+    # What it said, on one line and bounded (`one_line`): `status` shows it after the kind,
+    # which alone (`connect`) did not say what failed nor what to do.
+    last_message: str | None = None
     # time.monotonic() of the watcher's last answer or error (either says it is working):
     # the agent restarts a watcher that goes longer than its bound without one.
     last_progress: float = field(default_factory=time.monotonic)
@@ -79,6 +84,7 @@ class PollHealth:
         if recovered and self.last_error is not None:
             log.info("%s: polling recovered after %s", self.provider, self.last_error)
             self.last_error = None
+            self.last_message = None
             self._logged.clear()
             self.episode_errors.clear()
             self.recovered_once = True
@@ -92,9 +98,11 @@ class PollHealth:
         watcher as hung in the middle of reading."""
         self.last_progress = time.monotonic()
 
-    def error(self, kind: str, message: str) -> None:
+    def error(self, kind: str, message: str, *, shown: str | None = None) -> None:
         """Count an error; log it the first time, and again only after `repeat_log_seconds`,
         with the number of its kind in this episode (since polling last recovered).
+        `shown` is what `status` shows of it where that is not `message` (a watcher that logs
+        a kind's cause and fix once and a reminder after: `status` has no first line to see).
         A crash of the watcher (WATCHER_FAILED) or its restart when hung (WATCHER_STALLED) is an
         error but no poll of its endpoint, as in `forewarn_polls_total` (`status` counted each
         crash as a poll), and no progress of the watcher."""
@@ -105,6 +113,7 @@ class PollHealth:
         self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
         self.episode_errors[kind] = self.episode_errors.get(kind, 0) + 1
         self.last_error = kind
+        self.last_message = one_line(shown if shown is not None else message)
         now = time.monotonic()
         last = self._logged.get(kind)
         if last is None or now - last >= self.repeat_log_seconds:

@@ -321,7 +321,7 @@ class AwsWatcher:
         try:
             answer = await self.client.get(path.path)
         except ImdsError as error:
-            self._failed(path, error.kind, self._describe(error))
+            self._failed(path, error.kind, self._describe(error), shown=error.explained())
             if error.kind == "token-http-429":  # throttled as a GET's 429 is
                 self._throttled_until = self.clock() + self._throttle.next()
             if error.hint is not None:
@@ -508,9 +508,11 @@ class AwsWatcher:
         self._explained.add(error.kind)
         return error.explained()
 
-    def _failed(self, path: WatchedPath, kind: str, message: str) -> None:
+    def _failed(
+        self, path: WatchedPath, kind: str, message: str, *, shown: str | None = None
+    ) -> None:
         path.failing = True
-        self.health.error(kind, message)
+        self.health.error(kind, message, shown=shown)
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -229,3 +229,50 @@ def test_status_after_a_restart_says_when_each_notice_was_noticed(
     assert restored["noticed_at"] == notice["noticed_at"] != restored["sent_at"]
     active = next(line for line in text.splitlines() if line.startswith("active "))
     assert f"noticed {notice['noticed_at']}" in active, active
+
+
+def test_status_shows_a_degraded_providers_error_message_not_only_its_kind() -> None:
+    """`status` said `degraded (last error: connect)`: the kind alone, where the agent's log
+    said what failed and what to do (`GET http://...: connection refused ...`). The message
+    is kept beside the kind, on one line, bounded, and shown after it."""
+    from forewarn.agent.cli import _status_lines
+
+    health = PollHealth("aws")
+    health.error("connect", "GET http://127.0.0.1:9/latest: connection refused\n(is IMDS on?)")
+    shown = provider_health("aws", health)
+    assert shown.last_error == "connect"
+    assert shown.last_error_message == (
+        "GET http://127.0.0.1:9/latest: connection refused\\u000a(is IMDS on?)"
+    )
+    health.error("http-500", "x" * 400)
+    assert len(provider_health("aws", health).last_error_message or "") <= 300
+    reply = {
+        "agent": {
+            "agent": "a",
+            "version": "0",
+            "pid": 1,
+            "providers": ["aws"],
+            "events": "e",
+            "control": "c",
+            "started_at": "t",
+            "seq": 1,
+            "subscribers": 0,
+        },
+        "active": [],
+        "health": [shown.model_dump(mode="json")],
+    }
+    (line,) = [line for line in _status_lines(reply) if line.startswith("provider   ")]
+    assert "degraded (last error: connect: GET http://127.0.0.1:9/latest: connection" in line
+    older = {**reply, "health": [{**reply["health"][0], "last_error_message": None}]}
+    (line,) = [line for line in _status_lines(older) if line.startswith("provider   ")]
+    assert "degraded (last error: connect)" in line  # an older agent sends the kind alone
+
+
+def test_aws_status_keeps_the_first_explanation_not_the_reminder() -> None:
+    """The AWS watcher logs an error kind's cause and fix once and a reminder after ("again;
+    see the first message"): `status` has no first message to see, so it keeps the explained
+    one."""
+    health = PollHealth("aws")
+    health.error("connect", "refused: start IMDS", shown="refused: start IMDS")
+    health.error("connect", "refused (again; see the first message)", shown="refused: start IMDS")
+    assert provider_health("aws", health).last_error_message == "refused: start IMDS"
