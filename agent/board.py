@@ -782,15 +782,26 @@ class NoticeBoard:
         return None if entry is None else entry.failed.get(client)
 
     def gone_to_save(self) -> dict[str, set[str]]:
-        """The clients that left each active terminate before their ack, by id: saved, so
+        """The clients that left each active notice before their ack, by id: saved, so
         that a restarted agent still names them, and says they left. Forgotten, a terminate
         the clients left had flushed (saver acked, trainer gone) was shown after a restart
         as if every job had answered, and one not flushed named trainer as if still late."""
         found = {}
         for notice_id, entry in self.entries.items():
             gone = entry.gone - entry.acked
-            if gone and entry.notice.action == "terminate":
+            if gone:
                 found[notice_id] = gone
+        return found
+
+    def gone_before_ack(self) -> dict[str, list[str]]:
+        """The clients that received each active notice (or held it) and left before their
+        ack, whose save did not fail (`failed_to_save` names those), by id (sorted): what
+        `status` shows beside the notice, before its deadline or without one too."""
+        found: dict[str, list[str]] = {}
+        for notice_id, entry in self.entries.items():
+            gone = entry.gone - entry.acked - set(entry.failed)
+            if gone:
+                found[notice_id] = sorted(gone)
         return found
 
     def received_by(self) -> dict[str, set[str]]:
@@ -888,11 +899,12 @@ class NoticeBoard:
 
     @staticmethod
     def _went(entry: Entry, client: str) -> None:
-        """`client`, which `entry` waited for, is gone: kept to be named at a terminate's
-        deadline if it left without its ack (bounded as the acks kept are)."""
+        """`client`, which `entry` waited for, is gone: kept to be named (`status`, and at a
+        terminate's deadline) if it left without its ack (bounded as the acks kept are). A
+        drain's too: one without a deadline is never past it, and a job gone before its save
+        for it was said only in the log's "flushed by every client left" line."""
         if (
-            entry.notice.action == "terminate"
-            and client in entry.expected
+            client in entry.expected
             and client not in entry.acked
             and len(entry.gone) < MAX_ACKED_KEPT
         ):
@@ -1184,11 +1196,16 @@ class NoticeBoard:
             if expected is not None and entry.acked and set(expected) <= entry.acked:
                 entry.expected = set(expected)
                 entry.flushed = True
+            # Sent as drain before the restart and as terminate now (its deadline came within
+            # the margin while the agent was down): who received the drain, or left before its
+            # ack, never received the terminate (as at an escalation within one run).
+            changed = entry.notice.action != notice.action
             if not entry.flushed and received_by is None:
                 entry.receivers_unknown = True
-            elif not entry.flushed and received_by is not None:
+            elif not entry.flushed and received_by is not None and not changed:
                 entry.received_before = set(received_by.get(notice.id, ())) - entry.acked
-            entry.gone = set((gone or {}).get(notice.id, ())) - entry.acked
+            if not changed:
+                entry.gone = set((gone or {}).get(notice.id, ())) - entry.acked
             failed = (save_failed or {}).get(notice.id, {})
             entry.failed = {c: n for c, n in failed.items() if c not in entry.acked}
             held = set((held_by or {}).get(notice.id, ())) - entry.acked
@@ -1408,6 +1425,8 @@ class NoticeBoard:
             entry.flushed = False
             entry.expected = set(self.clients) | entry.held
             entry.gone = set()
+            # Nor did those that received the old one before a restart receive this one.
+            entry.received_before = set()
             entry.failed = {}  # a failed save of the drain is no answer to the terminate
         return entry.notice
 

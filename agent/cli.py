@@ -1551,6 +1551,11 @@ def _waited_for(held: object, late: object, gone: object = None, failed: object 
         # deadline passed)", read as two notes about that client.
         said += "  past its deadline, not acked by "
         said += ", ".join(named_late(client) for client in overdue)
+    # Before its deadline, or with none (a drain): a job gone without its save for it (one
+    # still held is waited for: named there, once).
+    early = sorted(client for client in left if client not in overdue and client not in pids)
+    if early:
+        said += "  gone before its ack: " + ", ".join(early)
     return said
 
 

@@ -1293,10 +1293,17 @@ class Agent:
         return found
 
     def _gone_before_ack(self, unacked: dict[str, list[str]]) -> dict[str, list[str]]:
-        """The clients of `unacked` (as listed) that left before their ack."""
+        """The clients of `unacked` (as listed) that left before their ack, and of each
+        active notice not past its deadline (a drain, one without a deadline) those that left
+        before their ack (the first ACKED_BY_LISTED): `status` said nothing of a job gone
+        before its save for a drain, which only the log's "flushed by every client left"
+        line named."""
         found = {}
-        for notice_id, gone in self.board.gone_past_deadline().items():
-            listed = [client for client in gone if client in unacked.get(notice_id, [])]
+        for notice_id, gone in self.board.gone_before_ack().items():
+            if notice_id in unacked:
+                listed = [client for client in gone if client in unacked[notice_id]]
+            else:
+                listed = gone[:ACKED_BY_LISTED]
             if listed:
                 found[notice_id] = listed
         return found

@@ -114,7 +114,7 @@ class AgentState:
     # (`NoticeBoard.overdue`): a restarted agent that forgot them warned (and counted in
     # forewarn_unacked_terminates_total) of the same terminate's missed deadline again.
     overdue: dict[str, datetime] = field(default_factory=dict)
-    # The clients that left each active terminate before their ack, by id (the first
+    # The clients that left each active notice before their ack, by id (the first
     # MAX_EXPECTED_SAVED, sorted): a restarted agent that forgot them showed a terminate
     # such a job never saved for as if every job had answered, once the others had acked.
     gone: dict[str, list[str]] = field(default_factory=dict)

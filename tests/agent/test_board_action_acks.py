@@ -195,3 +195,63 @@ def test_a_terminate_sent_as_a_drain_again_stays_saved_for() -> None:
     again = b.report(report(deadline=T0 + timedelta(hours=2)))
     assert again is not None and again.action == "drain"
     assert b.saved() == [ID]
+
+
+def test_a_drains_receiver_not_back_after_a_restart_is_not_named_for_its_terminate() -> None:
+    """`b` received the drain and did not come back after the agent's restart (it died while
+    the agent was down); the drain then went out as terminate. `b` never received the
+    terminate, as a job gone before the escalation did not, yet the restored agent named it
+    past the terminate's deadline as a client that had not acked it."""
+    before, _ = board(margin=60)
+    for client in ("a", "b"):
+        before.client_joined(client)
+    before.report(report(deadline=T0 + timedelta(minutes=10)))
+    before.record_ack(ID, "a", 1.0)
+    restarted, clock = board(margin=60)
+    restarted.restore(
+        [],
+        saved=before.saved(),
+        provider=before.provider_notices(),
+        acked_by=before.acked_by(),
+        expected_by=before.expected_by(),
+        received_by=before.received_by(),
+        acked_for=before.acked_for(),
+    )
+    restarted.client_joined("a")
+    clock.now = T0 + timedelta(minutes=9)
+    (escalated,), _ = restarted.due()
+    assert escalated.action == "terminate"
+    assert restarted.record_ack(ID, "a", 1.0) is True
+    clock.now = T0 + timedelta(minutes=10)
+    assert restarted.overdue() == [] and restarted.unacked_past_deadline() == {}
+
+
+def test_a_client_gone_before_its_drain_ack_is_not_named_for_the_restored_terminate() -> None:
+    """`b` left before its ack of the drain (kept, for `status`), and the drain's deadline
+    came within the margin while the agent was down: it comes back as terminate, which `b`
+    never received, and `b` is not named past its deadline."""
+    before, _ = board(margin=60)
+    for client in ("a", "b"):
+        before.client_joined(client)
+    before.report(report(deadline=T0 + timedelta(minutes=10)))
+    before.record_ack(ID, "a", 1.0)
+    before.client_left("b")
+    assert before.gone_before_ack() == {ID: ["b"]}
+    restarted, later = board(margin=60)
+    later.now = T0 + timedelta(minutes=9, seconds=30)
+    restarted.restore(
+        [],
+        saved=before.saved(),
+        provider=before.provider_notices(),
+        acked_by=before.acked_by(),
+        expected_by=before.expected_by(),
+        received_by=before.received_by(),
+        gone=before.gone_to_save(),
+        acked_for=before.acked_for(),
+    )
+    assert restarted.get(ID).action == "terminate"  # type: ignore[union-attr]
+    assert restarted.gone_before_ack() == {}
+    restarted.client_joined("a")
+    assert restarted.record_ack(ID, "a", 1.0) is True
+    later.now = T0 + timedelta(minutes=10)
+    assert restarted.overdue() == [] and restarted.unacked_past_deadline() == {}

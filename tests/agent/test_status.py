@@ -276,3 +276,35 @@ def test_aws_status_keeps_the_first_explanation_not_the_reminder() -> None:
     health.error("connect", "refused: start IMDS", shown="refused: start IMDS")
     health.error("connect", "refused (again; see the first message)", shown="refused: start IMDS")
     assert provider_health("aws", health).last_error_message == "refused: start IMDS"
+
+
+def test_status_names_a_client_gone_before_its_ack_of_a_drain(tmp_path: Path) -> None:
+    """A drain without a deadline is never past it: a job that received it and left before
+    its ack (killed mid-save) was said only in the log's "flushed by every client left (1
+    acked; trainer-1 left without its ack)", and `status` showed the drain as if every job
+    had saved. It names it, `--json` in `gone_before_ack`, until it comes back."""
+    from support import Subscriber
+
+    env = agent_env(tmp_path)
+    with (
+        AgentProcess(tmp_path, env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/saver")).ready() as saver,
+    ):
+        trainer = Subscriber(agent.events, ("notice", "client/trainer-1")).ready()
+        notice_id = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
+        assert saver.notice()["id"] == notice_id and trainer.notice()["id"] == notice_id
+        ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+        trainer.close()
+        reply = eventually(
+            lambda: (r := agent.control({"op": "status"}))["agent"]["subscribers"] == 1 and r,
+            10,
+            "the agent to see trainer-1 leave",
+        )
+        assert reply["gone_before_ack"] == {notice_id: ["trainer-1"]}, reply
+        shown = run_forewarn("status", env=env).stdout
+        (line,) = [row for row in shown.splitlines() if notice_id in row]
+        assert line.endswith("acked by saver  gone before its ack: trainer-1"), line
+        with Subscriber(agent.events, ("notice", "client/trainer-1")).ready():
+            back = agent.control({"op": "status"})
+            assert back["gone_before_ack"] == {}, back  # back: it may ack yet

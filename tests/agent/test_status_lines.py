@@ -29,8 +29,11 @@ def test_each_client_is_named_once(
     held: dict[str, int | None], late: list[str], gone: list[str]
 ) -> None:
     said = _waited_for(held, late, gone)
-    names = [part for part in said.replace(",", " ").split() if part in {*held, *late}]
-    assert sorted(names) == sorted({*held, *late}), said
+    names = [part for part in said.replace(",", " ").split() if part in {*held, *late, *gone}]
+    assert sorted(names) == sorted({*held, *late, *gone}), said
+    # One gone before its ack of a notice not past its deadline (a drain) is named so too.
+    early = set(gone) - set(late) - set(held)
+    assert ("  gone before its ack: " in said) == bool(early), said
     assert ("waiting for" in said) == bool(set(held) - set(late)), said
     assert ("not acked by" in said) == bool(late), said
     # One that left before its ack is said so, as the agent's warning says it; only such one.
