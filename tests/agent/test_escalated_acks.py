@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -22,6 +24,20 @@ from test_metrics import metrics_url, scrape_url, value
 pytestmark = pytest.mark.usefixtures("forked_agents")
 
 WARNING = "passed without an ack from"
+# A job's first steps under a CheckpointGuard: "exit" once a terminate asks it to exit,
+# "train" when 10 s of steps pass without (its guard logs why on stderr).
+NEXT_JOB = """
+import sys, time
+from forewarn.clients import CheckpointGuard, Notices
+notices = Notices(sys.argv[1], sys.argv[2])
+guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+end = time.monotonic() + 10
+while time.monotonic() < end and not (guard.due(1) and guard.should_exit):
+    time.sleep(0.05)  # a training step
+print("exit" if guard.should_exit else "train")
+guard.close()
+notices.close()
+"""
 # A long grace: the notice stays active past its deadline, for `status` to show it.
 ARGS = ("--exit-margin", "1s", "--set", "notice_grace=60")
 
@@ -194,8 +210,6 @@ def test_a_terminate_a_job_saved_only_the_drain_for_is_no_inherited_one(tmp_path
     acted on the terminate: the next job on the node took it for inherited and, with no
     deadline, ignored it ("it does not stop this job ... it is ignored") and trained on under
     a terminate nobody answered."""
-    from forewarn.clients import CheckpointGuard, Notices
-
     env = agent_env(tmp_path)
     notice_id = "local/manual/move-off"
     with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
@@ -209,11 +223,14 @@ def test_a_terminate_a_job_saved_only_the_drain_for_is_no_inherited_one(tmp_path
             _, beat = beats.recv(10)
         assert notice_id in beat["active"] and notice_id not in beat.get("acked", []), beat
 
-        notices = Notices(agent.events, agent.control_endpoint)
-        guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
-        try:
-            eventually(lambda: guard.due(1), 10, "the next job to act on the terminate")
-            assert guard.should_exit
-        finally:
-            guard.close()
-            notices.close()
+        # The next job is a process started after the terminate, as on a node: the guard
+        # takes a notice from before its process's start for one that may be inherited.
+        job = subprocess.run(
+            [sys.executable, "-c", NEXT_JOB, agent.events, agent.control_endpoint],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert job.stdout.strip() == "exit", (job.stdout, job.stderr)
+        assert "no client has acted on it: this job saves and exits now" in job.stderr, job.stderr
