@@ -244,13 +244,24 @@ class ExitReporting(GuardState):
             return
         asked, told_at = self._exit_waiting
         away = self._pace.running(now)
-        if away is None or not self._pace.stepped():
+        if away is None:
+            return
+        first = not self._pace.stepped()
+        if first:
             # In the first step, the README's `due` after `resumed` before it or not: a step
-            # cannot be interrupted, and a first one is answered when it ends (README).
-            return
-        late = max(UNANSWERED_MIN_SECONDS, 2 * self._pace.longest_done())
-        if away < late or now - asked < UNANSWERED_MIN_SECONDS / 2:
-            return
+            # cannot be interrupted, and a first one (a compile) is answered when it ends
+            # (README). A loop that calls `due` only before its loop is in that step for
+            # ever: it is said once the exit has waited EXIT_SAVE_WARN_SECONDS, or
+            # EXIT_SAVE_LATE_SECONDS before the terminate's deadline, whichever comes first
+            # (before, never: the SIGKILL at the deadline ended a log that said nothing).
+            left = _nearest_left(events)
+            near = left is not None and left <= EXIT_SAVE_LATE_SECONDS
+            if not near and now - asked < EXIT_SAVE_WARN_SECONDS:
+                return
+        else:
+            late = max(UNANSWERED_MIN_SECONDS, 2 * self._pace.longest_done())
+            if away < late or now - asked < UNANSWERED_MIN_SECONDS / 2:
+                return
         if told_at and now - told_at < EXIT_SAVE_WARN_SECONDS:
             return
         self._exit_waiting = (asked, now)
@@ -264,6 +275,22 @@ class ExitReporting(GuardState):
             lost += "nothing since), are lost"
         else:
             lost = f"the steps after step {durable}, the last saved, are lost"
+        if first:
+            log.warning(
+                "forewarn: %s asked this job to save and exit %.0fs ago, but the loop has "
+                "not called due() or due_in_eval() since its first call (at step %s, %.0fs "
+                "ago): a first step (a compile, a data loader's warm-up) is answered when it "
+                "ends, at the loop's next due(step), and a loop that calls due() only before "
+                "it never answers; nothing is saved until it does, and %s if the platform "
+                "kills the job first (%s). Call guard.due(step) after every step",
+                exit_causes(reasons, events),
+                now - asked,
+                self._seen_step,
+                away,
+                lost,
+                _deadline_words(events, "nothing bounds the wait"),
+            )
+            return
         log.warning(
             "forewarn: %s asked this job to save and exit %.0fs ago, but the loop has not "
             "called due() or due_in_eval() for %.0fs (last at step %s; its steps took up to "
@@ -280,17 +307,24 @@ class ExitReporting(GuardState):
         )
 
 
+def _nearest_left(events: list[Event]) -> float | None:
+    """Seconds to the terminates' nearest deadline (negative once past), None when none is
+    known."""
+    left = [e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None]
+    known = [value for value in left if value is not None]
+    return min(known) if known else None
+
+
 def _deadline_words(events: list[Event], unbounded: str) -> str:
     """The terminates' nearest deadline, in how long or how long ago it passed; `unbounded`
     says what goes on when none is known."""
-    left = [e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None]
-    known = [value for value in left if value is not None]
-    if not known:
+    nearest = _nearest_left(events)
+    if nearest is None:
         return f"no deadline is known: {unbounded} or the platform kills the job"
-    if min(known) >= 0:
-        return f"the terminate's deadline is in {min(known):.0f}s"
+    if nearest >= 0:
+        return f"the terminate's deadline is in {nearest:.0f}s"
     return (
-        f"the terminate's deadline passed {-min(known):.0f}s ago: the platform may kill "
+        f"the terminate's deadline passed {-nearest:.0f}s ago: the platform may kill "
         "the job before it ends"
     )
 

@@ -213,3 +213,62 @@ def test_a_resumed_run_that_saved_nothing_names_its_resume_point(
     line = _warning_at_sigterm(tmp_path, env, 1200)
     assert "(last at step 1215;" in line, line
     assert "the steps after step 1200, where this run resumed (it has saved nothing since)" in line
+
+
+ONCE_JOB = """
+import logging, sys, time
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from forewarn.clients import CheckpointGuard
+
+guard = CheckpointGuard(every_steps=600)
+step = 1200  # the resume point
+guard.resumed(step)
+if guard.due(step) and guard.save(step, lambda step: 0.01).exit:
+    sys.exit(guard.exit_code)
+print("training", flush=True)
+while step < 100000:
+    time.sleep(0.02)  # a step; the loop never calls guard.due again
+    step += 1
+sys.exit(guard.exit_code)
+"""
+
+
+def test_a_loop_that_calls_due_only_before_it_is_said_before_the_kill(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A loop that calls `due` once, right after `resumed` (the README's first check), and
+    never in the loop: to the guard it is a first step that never ends, and the first step is
+    answered when it ends, so a terminate waited unsaid until the platform's SIGKILL at the
+    deadline (8 s), every step since the resume lost with nothing in the job's log."""
+    with AgentProcess(tmp_path, env=env) as agent:
+        job = subprocess.Popen(
+            [sys.executable, "-c", ONCE_JOB],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=(tmp_path / "job.err").open("w"),
+            text=True,
+        )
+        try:
+            assert job.stdout is not None
+            eventually(lambda: job.stdout.readline().strip() == "training", 60, "training")
+            notice: dict[str, Any] = {"op": "notify", "action": "terminate", "reason": "reclaim"}
+            notice.update(seconds_fields(LEAD))
+            sent = time.monotonic()
+            notice_id = agent.control(notice)["notice"]["id"]
+            log = tmp_path / "job.err"
+            warned = eventually(
+                lambda: [line for line in log.read_text().splitlines() if "asked this" in line],
+                LEAD + 5,
+                "the guard's warning",
+            )
+            said_at = time.monotonic() - sent
+        finally:
+            job.send_signal(signal.SIGKILL)  # the platform's, at the deadline
+            job.wait(30)
+    line = warned[0]
+    assert said_at < LEAD, said_at
+    assert f"forewarn: terminate {notice_id} from local (reclaim) asked this job" in line
+    assert "the loop has not called due() or due_in_eval() since its first call" in line
+    assert "(at step 1200," in line
+    assert "the steps after step 1200, where this run resumed" in line
+    assert "the terminate's deadline is in" in line
