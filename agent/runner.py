@@ -1434,15 +1434,32 @@ class Agent:
         elif req.outcome == "failed" and req.note:
             # Why the job left without its state (a client's exit save that raised).
             background += f" ({req.note})"
-        if req.outcome == "resumed":
-            # What an operator reads a resume for: it has no flush, and names no notice when
-            # the job restarted on a new machine.
+        text: str
+        args: list[object]
+        if req.outcome == "resumed" and (
+            req.step == 0
+            and req.notice_id is None
+            and req.restore_seconds is None
+            and req.steps_lost is None
+        ):
+            # `guard.resumed(0)`, the README's loop at a first start: it was logged `resume
+            # after (no notice) ... steps_lost=unknown`, a job stopped unwarned that lost steps.
             text, args = (
-                "resume after %s from %s: step=%s restore=%s steps_lost=%s",
+                "start of %s at step 0: nothing to resume (a fresh run, or one that saved "
+                "nothing before it stopped)",
+                [req.client or "?"],
+            )
+        elif req.outcome == "resumed":
+            # What an operator reads a resume for: it has no flush. The guard names no notice
+            # (the job may have restarted on a new machine): "after (no notice)" read as a
+            # job stopped without one.
+            after = f" after {req.notice_id}" if req.notice_id else ""
+            text, args = (
+                "resume of %s at step %s%s: restore=%s steps_lost=%s",
                 [
-                    req.notice_id or "(no notice)",
                     req.client or "?",
                     req.step,
+                    after,
                     _secs(req.restore_seconds),
                     # Not reported: "none" would read as none lost.
                     "unknown" if req.steps_lost is None else req.steps_lost,

@@ -216,16 +216,40 @@ def test_a_resume_without_its_figures_says_steps_lost_unknown_not_none(tmp_path:
     from support import eventually
 
     with AgentProcess(tmp_path, env=agent_env(tmp_path)) as agent:
-        resumed = {"op": "ack", "client": "c", "step": 0, "outcome": "resumed"}
+        resumed = {"op": "ack", "client": "c", "step": 7, "outcome": "resumed"}
         assert agent.control(resumed)["ok"]
 
         def resume_line() -> str | None:
-            found = [line for line in agent.output().splitlines() if "resume after" in line]
+            found = [line for line in agent.output().splitlines() if "resume of" in line]
             return found[0] if found else None
 
         line = eventually(resume_line, what="the resume's line")
     assert "None" not in line, line
     assert "restore=none steps_lost=unknown" in line, line
+
+
+def test_a_fresh_start_is_not_logged_as_a_resume_after_no_notice(tmp_path: Path) -> None:
+    """The README's loop calls `guard.resumed(step)` at every start, a first one at step 0:
+    the agent logged `resume after (no notice) from trainer-a: step=0 restore=none
+    steps_lost=unknown`, which reads as a job stopped without notice that lost steps. The
+    guard never names a notice there; a start at step 0 is a fresh run (or one that saved
+    nothing), and a later step a resume. Found reading a real agent's log beside a new job."""
+    from support import eventually
+
+    with AgentProcess(tmp_path, env=agent_env(tmp_path)) as agent:
+        for step in (0, 1200):
+            resumed = {"op": "ack", "client": f"job-{step}", "step": step, "outcome": "resumed"}
+            assert agent.control(resumed)["ok"]
+
+        def lines() -> list[str] | None:
+            found = [line for line in agent.output().splitlines() if "job-" in line]
+            return found if len(found) == 2 else None
+
+        fresh, resumed_line = eventually(lines, what="the two lines")
+    assert "(no notice)" not in fresh + resumed_line, (fresh, resumed_line)
+    assert "start of job-0 at step 0: nothing to resume (a fresh run, or one that" in fresh
+    assert "steps_lost" not in fresh, fresh
+    assert "resume of job-1200 at step 1200: restore=none steps_lost=unknown" in resumed_line
 
 
 def test_json_log_fields_give_times_as_the_wire_does(tmp_path: Path) -> None:
