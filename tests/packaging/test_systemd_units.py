@@ -167,6 +167,21 @@ def test_agent_unit_hardening_keeps_metadata_reachable():
     assert {"AF_INET", "AF_INET6", "AF_UNIX"} <= set(families)
 
 
+def test_private_devices_leaves_the_gcp_watcher_a_gpu_path_and_the_docs_say_so():
+    """`PrivateDevices=yes` hides `/dev/nvidia0` from the agent; the GCP watcher's GPU check
+    (the hour's notice of a host maintenance on an N1 VM with GPUs) must still have a path
+    the unit leaves visible, and docs/operations.md must say what the unit hides."""
+    from forewarn.providers.gcp.watch import NVIDIA_PATHS
+
+    assert parse_unit(AGENT)["Service"]["PrivateDevices"] == ["yes"]
+    visible = [path for path in NVIDIA_PATHS if not str(path).startswith("/dev/")]
+    assert Path("/proc/driver/nvidia/gpus") in visible
+    docs = " ".join((DOCS / "operations.md").read_text().split())
+    assert "`PrivateDevices=yes` gives the agent a `/dev` of its own" in docs
+    assert "`/dev/nvidia0` is not there under the unit" in docs
+    assert "`/proc/driver/nvidia/gpus/` too, which the unit leaves visible" in docs
+
+
 def _syscall_group(analyze: str, name: str) -> set[str]:
     """The system calls `systemd-analyze syscall-filter` lists for a name: a group's, with
     the groups it includes expanded, or the call itself."""
