@@ -102,6 +102,11 @@ class BackgroundSaveError(CheckpointError):
         )
 
 
+def _cause_words(error: BackgroundSaveError) -> str:
+    """A failed save's cause, one line: `OSError: [Errno 28] No space left on device`."""
+    return " ".join(f"{type(error.cause).__name__}: {error.cause}".split())
+
+
 def _mib(count: int) -> str:
     return f"{count / (1 << 20):.1f} MiB"
 
@@ -543,6 +548,7 @@ class BackgroundSaver:
         in_flight = self.in_flight
         final_estimate = self._durable_estimate
         durable_before = self.last_durable
+        own_failure: BackgroundSaveError | None = None
         if in_flight is not None and in_flight == step:
             # The save in flight already holds this step's state: finishing it is the final save.
             # It is waited for even past the deadline (a second save of the same generation
@@ -576,6 +582,7 @@ class BackgroundSaver:
                 reason = f"the save in flight is of step {step} itself; waited for its commit"
                 return FinalSave("waited", reason, durable, seconds, seconds)
             in_flight = None  # it failed: write it again, synchronously
+            own_failure = self._error
         committed = self.last_durable
         if in_flight is None and committed is not None and committed.step == step:
             # The background save of this very step committed a moment ago (the periodic save
@@ -586,7 +593,15 @@ class BackgroundSaver:
             seconds = time.monotonic() - started
             reason = f"step {step} is already durable: its background save committed"
             return FinalSave("nothing in flight", reason, committed, seconds, seconds)
-        if in_flight is None:
+        if in_flight is None and own_failure is not None:
+            # Said "no background save was running" (the ack's note, the log), where one of
+            # this very step had run, been waited for and failed.
+            choice = "waited"
+            reason = (
+                f"the save in flight was of step {step} itself and failed "
+                f"({_cause_words(own_failure)}): writing it again"
+            )
+        elif in_flight is None:
             choice, reason = "nothing in flight", "no background save was running"
         elif seconds_left is None:
             choice, reason = "cancelled", f"step {in_flight} cancelled: the deadline is unknown"
@@ -676,6 +691,14 @@ class BackgroundSaver:
                 )
                 self._cancel_in_flight()
         committed = self.last_durable
+        failed = self._error
+        if in_flight is not None and failed is not None and failed.step == in_flight:
+            # It failed while waited for (a full disk, a refused upload): the reason gave only
+            # the estimates the wait was chosen by, as if it had committed.
+            reason = (
+                f"{reason}; but step {in_flight} failed ({_cause_words(failed)}): the final "
+                "save is written without it"
+            )
         if (
             choice == "cancelled"
             and committed is not None
