@@ -417,6 +417,9 @@ class BackgroundSaves(GuardState):
                 outcome="saved" if error is None else "failed",
                 stall_seconds=timing.stall_seconds,
                 durable_seconds=timing.durable_seconds if error is None else None,
+                # Why it failed, as a synchronous save's failed ack says: without it the
+                # agent's log and `status` named the failed save with no cause.
+                note=None if error is None else f"{type(error).__name__}: {error}"[:500],
             )
 
     def _periodic_before(self, retry_in: float) -> str | None:
