@@ -272,6 +272,12 @@ class Backend(ABC):
         Nothing to do on most backends."""
         return 0
 
+    def note_writer(self) -> None:
+        """Called by a save of rank 0 (the committer) before it claims its step: say, once,
+        when another live process commits into this store too (the same job started twice
+        by mistake). Nothing where writers cannot be told apart."""
+        return None
+
     def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
         """Claim `prefix` for this process's writer of `rank` until the returned function is
         called; raises `CommitError` naming the holder when another live process holds it.

@@ -13,6 +13,7 @@ import secrets
 import shutil
 import struct
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +49,43 @@ class _HeldLocks:
 
 
 _HELD = _HeldLocks()
+
+# The directory, in the machine's temporary one, of the files whose POSIX locks the processes
+# committing into a local store hold (`LocalBackend.note_writer`).
+WRITERS_DIRECTORY = "forewarn-store-writers"
+
+
+class _Writers:
+    """The stores this process commits into, by the root's (device, inode), with the open
+    descriptor of its lock file (kept open for the lifetime of the process; -1: none)."""
+
+    def __init__(self) -> None:
+        self.stores: dict[tuple[int, int], int] = {}
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        # A forked child holds none of its parent's locks: it takes its own if it commits.
+        self.stores = {}
+
+
+_WRITERS = _Writers()
+
+
+def _writer_lock_file(key: tuple[int, int]) -> int:
+    """The open `<device>-<inode>.lock` for a store's directory in `WRITERS_DIRECTORY`, made
+    open to every user and sticky (as /tmp), so jobs of several users on one store meet."""
+    directory = Path(tempfile.gettempdir()) / WRITERS_DIRECTORY
+    try:
+        directory.mkdir(mode=0o700)
+        os.chmod(directory, 0o1777)  # not in mkdir's mode: the umask would take bits away
+    except FileExistsError:
+        pass
+    fd = os.open(directory / f"{key[0]}-{key[1]}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o666)
+    return fd
+
 
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -535,6 +573,52 @@ class LocalBackend(Backend):
                 _HELD.files.discard(held)
 
         return release
+
+    def note_writer(self) -> None:
+        # Two live jobs committing into one store (the same job started twice by mistake)
+        # interleaved their generations: `latest()` resumed from whichever committed last and
+        # `keep=N` counted both jobs' generations, and nothing said so. Each committing
+        # process holds a POSIX lock on a file named for the store's directory (device and
+        # inode) in this machine's temporary directory until it exits (the kernel drops it
+        # then, SIGKILL too); one that finds it held says so once. Not in the store: a
+        # descriptor kept open there held its mount busy and added a file to the store's
+        # listing. The file is opened once per process and kept open: closing any
+        # descriptor of it would drop the lock.
+        with _HELD.mutex:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)  # as `claim` makes it
+                found = os.stat(self.root)
+            except OSError:
+                return  # the save itself says what is wrong with the directory
+            key = (found.st_dev, found.st_ino)
+            if key in _WRITERS.stores:
+                return
+            _WRITERS.stores[key] = -1
+            try:
+                fd = _writer_lock_file(key)
+            except OSError:
+                return  # nowhere to keep it (another user's file): the save goes on
+            _WRITERS.stores[key] = fd
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    return
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+                locker = _lock_holder(fd)
+                if locker is not None and _named_writer(holder) != locker:
+                    holder = f"pid {locker}"
+                log.warning(
+                    "forewarn: checkpoint: another process (%s) is saving into the store %s "
+                    "too (the same job started twice?): two jobs on one store interleave "
+                    "their generations, latest() resumes from whichever committed last and "
+                    "keep=N counts both jobs' saves; stop one, or give each job its own store",
+                    holder or "unknown",
+                    self.url,
+                )
+                return
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
 
     def _say_unlocked(self, error: OSError) -> None:
         """Once per store: said nowhere, two jobs given one such store each took the other's

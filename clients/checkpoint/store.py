@@ -376,6 +376,8 @@ class CheckpointStore:
             # its save before rank 0 does. Without a claim, another job's retention on the
             # same store saw nothing of the save and deleted its files mid-write (the commit
             # then failed with `a1.bin is missing from storage`).
+            if ranks.rank == 0:
+                backend.note_writer()
             releases.append(backend.claim(name, rank=ranks.rank))
             claimed = releases[-1] is not NO_CLAIM
             if claimed and ends_by is not None:

@@ -182,6 +182,9 @@ class DelegatingBackend(Backend):
     def remove_dead_temps(self, prefix: str, names: list[str]) -> int:
         return self.inner.remove_dead_temps(prefix, names)
 
+    def note_writer(self) -> None:
+        self.inner.note_writer()
+
     def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
         return self.inner.claim(prefix, rank=rank)
 

@@ -1,0 +1,88 @@
+"""The same job started twice by mistake on one store (two live processes saving into it): each
+job's saves interleaved with the other's generations, `latest()` resumed from whichever
+committed last and `keep=N` counted both jobs' generations, and nothing said so. The second
+writer now says it in one WARNING naming the first's pid; a predecessor that is gone (killed,
+or ended) and more stores on one path in one process say nothing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from forewarn.clients.checkpoint import CheckpointStore
+
+# Saves step N into the store, says "saved", then waits for its standard input to close.
+WRITER = textwrap.dedent(
+    """
+    import logging, sys
+    from forewarn.clients.checkpoint import CheckpointStore
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    store = CheckpointStore(sys.argv[1])
+    with store.save(int(sys.argv[2])) as gen:
+        gen.write_bytes("model.pt", b"m" * 100)
+    print("saved", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def _writer(store: Path, step: int) -> subprocess.Popen[str]:
+    job = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(store), str(step)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert job.stdout is not None and job.stdout.readline() == "saved\n"
+    return job
+
+
+def _end(job: subprocess.Popen[str]) -> str:
+    """The job's standard error, once it ended."""
+    _out, err = job.communicate(timeout=30)
+    return err
+
+
+def _other_writer_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "another process" in line and "store" in line]
+
+
+def test_the_second_live_writer_of_a_store_says_so_once(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    first = _writer(store, 10)
+    try:
+        second = _writer(store, 11)
+        err = _end(second)
+    finally:
+        first_err = _end(first)
+    (line,) = _other_writer_lines(err)
+    assert line.startswith("WARNING "), line
+    assert f"pid {first.pid} " in line, line
+    assert f"file://{store}" in line, line
+    assert not _other_writer_lines(first_err), first_err
+
+
+@pytest.mark.parametrize("how", ["killed", "ended"])
+def test_a_writer_whose_predecessor_is_gone_says_nothing(tmp_path: Path, how: str) -> None:
+    store = tmp_path / "store"
+    first = _writer(store, 10)
+    if how == "killed":
+        first.send_signal(signal.SIGKILL)
+    _end(first)
+    err = _end(_writer(store, 11))
+    assert not _other_writer_lines(err), err
+
+
+def test_stores_on_one_path_in_one_process_say_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "store"
+    for step in (1, 2):
+        with CheckpointStore(str(path)).save(step) as gen:
+            gen.write_bytes("a", b"a")
+    assert not [r for r in caplog.records if "another process" in r.getMessage()]
