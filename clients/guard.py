@@ -344,7 +344,7 @@ class CheckpointGuard(
         if self.notices is not None:
             for notice_id in result.notices or (None,):
                 self.notices.ack(notice_id, step=step, flush_seconds=seconds if wrote else None)
-        self._log_saved(result, reasons, events, where, past_exit)
+        self._log_saved(result, reasons, events, where, past_exit, wrote=wrote)
         return result
 
     def _record(

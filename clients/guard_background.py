@@ -78,6 +78,7 @@ class BackgroundSaves(GuardState):
             past_exit: bool,
             *,
             uploading: bool = False,
+            wrote: bool = True,
         ) -> None: ...
 
     def _init_background(self, background: bool | BackgroundSaver) -> None:

@@ -67,10 +67,14 @@ class ExitReporting(GuardState):
         past_exit: bool,
         *,
         uploading: bool = False,
+        wrote: bool = True,
     ) -> None:
         """`uploading`: a background save whose state is copied and whose upload has only
         begun: it is not said to be saved (its upload may fail; "saved at step 8" then came
-        before "the background checkpoint of step 8 failed"); "step 8 durable" says when."""
+        before "the background checkpoint of step 8 failed"); "step 8 durable" says when.
+        `wrote` False: the step was durable already and nothing was written: not said to be
+        saved either (a job started under a drain another job saved for said `saved at step 0
+        (drain)` for its resume point, which it never wrote)."""
         exit_saved = self._exit_saved
         if past_exit and exit_saved is not None:
             # A save past the exit's (a loop that went on): the exit stands, but this save is
@@ -91,6 +95,13 @@ class ExitReporting(GuardState):
                 result.step,
                 ", ".join(result.reasons) or "requested",
                 result.flush_seconds or 0.0,
+            )
+        elif not wrote:
+            log.info(
+                "forewarn: step %d (%s) is durable already%s: nothing new to save",
+                result.step,
+                ", ".join(result.reasons) or "requested",
+                ", where this run resumed" if result.step == self._resumed_step else "",
             )
         else:
             log.info(
