@@ -80,7 +80,10 @@ def _writer_lock_file(key: tuple[int, int]) -> int:
         os.chmod(directory, 0o1777)  # not in mkdir's mode: the umask would take bits away
     except FileExistsError:
         pass
-    fd = os.open(directory / f"{key[0]}-{key[1]}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+    # O_NOFOLLOW: the directory is open to every user, so a name there may be another user's
+    # symlink to a file of this one's; a lock file that cannot be opened only costs the warning.
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(directory / f"{key[0]}-{key[1]}.lock", flags)
     with contextlib.suppress(OSError):
         if os.fstat(fd).st_uid == os.geteuid():
             os.fchmod(fd, 0o666)

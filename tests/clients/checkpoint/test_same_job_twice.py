@@ -86,3 +86,30 @@ def test_stores_on_one_path_in_one_process_say_nothing(
         with CheckpointStore(str(path)).save(step) as gen:
             gen.write_bytes("a", b"a")
     assert not [r for r in caplog.records if "another process" in r.getMessage()]
+
+
+def test_a_symlink_in_the_shared_writers_directory_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writers' directory is open to every user: a lock file's name there made a symlink
+    (by another user) to a file of this one's had that file truncated and overwritten with
+    the writer's pid. The save goes on without the lock file, the file untouched."""
+    import os
+    import tempfile
+
+    from forewarn.clients.checkpoint.local import WRITERS_DIRECTORY
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    store = tmp_path / "store"
+    store.mkdir()
+    found = os.stat(store)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("a user's own file\n")
+    writers = tmp_path / "tmp" / WRITERS_DIRECTORY
+    writers.mkdir(mode=0o1777)
+    (writers / f"{found.st_dev}-{found.st_ino}.lock").symlink_to(victim)
+    with CheckpointStore(str(store)).save(5) as gen:
+        gen.write_bytes("model.pt", b"m" * 100)
+    assert victim.read_text() == "a user's own file\n"
+    assert [g.step for g in CheckpointStore(str(store)).generations()] == [5]
