@@ -643,12 +643,8 @@ class LocalBackend(Backend):
         if self._lock_held(self.root / f".{prefix}.lock"):
             return True
         # The other ranks' (a rank may reach its save before rank 0 does).
-        try:
-            names = os.listdir(self.root)
-        except OSError:
-            return False
-        ranks = re.compile(re.escape(f".{prefix}{RANK_CLAIM}") + r"[0-9]+\.lock")
-        return any(self._lock_held(self.root / name) for name in names if ranks.fullmatch(name))
+        ranks = self._claim_locks(prefix, rank_zero=False)
+        return ranks is not None and any(self._lock_held(path) for path in ranks)
 
     def writer_gone(self, prefix: str) -> bool:
         # Only where every writer is on this machine (see _FILE_SYSTEMS_OF_ONE_MACHINE): a
@@ -656,12 +652,21 @@ class LocalBackend(Backend):
         # writer holds its lock from before its first file to its commit.
         if _file_system_type(self.root) not in _FILE_SYSTEMS_OF_ONE_MACHINE:
             return False
+        locks = self._claim_locks(prefix, rank_zero=True)
+        return locks is not None and all(self._lock_free(path) for path in locks)
+
+    def _claim_locks(self, prefix: str, *, rank_zero: bool) -> list[Path] | None:
+        """The claim lock files of the generation `prefix` in the store: every rank's, with
+        rank 0's (`.{prefix}.lock`) only if `rank_zero`; None when the store cannot be listed."""
         try:
             names = os.listdir(self.root)
         except OSError:
-            return False
-        ranks = re.compile(re.escape(f".{prefix}") + rf"(?:{re.escape(RANK_CLAIM)}[0-9]+)?\.lock")
-        return all(self._lock_free(self.root / name) for name in names if ranks.fullmatch(name))
+            return None
+        ranks = rf"{re.escape(RANK_CLAIM)}[0-9]+"
+        pattern = re.compile(
+            re.escape(f".{prefix}") + (f"(?:{ranks})?" if rank_zero else ranks) + r"\.lock"
+        )
+        return [self.root / name for name in names if pattern.fullmatch(name)]
 
     def _lock_free(self, path: Path) -> bool:
         """Whether the lock at `path` is free or gone (False when this process holds it, or
