@@ -718,10 +718,16 @@ def test_seq_rises_across_20_sigkills_including_after_a_replay_storm(tmp_path: P
                 storm.connect(agent.events)
 
                 def ahead_of_clock(storm: Any = storm, agent: AgentProcess = agent) -> bool:
-                    # Spaced out so that each lands in its own replay.
+                    # Each subscription waits for its replay (60 notices) before the next, so
+                    # that each is a replay of its own: spaced 2 ms apart instead, on a loaded
+                    # machine the agent took several as one burst (one replay) and the seq
+                    # never got 15 s ahead of the clock in 30 s (seen in a loaded suite run).
                     for _ in range(50):
                         storm.send(b"\x01notice")
-                        time.sleep(0.002)
+                        for _ in range(60):
+                            if not storm.poll(2000):
+                                break
+                            storm.recv_multipart()
                     seq = agent.control({"op": "status"})["agent"]["seq"]
                     return seq - int(time.time() * 1000) > 15_000
 
