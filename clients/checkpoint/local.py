@@ -11,9 +11,9 @@ import pwd
 import re
 import secrets
 import shutil
+import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -50,44 +50,60 @@ class _HeldLocks:
 
 _HELD = _HeldLocks()
 
-# The directory, in the machine's temporary one, of the files whose POSIX locks the processes
-# committing into a local store hold (`LocalBackend.note_writer`).
-WRITERS_DIRECTORY = "forewarn-store-writers"
+# The abstract Unix socket name (no file anywhere) a process committing into a local store
+# binds for as long as it runs (`LocalBackend.note_writer`): the kernel frees it when the
+# process ends, SIGKILL included. A lock file in the temporary directory did the same but left
+# a directory there for good (the drills' "nothing left in TMPDIR" tests found it), and one open
+# to every user took a symlink to another file as its lock file.
+WRITER_NAME = "forewarn-store-writer-{device}-{inode}"
 
 
 class _Writers:
-    """The stores this process commits into, by the root's (device, inode), with the open
-    descriptor of its lock file (kept open for the lifetime of the process; -1: none)."""
+    """The stores this process commits into, by the root's (device, inode), with the bound
+    socket that names this process their writer (None: it could not be bound)."""
 
     def __init__(self) -> None:
-        self.stores: dict[tuple[int, int], int] = {}
+        self.stores: dict[tuple[int, int], socket.socket | None] = {}
         os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
-        # A forked child holds none of its parent's locks: it takes its own if it commits.
+        # A forked child (a DataLoader worker) is no writer: its copy of the bound socket
+        # would keep the name taken after the writer died.
+        for bound in self.stores.values():
+            if bound is not None:
+                with contextlib.suppress(OSError):
+                    bound.close()
         self.stores = {}
 
 
 _WRITERS = _Writers()
 
 
-def _writer_lock_file(key: tuple[int, int]) -> int:
-    """The open `<device>-<inode>.lock` for a store's directory in `WRITERS_DIRECTORY`, made
-    open to every user and sticky (as /tmp), so jobs of several users on one store meet."""
-    directory = Path(tempfile.gettempdir()) / WRITERS_DIRECTORY
+def _bind_writer_name(key: tuple[int, int]) -> tuple[socket.socket | None, int | None]:
+    """(the bound socket, None) when this process is the store's first live writer; (None,
+    the holder's pid, 0 when it cannot be told) when another live process holds the name;
+    (None, None) where abstract names are not available."""
+    name = b"\0" + WRITER_NAME.format(device=key[0], inode=key[1]).encode()
+    bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        directory.mkdir(mode=0o700)
-        os.chmod(directory, 0o1777)  # not in mkdir's mode: the umask would take bits away
-    except FileExistsError:
-        pass
-    # O_NOFOLLOW: the directory is open to every user, so a name there may be another user's
-    # symlink to a file of this one's; a lock file that cannot be opened only costs the warning.
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(directory / f"{key[0]}-{key[1]}.lock", flags)
-    with contextlib.suppress(OSError):
-        if os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, 0o666)
-    return fd
+        bound.bind(name)
+        bound.listen(64)  # never accepted: a second writer's connect only asks who holds it
+        return bound, None
+    except OSError as error:
+        bound.close()
+        if error.errno != errno.EADDRINUSE:
+            return None, None
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(name)
+        credentials = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        pid, _uid, _gid = struct.unpack("3i", credentials)
+        return None, pid
+    except (OSError, struct.error):
+        return None, 0
+    finally:
+        probe.close()
 
 
 log = logging.getLogger("forewarn.checkpoint")
@@ -581,12 +597,8 @@ class LocalBackend(Backend):
         # Two live jobs committing into one store (the same job started twice by mistake)
         # interleaved their generations: `latest()` resumed from whichever committed last and
         # `keep=N` counted both jobs' generations, and nothing said so. Each committing
-        # process holds a POSIX lock on a file named for the store's directory (device and
-        # inode) in this machine's temporary directory until it exits (the kernel drops it
-        # then, SIGKILL too); one that finds it held says so once. Not in the store: a
-        # descriptor kept open there held its mount busy and added a file to the store's
-        # listing. The file is opened once per process and kept open: closing any
-        # descriptor of it would drop the lock.
+        # process binds a name for the store's directory (device and inode) until it exits
+        # (`WRITER_NAME`); one that finds it taken says so once, naming the holder's pid.
         with _HELD.mutex:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)  # as `claim` makes it
@@ -596,32 +608,19 @@ class LocalBackend(Backend):
             key = (found.st_dev, found.st_ino)
             if key in _WRITERS.stores:
                 return
-            _WRITERS.stores[key] = -1
-            try:
-                fd = _writer_lock_file(key)
-            except OSError:
-                return  # nowhere to keep it (another user's file): the save goes on
-            _WRITERS.stores[key] = fd
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    return
-                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
-                locker = _lock_holder(fd)
-                if locker is not None and _named_writer(holder) != locker:
-                    holder = f"pid {locker}"
-                log.warning(
-                    "forewarn: checkpoint: another process (%s) is saving into the store %s "
-                    "too (the same job started twice?): two jobs on one store interleave "
-                    "their generations, latest() resumes from whichever committed last and "
-                    "keep=N counts both jobs' saves; stop one, or give each job its own store",
-                    holder or "unknown",
-                    self.url,
-                )
+            bound, holder = _bind_writer_name(key)
+            _WRITERS.stores[key] = bound
+            if holder is None:
                 return
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+            log.warning(
+                "forewarn: checkpoint: another process (%s on %s) is saving into the store %s "
+                "too (the same job started twice?): two jobs on one store interleave "
+                "their generations, latest() resumes from whichever committed last and "
+                "keep=N counts both jobs' saves; stop one, or give each job its own store",
+                f"pid {holder}" if holder else "a process",
+                os.uname().nodename,
+                self.url,
+            )
 
     def _say_unlocked(self, error: OSError) -> None:
         """Once per store: said nowhere, two jobs given one such store each took the other's

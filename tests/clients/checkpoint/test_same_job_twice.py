@@ -88,28 +88,19 @@ def test_stores_on_one_path_in_one_process_say_nothing(
     assert not [r for r in caplog.records if "another process" in r.getMessage()]
 
 
-def test_a_symlink_in_the_shared_writers_directory_is_not_followed(
+def test_a_writer_leaves_nothing_in_the_temporary_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The writers' directory is open to every user: a lock file's name there made a symlink
-    (by another user) to a file of this one's had that file truncated and overwritten with
-    the writer's pid. The save goes on without the lock file, the file untouched."""
-    import os
+    """The writer's mark is an abstract socket name, no file: a lock file in the temporary
+    directory left `forewarn-store-writers` there for good (the drills' "nothing left in
+    TMPDIR" tests found it), and, that directory open to every user, a symlink there to a
+    file of this user's had that file truncated and overwritten with the writer's pid."""
     import tempfile
 
-    from forewarn.clients.checkpoint.local import WRITERS_DIRECTORY
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
-    store = tmp_path / "store"
-    store.mkdir()
-    found = os.stat(store)
-    victim = tmp_path / "precious.txt"
-    victim.write_text("a user's own file\n")
-    writers = tmp_path / "tmp" / WRITERS_DIRECTORY
-    writers.mkdir(mode=0o1777)
-    (writers / f"{found.st_dev}-{found.st_ino}.lock").symlink_to(victim)
-    with CheckpointStore(str(store)).save(5) as gen:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    with CheckpointStore(str(tmp_path / "store")).save(5) as gen:
         gen.write_bytes("model.pt", b"m" * 100)
-    assert victim.read_text() == "a user's own file\n"
-    assert [g.step for g in CheckpointStore(str(store)).generations()] == [5]
+    assert list(temporary.iterdir()) == []
