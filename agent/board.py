@@ -741,25 +741,15 @@ class NoticeBoard:
                 found[notice_id] = sorted(gone)
         return found
 
-    def failed_past_deadline(self) -> dict[str, dict[str, str]]:
-        """Of the clients `unacked_past_deadline` names, those whose save failed (they acked
-        `outcome=failed`, and no saved ack since), with their note, by id: said so in the
-        warning and `status`, not "gone before its ack". Kept across a restart
-        (`failed_to_save`)."""
-        found: dict[str, dict[str, str]] = {}
-        for notice_id, missing in self.unacked_past_deadline().items():
-            failed = self.entries[notice_id].failed
-            named = {client: failed[client] for client in missing if client in failed}
-            if named:
-                found[notice_id] = named
-        return found
-
     def failed_to_save(self) -> dict[str, dict[str, str]]:
-        """The clients whose save of each active terminate failed, not acked since, by id."""
+        """The clients whose save of each active notice failed, not acked since, by id: a
+        drain's too, which `status` shows while it is active (only in the log, a job that
+        failed to save for a drain showed in `status` as if nothing were wrong), and which a
+        restarted agent keeps."""
         return {
             notice_id: dict(entry.failed)
             for notice_id, entry in self.entries.items()
-            if entry.failed and entry.notice.action == "terminate"
+            if entry.failed
         }
 
     def record_failure(self, notice_id: str | None, client: str | None, note: str | None) -> bool:
@@ -1206,7 +1196,10 @@ class NoticeBoard:
                 entry.received_before = set(received_by.get(notice.id, ())) - entry.acked
             if not changed:
                 entry.gone = set((gone or {}).get(notice.id, ())) - entry.acked
-            failed = (save_failed or {}).get(notice.id, {})
+            # A drain's failed saves are no answer to the terminate it came back as (as at an
+            # escalation within one run), nor a terminate's to the drain it is again.
+            was = "terminate" if notice.id in escalated_ids else notice.action
+            failed = (save_failed or {}).get(notice.id, {}) if was == entry.notice.action else {}
             entry.failed = {c: n for c, n in failed.items() if c not in entry.acked}
             held = set((held_by or {}).get(notice.id, ())) - entry.acked
             if held and not entry.flushed:

@@ -1529,14 +1529,20 @@ def _waited_for(held: object, late: object, gone: object = None, failed: object 
     overdue = [str(client) for client in late] if isinstance(late, list) else []
     left = {str(client) for client in gone} if isinstance(gone, list) else set()
 
+    def failure(client: str) -> str:
+        why = notes[client]
+        return f"its save failed: {why}" if why else "its save failed"
+
     def named(client: str) -> str:
         pid = pids.get(client)
-        return client if pid is None else f"{client} (pid {pid})"
+        said = [] if pid is None else [f"pid {pid}"]
+        if client in notes:
+            said.append(failure(client))  # held still, its save failed: it may try again
+        return f"{client} ({', '.join(said)})" if said else client
 
     def named_late(client: str) -> str:
         if client in notes:
-            why = notes[client]
-            return f"{client} (its save failed: {why})" if why else f"{client} (its save failed)"
+            return f"{client} ({failure(client)})"
         if client not in pids:
             return f"{client} (gone before its ack)" if client in left else client
         pid = pids[client]
@@ -1554,8 +1560,14 @@ def _waited_for(held: object, late: object, gone: object = None, failed: object 
     # Before its deadline, or with none (a drain): a job gone without its save for it (one
     # still held is waited for: named there, once).
     early = sorted(client for client in left if client not in overdue and client not in pids)
+    early = [client for client in early if client not in notes]
     if early:
         said += "  gone before its ack: " + ", ".join(early)
+    # Before its deadline, or with none (a drain): a job whose save for it failed, with why
+    # (only in the agent's log before, the drain shown as if the job had saved for it).
+    unsaved = sorted(client for client in notes if client not in overdue and client not in pids)
+    if unsaved:
+        said += "  not saved by " + ", ".join(f"{c} ({failure(c)})" for c in unsaved)
     return said
 
 

@@ -434,6 +434,8 @@ class StatusReply(_Message):
     # Of those, the clients whose save failed (they acked `outcome=failed`, and no saved
     # flush since), each with its ack's note (blank when none): it tried, and the note says
     # why it failed (a full disk, a refused write). Not in `gone_before_ack`, left or not.
+    # For each other active notice (before its deadline, a drain), the clients whose save for
+    # it failed (the first ACKED_BY_LISTED): only in the log, it was shown as if saved.
     save_failed: dict[str, dict[str, str]] = Field(default_factory=dict)
     # The active terminates now past their deadline, not flushed, restored after a restart
     # from an older agent's state file, which did not say which clients had received them:

@@ -1283,10 +1283,13 @@ class Agent:
         )
 
     def _save_failed(self, unacked: dict[str, list[str]]) -> dict[str, dict[str, str]]:
-        """The clients of `unacked` (as listed) whose save failed, with their notes."""
+        """The clients of `unacked` (as listed) whose save failed, with their notes, and of
+        each active notice not past its deadline (a drain, one without a deadline) those whose
+        save failed (the first ACKED_BY_LISTED): a drain's failed save was only in the log,
+        and `status` showed the drain as if the job had saved or was still saving."""
         found = {}
-        for notice_id, failed in self.board.failed_past_deadline().items():
-            listed = unacked.get(notice_id, [])
+        for notice_id, failed in self.board.failed_to_save().items():
+            listed = unacked.get(notice_id, sorted(failed)[:ACKED_BY_LISTED])
             named = {client: note for client, note in failed.items() if client in listed}
             if named:
                 found[notice_id] = named

@@ -255,3 +255,55 @@ def test_a_client_gone_before_its_drain_ack_is_not_named_for_the_restored_termin
     assert restarted.record_ack(ID, "a", 1.0) is True
     later.now = T0 + timedelta(minutes=10)
     assert restarted.overdue() == [] and restarted.unacked_past_deadline() == {}
+
+
+def test_a_drains_failed_save_is_kept_across_a_restart_while_it_stays_a_drain() -> None:
+    before, _ = board(margin=60)
+    before.client_joined("a")
+    before.report(report(deadline=T0 + timedelta(minutes=10)))
+    assert before.record_failure(ID, "a", "OSError: disk full") is True
+    assert before.failed_to_save() == {ID: {"a": "OSError: disk full"}}
+    restarted, _ = board(margin=60)
+    restarted.restore(
+        [],
+        provider=before.provider_notices(),
+        received_by=before.received_by(),
+        save_failed=before.failed_to_save(),
+    )
+    assert restarted.get(ID).action == "drain"  # type: ignore[union-attr]
+    assert restarted.failed_to_save() == {ID: {"a": "OSError: disk full"}}
+
+
+def test_a_drains_failed_save_is_not_the_terminate_it_comes_back_as() -> None:
+    """The drain's deadline came within the margin while the agent was down: its failed
+    save is no answer to the terminate, as at an escalation within one run."""
+    before, _ = board(margin=60)
+    before.client_joined("a")
+    before.report(report(deadline=T0 + timedelta(minutes=10)))
+    before.record_failure(ID, "a", "OSError: disk full")
+    restarted, later = board(margin=60)
+    later.now = T0 + timedelta(minutes=9, seconds=30)
+    restarted.restore(
+        [],
+        provider=before.provider_notices(),
+        received_by=before.received_by(),
+        save_failed=before.failed_to_save(),
+    )
+    assert restarted.get(ID).action == "terminate"  # type: ignore[union-attr]
+    assert restarted.failed_to_save() == {}
+
+
+def test_an_escalated_drains_failed_save_of_the_terminate_is_kept_across_a_restart() -> None:
+    b, _ = _escalated_after_acks()
+    b.record_failure(ID, "a", "OSError: disk full")
+    restarted, later = board(margin=60)
+    later.now = T0 + timedelta(minutes=9)
+    restarted.restore(
+        [],
+        provider=b.provider_notices(),
+        escalated=b.escalated_ids(),
+        received_by=b.received_by(),
+        save_failed=b.failed_to_save(),
+    )
+    assert restarted.get(ID).action == "terminate"  # type: ignore[union-attr]
+    assert restarted.failed_to_save() == {ID: {"a": "OSError: disk full"}}

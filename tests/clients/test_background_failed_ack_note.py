@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, eventually, requires, tmpfs_disk
+from support import AgentProcess, eventually, requires, run_forewarn, tmpfs_disk
 
 pytestmark = requires("torch")
 
@@ -77,3 +77,33 @@ def test_a_failed_background_save_acks_the_drain_failed_saying_why(
         )
         assert len(acked) == 1, acked
         assert "No space left on device" in acked[0], acked[0]
+
+
+def test_a_failed_background_save_of_a_drain_is_in_status_while_the_drain_is_active(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """`forewarn status` said nothing of it: a drain's failed save was only in the log."""
+    with AgentProcess(tmp_path) as agent:
+        job = subprocess.Popen(
+            [sys.executable, "-c", JOB, str(small_disk)],
+            env=agent.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert job.stdout is not None
+        assert job.stdout.readline().strip() == "training", job.communicate()
+        notice = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
+        out, err = job.communicate(timeout=60)
+        assert "No space left on device" in out, out + err
+        failed = eventually(
+            lambda: agent.control({"op": "status"})["save_failed"].get(notice),
+            10,
+            "the failed save in status",
+        )
+        ((client, why),) = failed.items()
+        assert "No space left on device" in why, why
+        shown = run_forewarn("status", env=agent.env)
+        assert shown.returncode == 0, shown.stderr
+        (line,) = [row for row in shown.stdout.splitlines() if notice in row]
+        assert f"not saved by {client} (its save failed: " in line, line
