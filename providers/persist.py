@@ -21,8 +21,12 @@ from .health import PollHealth
 log = logging.getLogger("forewarn.providers")
 
 
-def write_atomically(path: Path, data: bytes | str, *, mode: int = 0o600) -> None:
-    """Replace `path` with `data` (text is written as UTF-8) with permissions `mode`."""
+def write_atomically(
+    path: Path, data: bytes | str, *, mode: int = 0o600, sync: bool = True
+) -> None:
+    """Replace `path` with `data` (text is written as UTF-8) with permissions `mode`. With
+    `sync` false nothing is synced: the file survives a kill of the process, not a crash of
+    the machine (for a file on a tmpfs, or one that must not wait on a slow disk)."""
     payload = data.encode() if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -32,7 +36,8 @@ def write_atomically(path: Path, data: bytes | str, *, mode: int = 0o600) -> Non
             view = memoryview(payload)
             while view:  # os.write may write less than asked (a full disk, a signal)
                 view = view[os.write(handle, view) :]
-            os.fsync(handle)
+            if sync:
+                os.fsync(handle)
         finally:
             os.close(handle)
         os.replace(temporary, path)
@@ -40,6 +45,8 @@ def write_atomically(path: Path, data: bytes | str, *, mode: int = 0o600) -> Non
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+    if not sync:
+        return
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)  # the rename itself survives a crash only once the directory is synced

@@ -11,6 +11,15 @@ Each notice is saved with the kernel's boot id: one saved in another boot (a VM 
 started keeps its boot disk) is not restored. A file of an agent that saved no boot id is
 judged by the clock instead: a notice seen before now less the time since boot.
 
+The state file is written after the publish (a slow or hung state disk must never hold a 30 s
+preemption notice back), so an agent SIGKILLed in between lost when the notice was first seen:
+the restarted agent counted a stop's deadline again from its own first answer, up to the time
+it was down later than the one jobs had planned their save against. So the same notices are
+written first to `gcp-notices.pending.json` in the runtime directory (a tmpfs, no fsync: a
+killed process loses nothing it wrote, and the reboot that would clear it makes them another
+boot's anyway), before the publish, and that file is removed once the state file is written.
+Found at a start, it is newer than the state file, and wins.
+
 A stop (a preemption, TERMINATE_ON_HOST_MAINTENANCE) is saved with its deadline on the boot
 clock too (`stopclock.py`): a wall clock stepped while the agent was down (NTP's first sync
 after the VM booted) moves the restored deadline with it, as it does one held in memory.
@@ -28,11 +37,13 @@ from pydantic import ValidationError
 
 from ..boot import boot_id, machine_started
 from ..health import PollHealth
-from ..persist import read_state_object, write_or_report
+from ..persist import read_state_object, write_atomically, write_or_report
 
 log = logging.getLogger("forewarn.providers.gcp")
 
 ACTIVE_FILE = "gcp-notices.json"
+# In the runtime directory: the notices published and not yet written to ACTIVE_FILE.
+PENDING_FILE = "gcp-notices.pending.json"
 # The key of a saved stop's deadline as `since_boot()` reads it; this boot's only.
 BOOT_DEADLINE_KEY = "deadline_since_boot"
 
@@ -40,20 +51,36 @@ BOOT_DEADLINE_KEY = "deadline_since_boot"
 class ActiveNotices:
     """Kind (`preempted`, `maintenance-event`, `upcoming-maintenance`) → the notice in force."""
 
-    def __init__(self, path: Path | None, health: PollHealth | None = None) -> None:
+    def __init__(
+        self, path: Path | None, health: PollHealth | None = None, pending: Path | None = None
+    ) -> None:
         self.path = path
         self.health = health
+        # PENDING_FILE: written before each publish (`save_pending`), removed after `save`.
+        self.pending = pending if path is not None else None
         # Kind → the deadline of its stop on the boot clock (`StopClock.at`), when known.
         self.boot_deadlines: dict[str, float] = {}
         self.notices = self._load()
         self.unsaved = False
+        self._pending_unsaved = False
+        self._pending_failed = False  # a failure of PENDING_FILE was logged (once)
 
     def _load(self) -> dict[str, Report]:
         if self.path is None:
             return {}
         # Read as the other watchers read their files: a FIFO in its place hung the start,
-        # and a file of any size was read whole.
-        payload = read_state_object(self.path, "gcp")
+        # and a file of any size was read whole. The pending file, when there is one, holds
+        # what was published after the state file was last written: an agent killed between
+        # its publish and that write (which comes after it) saved no notice there.
+        payload = None
+        if self.pending is not None:
+            payload = read_state_object(self.pending, "gcp")
+            if payload is not None:
+                log.info(
+                    "gcp: restoring the notices published before the restart from %s", self.pending
+                )
+        if payload is None:
+            payload = read_state_object(self.path, "gcp")
         if payload is None:
             return {}
         notices = {}
@@ -108,7 +135,7 @@ class ActiveNotices:
                 return
         else:
             self.notices[kind] = report
-        self.unsaved = self.path is not None
+        self.unsaved = self._pending_unsaved = self.path is not None
 
     def keep_boot_deadline(self, kind: str, at: float | None) -> None:
         """Record the boot clock's reading of the deadline of the stop of `kind` in force
@@ -119,13 +146,41 @@ class ActiveNotices:
             changed = self.boot_deadlines.get(kind) != at
             self.boot_deadlines[kind] = at
         if changed and kind in self.notices:
-            self.unsaved = self.path is not None
+            self.unsaved = self._pending_unsaved = self.path is not None
 
-    def save(self) -> None:
-        """Write what `keep` recorded, if anything is unwritten. A failed write is reported,
-        not raised (the watcher goes on publishing), and the next call tries again."""
-        if not self.unsaved or self.path is None:
+    def save_pending(self) -> None:
+        """Before a publish: write what `keep` recorded to the pending file in the runtime
+        directory, so that an agent killed before `save` comes back with the notice as it
+        went out (its first-seen time and deadline). No fsync: only the process may die in
+        between, and a tmpfs has nothing to sync. Best effort: a failure is logged once and
+        the file removed (a stale one must not win over the state file at the next start)."""
+        if not self._pending_unsaved or self.pending is None:
             return
+        self._pending_unsaved = False
+        try:
+            write_atomically(self.pending, self._payload(), sync=False)
+        except OSError as error:
+            if not self._pending_failed:
+                self._pending_failed = True
+                log.warning(
+                    "gcp: cannot write %s (%s: %s); a notice published before a kill of the "
+                    "agent is restored from %s only once that is written",
+                    self.pending,
+                    type(error).__name__,
+                    error,
+                    self.path,
+                )
+            self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        if self.pending is None:
+            return
+        try:
+            self.pending.unlink(missing_ok=True)
+        except OSError as error:
+            log.warning("gcp: cannot remove %s: %s", self.pending, error)
+
+    def _payload(self) -> str:
         # Every notice held is this boot's (those of another were not restored). An agent
         # without the key drops it (`saved_report`): a rollback keeps the notices.
         this_boot = boot_id()
@@ -136,8 +191,17 @@ class ActiveNotices:
         for name, at in self.boot_deadlines.items():
             if name in payload:
                 payload[name][BOOT_DEADLINE_KEY] = at
-        if write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health):
+        return json.dumps(payload, indent=1) + "\n"
+
+    def save(self) -> None:
+        """Write what `keep` recorded, if anything is unwritten. A failed write is reported,
+        not raised (the watcher goes on publishing), and the next call tries again. Once it
+        is written, the pending file (`save_pending`) says nothing newer, and goes."""
+        if not self.unsaved or self.path is None:
+            return
+        if write_or_report(self.path, self._payload(), self.health):
             self.unsaved = False
+            self._drop_pending()
 
 
 def _reading(value: object) -> float | None:
@@ -147,4 +211,4 @@ def _reading(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-__all__ = ["ACTIVE_FILE", "BOOT_DEADLINE_KEY", "ActiveNotices"]
+__all__ = ["ACTIVE_FILE", "BOOT_DEADLINE_KEY", "PENDING_FILE", "ActiveNotices"]

@@ -35,7 +35,7 @@ from ..boot import boot_id
 from ..errortext import error_text
 from ..fetch import fetch
 from ..skew import CLOCK_AHEAD, resume_skew, take_skew
-from .active import ACTIVE_FILE, ActiveNotices
+from .active import ACTIVE_FILE, PENDING_FILE, ActiveNotices
 from .settings import Settings
 from .stopclock import StopClock
 
@@ -600,7 +600,9 @@ class GcpWatcher:
         self.root = metadata_root(settings.url, environ)
         self.health = context.health if context is not None else PollHealth(PROVIDER)
         self.active = ActiveNotices(
-            Path(context.state_dir) / ACTIVE_FILE if context is not None else None, self.health
+            Path(context.state_dir) / ACTIVE_FILE if context is not None else None,
+            self.health,
+            Path(context.runtime_dir) / PENDING_FILE if context is not None else None,
         )
         self.tracks = {
             kind: NoticeTrack(kind, self.active)
@@ -925,6 +927,9 @@ class GcpWatcher:
                 continue
             self._good(key)
             last_text = answer.text
+            # Before the emit, on the runtime directory (a tmpfs): a kill before the state
+            # file is written loses neither when the notice was seen nor its deadline.
+            self.active.save_pending()
             if report is not None:
                 emit(report)
             # After the emit: a state directory that cannot be written loses no notice.
@@ -973,6 +978,7 @@ class GcpWatcher:
             known, window, detail = await self._read_upcoming()
             if known:
                 report = track.observe(self._upcoming(window), detail)
+                self.active.save_pending()
                 if report is not None:
                     emit(report)
                 self.active.save()
