@@ -46,6 +46,8 @@ ACTIVE_FILE = "gcp-notices.json"
 PENDING_FILE = "gcp-notices.pending.json"
 # The key of a saved stop's deadline as `since_boot()` reads it; this boot's only.
 BOOT_DEADLINE_KEY = "deadline_since_boot"
+# The key of the ETag of the answer that showed a saved notice; this boot's only.
+ETAG_KEY = "etag"
 
 
 class ActiveNotices:
@@ -60,6 +62,8 @@ class ActiveNotices:
         self.pending = pending if path is not None else None
         # Kind → the deadline of its stop on the boot clock (`StopClock.at`), when known.
         self.boot_deadlines: dict[str, float] = {}
+        # Kind → the ETag of the answer that showed its notice (as it last changed), if any.
+        self.etags: dict[str, str] = {}
         self.notices = self._load()
         self.unsaved = False
         self._pending_unsaved = False
@@ -122,19 +126,26 @@ class ActiveNotices:
             # Only a reading of this boot's clock: another boot's (or none known) says nothing.
             if this_boot is not None and saved_in == this_boot and at is not None:
                 self.boot_deadlines[kind] = at
+            etag = item.get(ETAG_KEY) if isinstance(item, dict) else None
+            if this_boot is not None and saved_in == this_boot and isinstance(etag, str):
+                self.etags[kind] = etag
         return notices
 
     def get(self, kind: str) -> Report | None:
         return self.notices.get(kind)
 
-    def keep(self, kind: str, report: Report | None) -> None:
-        """Record the notice of `kind` in force (None: none is); `save` writes it."""
+    def keep(self, kind: str, report: Report | None, etag: str | None = None) -> None:
+        """Record the notice of `kind` in force (None: none is), with the ETag of the answer
+        that showed it (None: the one recorded stands); `save` writes it."""
         if report is None:
             self.boot_deadlines.pop(kind, None)
+            self.etags.pop(kind, None)
             if self.notices.pop(kind, None) is None:
                 return
         else:
             self.notices[kind] = report
+            if etag is not None:
+                self.etags[kind] = etag
         self.unsaved = self._pending_unsaved = self.path is not None
 
     def keep_boot_deadline(self, kind: str, at: float | None) -> None:
@@ -191,6 +202,9 @@ class ActiveNotices:
         for name, at in self.boot_deadlines.items():
             if name in payload:
                 payload[name][BOOT_DEADLINE_KEY] = at
+        for name, etag in self.etags.items():
+            if name in payload:
+                payload[name][ETAG_KEY] = etag
         return json.dumps(payload, indent=1) + "\n"
 
     def save(self) -> None:
@@ -211,4 +225,4 @@ def _reading(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-__all__ = ["ACTIVE_FILE", "BOOT_DEADLINE_KEY", "PENDING_FILE", "ActiveNotices"]
+__all__ = ["ACTIVE_FILE", "BOOT_DEADLINE_KEY", "ETAG_KEY", "PENDING_FILE", "ActiveNotices"]

@@ -478,21 +478,34 @@ class NoticeTrack:
                 detail=detail,
             )
         if self.active is None:
-            if saved is not None and saved.detail == report.detail:
+            if saved is not None and saved.detail == report.detail and not self._replaced(token):
                 # Still in force from before the restart: same id, first-seen time, deadline.
                 self.active = saved
             elif saved is not None:
                 # Changed while the agent was down: the same notice, as when seen to change.
+                # Shown again under another ETag, the event ended and another came: the saved
+                # stop's deadline, past, was a terminate at once for a stop still ahead (the
+                # caller keeps the saved one where it is earlier and still to come).
                 self.active = report.model_copy(update={"id": saved.id})
             else:
                 self.active = report.model_copy(update={"id": self._new_id(report, token)})
-            self._keep(self.active)
+            self._keep(self.active, token)
             return self.active
         if report.detail == self.active.detail:
             return None
         self.active = report.model_copy(update={"id": self.active.id})
-        self._keep(self.active)
+        self._keep(self.active, token)
         return self.active
+
+    def _replaced(self, token: str | None) -> bool:
+        """Whether the answer's ETag says the saved notice's event ended and another came
+        while the agent was down (a server whose ETag changes at each change). Not for a
+        preemption: it comes once in a boot, and a server giving the same value a new ETag at
+        every answer would have moved its deadline later at each restart."""
+        if self.kind == "preempted" or token is None or self.active_notices is None:
+            return False
+        saved_token = self.active_notices.etags.get(self.kind)
+        return saved_token is not None and saved_token != token
 
     def _new_id(self, report: Report, token: str | None) -> str:
         """The id of a notice appearing: a function of the provider's own data (the kind,
@@ -545,9 +558,9 @@ class NoticeTrack:
         self.saved, self.active = self.active, None
         return True
 
-    def _keep(self, report: Report | None) -> None:
+    def _keep(self, report: Report | None, token: str | None = None) -> None:
         if self.active_notices is not None:
-            self.active_notices.keep(self.kind, report)
+            self.active_notices.keep(self.kind, report, token)
 
 
 # What an answer may say of a notice without making it another: a window begun (PENDING ->

@@ -98,3 +98,38 @@ def test_a_notice_published_just_before_a_sigkill_keeps_its_id(
                     assert (cleared["action"], cleared["id"]) == ("clear", notice["id"])
     finally:
         first.kill()
+
+
+def test_a_stop_replaced_while_the_agent_was_down_gets_its_own_deadline(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    """Seen before: TERMINATE_ON_HOST_MAINTENANCE saved with its deadline, the agent stopped,
+    the event ended (NONE) and a new one came (a new ETag) while it was down, past the first
+    one's deadline (its stop never came): the restarted agent sent the new event as the saved
+    one, its deadline the first's, already past, a terminate at once for a stop still ahead."""
+    env = agent_env(
+        tmp_path, FOREWARN_GCP_URL=server.url, FOREWARN_GCP_MAINTENANCE_NOTICE="2", **FAST_ENV
+    )
+    with (
+        AgentProcess(tmp_path, providers=("gcp",), env=env) as first,
+        Subscriber(first.events).ready() as sub,
+    ):
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        notice = _next_notice(sub)
+    first_deadline = parse_time(notice["deadline"])
+    sim.withdraw("maintenance-event")
+    sim.raise_notice("maintenance", {"type": "TERMINATE"})
+    # The scenario: the first event's deadline passes while the agent is down.
+    time.sleep(max(0.0, (first_deadline - utcnow()).total_seconds()) + 0.5)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as second:
+        started = utcnow()
+        with Subscriber(second.events).ready() as sub:
+            # The agent's own restored notice may come first (its replay); then the watcher's.
+            seen: list[dict[str, Any]] = []
+            ends = time.monotonic() + 15.0
+            while not seen or parse_time(seen[-1].get("deadline") or notice["deadline"]) < started:
+                assert time.monotonic() < ends, (notice, seen, second.output())
+                seen.append(_next_notice(sub, max(0.05, ends - time.monotonic())))
+            again = seen[-1]
+            assert again["id"] == notice["id"], (notice, seen)  # changed while down: same notice
+            assert parse_time(again["deadline"]) >= started

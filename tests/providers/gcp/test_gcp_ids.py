@@ -199,3 +199,32 @@ def test_a_preemption_s_id_does_not_take_the_etag() -> None:
     first = NoticeTrack("preempted").observe(_report("preempted", detail, NOW), detail, "etag-1")
     again = NoticeTrack("preempted").observe(_report("preempted", detail, NOW), detail, "etag-2")
     assert first is not None and again is not None and again.id == first.id
+
+
+@pytest.mark.parametrize(
+    ("kind", "etag", "kept"),
+    [
+        ("maintenance-event", "etag-1", True),  # the same answer: still in force
+        ("maintenance-event", "etag-2", False),  # ended and came back while the agent was down
+        ("preempted", "etag-2", True),  # comes once in a boot, whatever the ETag
+    ],
+)
+def test_a_saved_notice_shown_under_another_etag_is_another_event(
+    tmp_path: Path, kind: str, etag: str, kept: bool
+) -> None:
+    """Before, a TERMINATE_ON_HOST_MAINTENANCE that ended and came again while the agent was
+    down came back as the saved one, with its first-seen time and deadline (past, by then)."""
+    path = tmp_path / ACTIVE_FILE
+    detail = {"preempted": "TRUE"} if kind == "preempted" else KINDS["maintenance-event"][0]
+    notices = ActiveNotices(path)
+    first = NoticeTrack(kind, notices).observe(_report(kind, detail, NOW), detail, "etag-1")
+    notices.save()
+    later = NOW + timedelta(hours=2)
+    again = NoticeTrack(kind, ActiveNotices(path)).observe(
+        _report(kind, detail, later), detail, etag
+    )
+    assert first is not None and again is not None
+    assert again.id == first.id  # the same notice, as when a value changes while down
+    assert again.noticed_at == (NOW if kept else later)
+    assert again.deadline == (first.deadline if kept else later + timedelta(seconds=30))
+    assert json.loads(path.read_text())[kind]["etag"] == "etag-1"
