@@ -385,7 +385,11 @@ class GcpSimulator(Simulator):
             if "start_in" in fields:
                 start = self.now() + timedelta(seconds=_number(fields["start_in"], "start_in"))
                 document["window_start_time"] = format_time(start)
-                document["latest_window_start_time"] = format_time(start + timedelta(days=7))
+                # The latest the window may start, a reschedule included: a move keeps it,
+                # unless it goes past it (Compute Engine would not show a start after it).
+                latest = _document_time(document, "latest_window_start_time")
+                if latest is not None and latest < start:
+                    document["latest_window_start_time"] = format_time(start)
             if "window" in fields:
                 length = timedelta(seconds=_number(fields["window"], "window"))
             if start is not None and ("start_in" in fields or "window" in fields):

@@ -421,3 +421,20 @@ def test_one_maintenance_reason_is_a_list_of_one() -> None:
     assert sim.upcoming["maintenance_reasons"] == ["PLANNED_NETWORK_UPDATE"]
     with pytest.raises(SimError, match="maintenance_reasons"):
         sim.raise_notice("upcoming", {"maintenance_reasons": [1, 2]})
+
+
+def test_a_moved_window_keeps_its_latest_start(server: SimServer, client: httpx.Client) -> None:
+    # `latest_window_start_time` is the latest the window may start, a reschedule included
+    # (Compute Engine's UpcomingMaintenance: "The latest time for the planned maintenance
+    # window to start"): a window moved by PATCH start_in kept none, its bound moved a week
+    # past each new start. Moved past it, the bound is the new start (never before it).
+    control = SimControl(server.url)
+    control.raise_("upcoming", start_in=3600)
+    before = client.get("instance/upcoming-maintenance", params={"alt": "json"}).json()
+    control.change("upcoming-maintenance", start_in=7200)
+    moved = client.get("instance/upcoming-maintenance", params={"alt": "json"}).json()
+    assert moved["window_start_time"] != before["window_start_time"]
+    assert moved["latest_window_start_time"] == before["latest_window_start_time"]
+    control.change("upcoming-maintenance", start_in=30 * 86400)
+    far = client.get("instance/upcoming-maintenance", params={"alt": "json"}).json()
+    assert far["latest_window_start_time"] == far["window_start_time"]
