@@ -52,6 +52,7 @@ class BackgroundSaves(GuardState):
     _failures_in_row: int
     _retry_at: float
     _skipped_for: int | None  # the save in flight a scheduled save was last skipped for
+    _exit_saving: int | None  # the step of the exit's save while `final()` runs
     every_steps: int | None  # CheckpointGuard's schedule, and when it last saved
     every_seconds: float | None
     _last_save: float
@@ -91,6 +92,7 @@ class BackgroundSaves(GuardState):
         self._failures_in_row = 0
         self._retry_at = 0.0
         self._skipped_for = None
+        self._exit_saving = None
         self._awaiting = {}
         # Background saves started whose notices save_state has not recorded yet, and the
         # completions that came first (a save of a few bytes can commit that fast): acked
@@ -296,14 +298,18 @@ class BackgroundSaves(GuardState):
             if in_flight is None or in_flight == step
             else f"; the background save of step {in_flight} is still uploading",
         )
+        with self._lock:
+            self._exit_saving = step
         try:
             final = saver.final(step, state, seconds_left, metadata=metadata)
         except BaseException as error:
             with self._lock:
+                self._exit_saving = None
                 owed_ids = tuple(n for ids in self._awaiting.values() for n in ids)
             self.save_failed(step, error, owed_ids)
             raise
         with self._lock:
+            self._exit_saving = None
             self._failure = None  # an older save's failure is superseded by this one
             owed = sorted({notice for ids in self._awaiting.values() for notice in ids})
             self._awaiting.clear()
@@ -361,6 +367,7 @@ class BackgroundSaves(GuardState):
         """On the saver's thread: ack the notices the save answered, now that it is durable,
         or record the failure for the next `due()` and ask for another save."""
         retry_in, failures, answered_exit = 0.0, 0, False
+        exit_saving: int | None = None
         with self._lock:
             if timing.step in self._unrecorded:
                 self._early[timing.step] = (timing, generation, error)  # see _recorded
@@ -380,7 +387,12 @@ class BackgroundSaves(GuardState):
                 retry_in = retry_delay(self._failures_in_row)
                 self._retry_at = time.monotonic() + retry_in
                 failures = self._failures_in_row
-                if self._exit and self._exit_code:
+                if self._exit_saving not in (None, timing.step):
+                    # The save in flight the exit's save waits for (`final()`): that one is
+                    # under way and saves the state without it. "Saving again at the next
+                    # step" promised a step the loop never takes.
+                    exit_saving = self._exit_saving
+                elif self._exit and self._exit_code:
                     # This save answered the exit (the loop left, close() waited for it): the
                     # state of the exit is not saved, which 143 would claim (see exit_code).
                     self._exit_code = 1
@@ -399,6 +411,8 @@ class BackgroundSaves(GuardState):
                 error,
                 _no_retry(self.durable_step)
                 if answered_exit
+                else _exit_saves(exit_saving)
+                if exit_saving is not None
                 else _next_try(retry_in, failures, self._periodic_before(retry_in)),
             )
         else:
@@ -521,6 +535,14 @@ def _no_retry(durable_step: int | None) -> str:
     return (
         "it answered the exit, so no later save will come: the process exits with 1 and the "
         f"job resumes from the last durable checkpoint ({last})"
+    )
+
+
+def _exit_saves(step: int) -> str:
+    """What the job is told when the failed save was the one the exit's save waited for."""
+    return (
+        f"the exit's save of step {step} is under way and saves the state without it (no "
+        "retry: the loop has left)"
     )
 
 

@@ -278,3 +278,71 @@ def test_the_log_says_each_background_save_copied_then_failed_and_what_saves_nex
         assert "copied in" in first and "uploading it in the background" in first, first
     third = next(line for line in lines if "3 failed in a row" in line)
     assert "saving again at the next step (a periodic save at every step), or in 60 s" in third
+
+
+class HoldingProxy(S3Proxy):
+    """Holds the writes of step 2's save until `release`, then refuses them (its upload
+    fails while the exit's save waits for it); forwards everything else."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def answer(self, request: Request) -> Reply | None:
+        if request.command in ("PUT", "POST") and "step-000000000002" in request.path:
+            self.held.set()
+            assert self.release.wait(60)
+            return Reply(403, XML, ACCESS_DENIED)
+        return None
+
+
+def test_a_background_save_the_exits_save_waited_for_fails_without_a_false_next_step(
+    moto_endpoint: str, bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A terminate while the background save of step 2 uploads: the exit's save of step 3
+    waits for it (`final()`), and it fails. Its ERROR line said "saving again at the next
+    step" (or that no later save comes and the process exits with 1) while the exit's own
+    save was already under way, and that save then committed."""
+    saved: list[object] = []
+    with HoldingProxy(moto_endpoint) as proxy:
+        store = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+        guard = CheckpointGuard(
+            notices=False, handle_signals=False, flag_file=None, store=store, background=True
+        )
+        try:
+            with caplog.at_level(logging.INFO, logger="forewarn.clients"):
+                guard.save_state(1, _state(1))  # timed: the exit's save plans with it
+                end = time.monotonic() + 60
+                while guard.durable_step != 1:
+                    assert time.monotonic() < end, "step 1 never became durable"
+                    time.sleep(0.01)
+                guard.save_state(2, _state(2))
+                assert proxy.held.wait(60), "step 2's upload never reached the store"
+                guard._on_event(_notice("terminate", "aws/terminate/waited"))
+                assert guard.due(3)
+                saving = threading.Thread(
+                    target=lambda: saved.append(guard.save_state(3, _state(3)))
+                )
+                saving.start()
+                end = time.monotonic() + 60
+                while "the exit's save of step 3 starts" not in caplog.text:
+                    assert time.monotonic() < end, "the exit's save never started"
+                    time.sleep(0.01)
+                proxy.release.set()
+                saving.join(60)
+                assert not saving.is_alive()
+                guard.close()
+        finally:
+            proxy.release.set()
+            store.close()
+    assert [getattr(result, "exit", None) for result in saved] == [True]
+    said = [
+        r.getMessage() for r in caplog.records if "checkpoint of step 2 failed" in r.getMessage()
+    ]
+    assert len(said) == 1, said
+    assert "saving again" not in said[0], said
+    assert "no later save will come" not in said[0], said
+    assert "the exit's save of step 3" in said[0], said
+    assert guard.durable_step == 3
+    assert guard.exit_code != 1
