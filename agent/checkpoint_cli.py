@@ -333,8 +333,15 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
                 row["size"] = store.backend.usage(generation_name(step))
                 # A save under way (a live claim holds its step) or a killed writer's leftover:
                 # `latest()` tells them apart in the job's log, and `ls` listed both alike.
-                claimed = store.backend.claimed(generation_name(step))
-                row["writer"] = "saving" if claimed else "gone"
+                # "gone" only where the backend proves it, as `prune` deletes by (on NFS
+                # another node's live save looks unclaimed here): else no claim was seen.
+                name = generation_name(step)
+                if store.backend.claimed(name):
+                    row["writer"] = "saving"
+                elif store.backend.writer_gone(name):
+                    row["writer"] = "gone"
+                else:
+                    row["writer"] = "unknown"
         else:
             check = _verified(store, generation, checksums)
             if check is None:
@@ -355,7 +362,9 @@ def _state_words(row: dict[str, Any]) -> str:
     """The STATE column of `ls`: the state, with the problems or who writes a partial."""
     if row["problems"]:
         return f"{row['state']}: {'; '.join(row['problems'])}"
-    writer = {"saving": "being saved", "gone": "writer gone"}.get(row.get("writer") or "")
+    writer = {"saving": "being saved", "gone": "writer gone", "unknown": "no live claim seen"}.get(
+        row.get("writer") or ""
+    )
     return f"{row['state']} ({writer})" if writer else row["state"]
 
 

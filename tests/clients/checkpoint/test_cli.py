@@ -1123,3 +1123,30 @@ def test_prune_removes_a_save_killed_on_this_machine_in_either_store(store_url: 
     )
     with CheckpointStore(store_url) as store:
         assert store.steps() == [30]
+
+
+def test_ls_says_no_live_claim_seen_where_nothing_proves_the_writer_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On NFS (or any file system other machines write) a free lock proves nothing: another
+    node's live save looks unlocked here, and `prune` spares it. `ls` still listed it
+    `partial (writer gone)`, read as "safe to delete" of a save that may be under way."""
+    from forewarn.agent.cli import main
+    from forewarn.clients.checkpoint import local
+
+    store_url = str(tmp_path / "store")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", SAVING_WRITER, store_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "saving\n"
+    finally:
+        writer.kill()
+        writer.wait(30)
+    monkeypatch.setattr(local, "_FILE_SYSTEMS_OF_ONE_MACHINE", frozenset())  # as on NFS
+    assert main(["checkpoint", "ls", store_url]) == 0
+    listed = capsys.readouterr().out.splitlines()[2]
+    assert "writer gone" not in listed and "partial (no live claim seen)" in listed, listed
+    assert main(["checkpoint", "ls", store_url, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["step"], r["writer"]) for r in rows] == [(30, None), (40, "unknown")]
