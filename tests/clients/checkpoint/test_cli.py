@@ -1150,3 +1150,62 @@ def test_ls_says_no_live_claim_seen_where_nothing_proves_the_writer_gone(
     assert main(["checkpoint", "ls", store_url, "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["step"], r["writer"]) for r in rows] == [(30, None), (40, "unknown")]
+
+
+# A job restarted on the store saving step 40 again (the killed writer's step): claimed,
+# its file written, its commit not yet.
+SAVING_AGAIN = """
+import sys, time
+from forewarn.clients.checkpoint import CheckpointStore
+
+store = CheckpointStore(sys.argv[1])
+with store.save(40) as gen:
+    gen.write_bytes("model.bin", b"z" * 1000)
+    print("saving", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_prune_spares_a_step_a_writer_claims_after_prune_chose_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`prune` chose what to delete (a killed writer's partial step 40), then deleted each
+    without asking again whether a writer holds it: a job that started saving that step in
+    between (restarted, saving step 40 again) had its files deleted under it."""
+    from forewarn.agent.cli import main
+
+    store_url = str(tmp_path / "store")
+    killed = subprocess.Popen(
+        [sys.executable, "-c", SAVING_WRITER, store_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert killed.stdout is not None and killed.stdout.readline() == "saving\n"
+    finally:
+        killed.kill()  # the platform's SIGKILL
+        killed.wait(30)
+    started: list[subprocess.Popen[str]] = []
+    chose = CheckpointStore.prune
+
+    def then_a_writer_starts(self: CheckpointStore, *, dry_run: bool = False) -> list[int]:
+        doomed = chose(self, dry_run=dry_run)
+        if dry_run and not started:
+            writer = subprocess.Popen(
+                [sys.executable, "-c", SAVING_AGAIN, store_url], stdout=subprocess.PIPE, text=True
+            )
+            started.append(writer)
+            assert writer.stdout is not None and writer.stdout.readline() == "saving\n"
+        return doomed
+
+    monkeypatch.setattr(CheckpointStore, "prune", then_a_writer_starts)
+    try:
+        code = main(["checkpoint", "prune", store_url, "--keep", "1"])
+        out = capsys.readouterr()
+        assert started and started[0].poll() is None, "the second writer was not saving"
+        assert (Path(store_url) / "step-000000000040" / "model.bin").exists(), out
+    finally:
+        for writer in started:
+            writer.kill()
+            writer.wait(30)
+    assert code == 0, out
+    assert out.out == "deleted nothing\n", out
+    assert "step-000000000040" in out.err and "saving it" in out.err, out.err
