@@ -440,7 +440,13 @@ def _mount_point(path: Path) -> Path:
 
 class LocalBackend(Backend):
     def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
-        self.root = Path(root).expanduser().absolute()
+        path = Path(root).expanduser()
+        if ".." in path.parts:
+            # `./x/../y`: made with every part as written, `mkdir(parents=True)` left an
+            # empty `x` beside the store. `..` goes up from where its part really is (a
+            # symlink's target), as the kernel reads it, once; the path is used resolved.
+            path = Path(os.path.realpath(path))
+        self.root = path.absolute()
         self.url = f"file://{self.root}"
         disk = azure_temporary_disk(self.root)
         if disk is not None:

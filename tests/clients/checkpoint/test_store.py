@@ -1078,3 +1078,18 @@ def test_removing_a_linked_generation_leaves_where_the_link_points(
     assert kept is not None and kept.step == 20 and kept.read_bytes("model.bin") == b"theirs"
     mine.close()
     theirs.close()
+
+
+def test_a_store_path_through_a_missing_directory_and_dotdot_makes_no_stray_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`CheckpointStore("./x/../y")` (a path joined from a run directory that does not exist
+    and `..`) saved into `y`, and left an empty directory `x` beside it: the store's
+    directory was made with every part of the path as written."""
+    monkeypatch.chdir(tmp_path)
+    with CheckpointStore("./x/../y") as store:
+        store.flush(1, lambda gen: gen.write_bytes("model.bin", b"1"))
+    assert sorted(os.listdir(tmp_path)) == ["y"]
+    with CheckpointStore(str(tmp_path / "y")) as again:
+        generation = again.latest()
+        assert generation is not None and generation.step == 1
