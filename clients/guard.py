@@ -21,6 +21,7 @@ and inherited terminates (guard_notices), the flag file (guard_flag), background
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import numbers
@@ -277,12 +278,27 @@ class CheckpointGuard(
         self._install_signals(handle_signals)
 
         self._init_agreement(agree, agree_every)
+        self._note_writer(store, protected=in_protected_worker())
 
         self._init_background(background)
 
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="forewarn-guard", daemon=True)
         self._ticker.start()
+
+    @staticmethod
+    def _note_writer(store: CheckpointStore | None, *, protected: bool) -> None:
+        """A guard given a store is its job's writer from its start: another live job on the
+        store (the same job started twice) is said now, not at this one's first save, an
+        interval later (see `Backend.note_writer`). Rank 0's only, as a save's."""
+        if store is None or protected:
+            return
+        from .checkpoint.errors import CheckpointError
+        from .checkpoint.ranks import resolve
+
+        with contextlib.suppress(CheckpointError, OSError):
+            if resolve(None, None).rank == 0:
+                store.backend.note_writer()
 
     # The training loop's side.
 

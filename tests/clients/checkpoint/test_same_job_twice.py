@@ -104,3 +104,53 @@ def test_a_writer_leaves_nothing_in_the_temporary_directory(
     with CheckpointStore(str(tmp_path / "store")).save(5) as gen:
         gen.write_bytes("model.pt", b"m" * 100)
     assert list(temporary.iterdir()) == []
+
+
+# A job's start: its guard made with the store, no save yet; says "started", then waits for
+# its standard input to close.
+GUARD_STARTED = textwrap.dedent(
+    """
+    import logging, sys
+    from forewarn.clients import CheckpointGuard
+    from forewarn.clients.checkpoint import CheckpointStore
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    store = CheckpointStore(sys.argv[1])
+    guard = CheckpointGuard(
+        every_steps=1000, store=store, notices=False, handle_signals=False, flag_file=None
+    )
+    print("started", flush=True)
+    sys.stdin.read()
+    guard.close()
+    """
+)
+
+
+def _started(store: Path) -> subprocess.Popen[str]:
+    job = subprocess.Popen(
+        [sys.executable, "-c", GUARD_STARTED, str(store)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert job.stdout is not None and job.stdout.readline() == "started\n"
+    return job
+
+
+def test_the_same_job_started_twice_is_told_at_its_start_not_at_its_first_save(
+    tmp_path: Path,
+) -> None:
+    """The second job's WARNING came at its first save, a checkpoint interval (an hour?)
+    after both jobs started training on one store, and not at all while neither had saved
+    yet. A guard given a store is its job's writer from its start: it says so then."""
+    store = tmp_path / "store"
+    first = _started(store)
+    try:
+        second = _started(store)
+        err = _end(second)
+    finally:
+        first_err = _end(first)
+    (line,) = _other_writer_lines(err)
+    assert f"pid {first.pid} " in line, line
+    assert not _other_writer_lines(first_err), first_err
+    assert not (store / "LATEST").exists()
