@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from . import _terminate_again, workers_guardbyte, workers_lifeline
-from .workers_init import _chain_torch_worker_init, _protected_by_init
+from .workers_init import _chain_pool_worker_init, _chain_torch_worker_init, _protected_by_init
 from .workers_lifeline import _lifeline_read_end
 from .workers_protect import IGNORED_IN_WORKERS
 
@@ -45,6 +45,7 @@ def _before_fork() -> None:
         return
     process, popen = forking
     _chain_torch_worker_init(process)
+    _chain_pool_worker_init(process)
     if _protected_by_init(process):
         _terminate_again.mark(popen)
         # Its lifeline as well: made before the fork, so that the worker holds the read end.

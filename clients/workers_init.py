@@ -23,6 +23,9 @@ from .workers_preload import _preload_in_fork_server
 from .workers_protect import _protect
 
 TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
+POOL_WORKER = ("multiprocessing.pool", "worker")
+# Where a Pool's worker is given its initializer: worker(inqueue, outqueue, initializer, ...).
+POOL_INITIALIZER = 2
 
 
 def ignore_job_signals(worker_id: int | None = None) -> None:
@@ -124,6 +127,42 @@ def _chain_torch_worker_init(process: Any) -> None:
     chained = _Chained(init)
     chained.guarded = workers_guardbyte._guard_handles_sigterm_here
     args[index] = chained
+    process._args = tuple(args)
+
+
+class _PoolInit(_Chained):
+    """What a fork `multiprocessing.Pool` worker runs as its initializer: protected as a fork
+    DataLoader worker is, then the pool's own initializer. Without its lifeline: the pool's
+    finalizer stops its workers at the exit (its `terminate()`, which ends them), and a worker
+    ended before it, while it held the lock of the pool's task queue, left that finalizer
+    waiting for the lock for ever."""
+
+    def __call__(self, *initargs: Any) -> None:
+        _protect(None, self.guarded)
+        if self.then is not None:
+            self.then(*initargs)
+
+
+def _chain_pool_worker_init(process: Any) -> None:
+    """Put `_PoolInit(its own initializer)` in place of the initializer a fork
+    `multiprocessing.Pool` worker about to be forked was given: a job-wide SIGTERM or Ctrl-C
+    ended the pool's idle workers, one of them holding the lock of the pool's task queue, and
+    the loop then hung in `pool.map` before its save, or after it in the pool's finalizer at
+    the exit, until the platform's SIGKILL."""
+    target = getattr(process, "_target", None)
+    if not callable(target) or (
+        (getattr(target, "__module__", None), getattr(target, "__name__", None)) != POOL_WORKER
+    ):
+        return
+    args = list(getattr(process, "_args", ()))
+    if len(args) <= POOL_INITIALIZER or isinstance(args[POOL_INITIALIZER], _Chained):
+        return
+    init = args[POOL_INITIALIZER]
+    if init is not None and not callable(init):
+        return  # not an initializer the pool could call either: its own error stands
+    chained = _PoolInit(init)
+    chained.guarded = workers_guardbyte._guard_handles_sigterm_here
+    args[POOL_INITIALIZER] = chained
     process._args = tuple(args)
 
 

@@ -1,0 +1,45 @@
+"""A training loop with a CheckpointGuard that hands work to a `multiprocessing.Pool` (fork
+start, made after the guard) at every step, as a data-prep pool does; prints one JSON line
+per step, `{"saved": N}` at each save, and ends with `sys.exit(guard.exit_code)`.
+
+    pool_job.py CHECKPOINT
+
+The test sends the job's whole process group SIGTERM or SIGINT (systemd's control-group stop,
+a terminal's Ctrl-C) while it trains."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+
+from forewarn.clients import CheckpointGuard
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def main() -> int:
+    checkpoint = sys.argv[1]
+    guard = CheckpointGuard(every_steps=1000, notices=False)
+    pool = multiprocessing.get_context("fork").Pool(2)
+    print(json.dumps({"workers": [p.pid for p in pool._pool]}), flush=True)  # type: ignore[attr-defined]
+    step = 0
+    while step < 100_000:
+        assert pool.map(square, range(8)) == [x * x for x in range(8)]
+        step += 1
+        print(json.dumps({"step": step}), flush=True)
+        if guard.due(step):
+            with open(checkpoint + ".tmp", "w") as f:
+                f.write(str(step))
+            os.replace(checkpoint + ".tmp", checkpoint)
+            print(json.dumps({"saved": step}), flush=True)
+            if guard.saved(step).exit:
+                break
+    return guard.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
