@@ -94,6 +94,18 @@ def record_name(flag: Identity) -> str:
     return f"{PREFIX}{mtime_ns}-{dev}-{ino}"
 
 
+def record_order(name: str) -> int | None:
+    """The mtime (ns) of the flag a record's `name` is of (`record_name`), which orders the
+    records; None for a name that is no record's (a writer's temporary file). Before 1970 it
+    is negative (`.deadline--86400000000000-...`): read as no number, such a flag's record was
+    skipped, and a job started later never learnt its deadline."""
+    rest = name[len(PREFIX) :] if name.startswith(PREFIX) else ""
+    digits = (rest[1:] if rest.startswith("-") else rest).partition("-")[0]
+    if not digits.isascii() or not digits.isdigit():
+        return None
+    return -int(digits) if rest.startswith("-") else int(digits)
+
+
 def parse_record(text: str) -> KeptDeadline | None:
     """The record `text` holds, or None when it is none (damaged, another version's)."""
     try:
@@ -106,10 +118,14 @@ def parse_record(text: str) -> KeptDeadline | None:
     if not isinstance(payload, dict):
         return None
     flag = payload.get("flag")
+    # The device and inode are not negative; the mtime is before 1970 for a file touched so
+    # (or written under a clock reset to 0): refused, its record was lost to later jobs.
     if (
         not isinstance(flag, list)
         or len(flag) != 3
-        or not all(type(part) is int and part >= 0 for part in flag)
+        or not all(type(part) is int for part in flag)
+        or flag[0] < 0
+        or flag[1] < 0
     ):
         return None
     deadline_read, deadline = _time(payload.get("deadline"))
@@ -209,10 +225,10 @@ class KeptDeadlines:
             return []
         found: list[tuple[int, str, KeptDeadline | None]] = []
         for name in names:
-            order = name[len(PREFIX) :].partition("-")[0]
-            if not order.isascii() or not order.isdigit():
+            order = record_order(name)
+            if order is None:
                 continue  # a writer's temporary file, or nothing of ours
-            found.append((int(order), name, self._read(name)))
+            found.append((order, name, self._read(name)))
         found.sort(key=lambda entry: (entry[0], entry[1]))
         return [(name, record) for _, name, record in found]
 
@@ -309,6 +325,7 @@ __all__ = [
     "KeptDeadlines",
     "parse_record",
     "record_name",
+    "record_order",
     "seconds_left",
     "this_boot",
 ]

@@ -300,7 +300,7 @@ def test_a_record_reads_as_one_or_as_none_never_an_error(text: str) -> None:
     record = parse_record(text)
     if record is not None:
         assert parse_record(record.to_text()) == record
-        assert all(part >= 0 for part in record.flag)
+        assert record.flag[0] >= 0 and record.flag[1] >= 0  # the mtime may be before 1970
 
 
 @given(
@@ -358,3 +358,44 @@ def test_a_record_nested_any_depth_reads_as_none_never_an_error(
     closer = "]" if opener == "[" else "}"
     text = (opener * depth + inside + closer * depth)[: flagkept.MAX_RECORD_BYTES]
     assert parse_record(text) is None
+
+
+def test_a_flag_written_before_1970_keeps_its_deadline_for_a_later_job(tmp_path: Path) -> None:
+    """A flag file whose mtime is before the epoch (a clock reset, `touch -d 1969-...`, a
+    copy that kept it): its record, `.deadline--<ns>-...`, was skipped by the reader (its
+    order read as no number) and refused by the parser (a negative part): a job started
+    later knew nothing of the deadline and trained on until the machine went."""
+    flag = tmp_path / "checkpoint-now"
+    first = job(flag)
+    try:
+        flag.write_text("2030-01-01T00:00:00Z\n")
+        os.utime(flag, ns=(-86_400 * 10**9 - 1, -86_400 * 10**9 - 1))
+        save_for_flag(first)
+        assert not flag.exists()
+    finally:
+        first.close()
+    assert [name.startswith(".deadline--") for name in records(flag)] == [True]
+    kept = KeptDeadlines(flag.with_name(flag.name + ".jobs")).in_force()
+    assert kept is not None and kept.flag[2] == -86_400 * 10**9 - 1
+    late = job(flag)
+    try:
+        eventually(lambda: late.due(1), timeout=5, what="the late job's save for the flag")
+        assert late._flag_deadline == datetime(2030, 1, 1, tzinfo=timezone.utc)
+    finally:
+        late.close()
+
+
+@given(
+    st.tuples(st.integers(0, 2**63), st.integers(0, 2**63), st.integers(-(2**63), 2**63)),
+    st.integers(-(2**63), 2**63),
+)
+def test_records_are_read_in_the_order_of_their_flags_mtimes(
+    flag: tuple[int, int, int], other: int
+) -> None:
+    """Whatever the mtimes, before 1970 too: the newest flag's record is the one read."""
+    dev, ino, mtime = flag
+    older, newer = sorted([(dev, ino, mtime), (dev, ino + 1, other)], key=lambda f: f[2])
+    names = [record_name(newer), record_name(older)]
+    assert [flagkept.record_order(name) for name in names] == [newer[2], older[2]]
+    assert flagkept.record_order(f"{flagkept.PREFIX}tmp-12-ab") is None
+    assert flagkept.record_order(f"{flagkept.PREFIX}--1-2-3") is None
