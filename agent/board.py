@@ -912,7 +912,7 @@ class NoticeBoard:
         for entry in self.entries.values():
             if entry.deadline_clock is None or entry.report.deadline is None:
                 continue
-            moved = _plus(now, timedelta(seconds=entry.deadline_clock - clock))
+            moved = _plus_seconds(now, entry.deadline_clock - clock)
             if not _deadline_moved(entry.report.deadline, moved):
                 continue
             log.warning(
@@ -974,7 +974,7 @@ class NoticeBoard:
         now, clock = self.now(), self.clock()
         if entry is None or entry.deadline_clock is None:
             return report, clock + (report.deadline - now).total_seconds()
-        held = _plus(now, timedelta(seconds=entry.deadline_clock - clock))
+        held = _plus_seconds(now, entry.deadline_clock - clock)
         if _deadline_moved(report.deadline, held):
             report = report.model_copy(update={"deadline": held})
         return report, entry.deadline_clock
@@ -1479,6 +1479,16 @@ def _plus(moment: datetime, delta: timedelta) -> datetime:
         return moment + delta
     except OverflowError:
         return datetime.max.replace(tzinfo=moment.tzinfo)
+
+
+def _plus_seconds(moment: datetime, seconds: float) -> datetime:
+    """`moment` plus `seconds`, or the last (first) time there is when that is past any
+    datetime or timedelta: a boot-clock reading of 1e300 in a damaged state file made
+    `timedelta` raise, and the agent's escalation task stopped the agent."""
+    try:
+        return _plus(moment, timedelta(seconds=seconds))
+    except OverflowError:
+        return (datetime.max if seconds > 0 else datetime.min).replace(tzinfo=moment.tzinfo)
 
 
 def _minus(moment: datetime, delta: timedelta) -> datetime:

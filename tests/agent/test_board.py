@@ -1281,3 +1281,26 @@ def test_a_terminate_every_client_acked_is_not_overdue() -> None:
     b.record_ack("aws/spot-itn/1", "trainer", 1.0)
     clock.now = T0 + timedelta(minutes=3)
     assert b.overdue() == [] and b.unacked_past_deadline() == {}
+
+
+def test_a_boot_clock_reading_past_any_time_in_a_state_file_does_not_stop_the_board() -> None:
+    """A state file (damaged, or edited by hand) whose `deadline_clock` read 1e300: restored,
+    the drain's deadline on the wall clock was made with `timedelta(seconds=1e300)` outside
+    the guard against an overflow, and `due()` raised OverflowError; the agent's escalation
+    task died at once and the agent exited (\"unexpected OverflowError: Python int too large
+    to convert to C int\"). The deadline is the latest time there is, as for any reading past
+    a datetime."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    raised = report(
+        id="local/manual/1", provider="local", reason="manual", deadline=T0 + timedelta(minutes=15)
+    )
+    b.report(raised, manual=True, deadline_clock=900.0)
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: steady[0])
+    restarted.restore(b.manual(), [], [], deadline_clock={"local/manual/1": 1e300})
+    steady[0] = 60.0
+    wall.now = T0 + timedelta(minutes=30)  # a step forward: the board follows the clock
+    assert restarted.due() == ([], [])
+    (held,) = restarted.manual()
+    assert held.deadline is not None and held.deadline.year == 9999
