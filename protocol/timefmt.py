@@ -93,8 +93,11 @@ _UNITS: dict[str, tuple[str, float]] = {
     **dict.fromkeys(["m", "min", "mins", "minute", "minutes"], ("m", 60.0)),
     **dict.fromkeys(["h", "hr", "hrs", "hour", "hours"], ("h", 3600.0)),
     **dict.fromkeys(["d", "day", "days"], ("d", 86400.0)),
+    # A week is always 7 days (`--mtbi 1w`, an interruption a week, was refused); a month
+    # (28 to 31 days) and a year (365 or 366) are no unit.
+    **dict.fromkeys(["w", "wk", "wks", "week", "weeks"], ("w", 604800.0)),
 }
-_ORDER = ["d", "h", "m", "s", "ms"]
+_ORDER = ["w", "d", "h", "m", "s", "ms"]
 _EXAMPLES = "use e.g. 90s, 15m, 2h, 1h30m"
 
 
@@ -110,11 +113,12 @@ def time_or_none(value: object) -> datetime | None:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in `90`, `1.5`, `.5`, `90s`, `15m`, `2h`, `1d`, `250ms`, the unit words
-    (`10sec`, `10 min`, `2 hours`, `1 day`) in any case (`2 Hours`, `90S`; a capital `M` alone,
-    a month elsewhere, is refused) and compounds of them from the largest unit down (`1h30m`,
-    `2h 30m`, `1m30s`); ValueError naming what is wrong otherwise (a sign, an exponent, `inf`
-    or `nan` included, and a number of seconds too large for a float: `TooLargeError`)."""
+    """Seconds in `90`, `1.5`, `.5`, `90s`, `15m`, `2h`, `1d`, `1w`, `250ms`, the unit words
+    (`10sec`, `10 min`, `2 hours`, `1 day`, `2 weeks`) in any case (`2 Hours`, `90S`; a capital
+    `M` alone, a month elsewhere, is refused) and compounds of them from the largest unit down
+    (`1h30m`, `2h 30m`, `1m30s`); ValueError naming what is wrong otherwise (a sign, an
+    exponent, `inf` or `nan` included, and a number of seconds too large for a float:
+    `TooLargeError`)."""
     seconds = _duration_seconds(text)
     if not math.isfinite(seconds):
         # Hundreds of digits come to infinity: every check after this one then said "got inf",
@@ -172,7 +176,7 @@ def _duration_seconds(text: str) -> float:
         # `10 Min` were refused as not a duration.
         word = word.lower()
         if word and word not in _UNITS:
-            units = "ms, s, sec, m, min, h, hr, hour, d, day"
+            units = "ms, s, sec, m, min, h, hr, hour, d, day, w, week"
             raise ValueError(f"not a duration: unknown unit {written!r} in {text!r} (use {units})")
         parts.append((float(match.group(1)), word))
         position = match.end()

@@ -741,8 +741,8 @@ def test_a_toml_boolean_is_not_a_number(key: str, value: bool) -> None:
 
 @settings(max_examples=examples(500), deadline=None)
 @given(
-    text=st.text(alphabet="0123456789.+-e _smhdinfa", max_size=8)
-    | st.from_regex(r"\A\s?\d{0,3}\.?\d{0,3}\s?(ms|s|m|h|d)?\s?\Z")
+    text=st.text(alphabet="0123456789.+-e _smhdwinfa", max_size=8)
+    | st.from_regex(r"\A\s?\d{0,3}\.?\d{0,3}\s?(ms|s|m|h|d|w)?\s?\Z")
 )
 def test_a_flag_and_a_config_key_read_a_duration_the_same(text: str) -> None:
     """README: durations read the same in flags, TOML, FOREWARN_* and --set. A key once read
@@ -771,6 +771,7 @@ def test_half_a_second_reads_in_every_decimal_form() -> None:
 
 # Each unit of a duration with every way it is written, and its seconds.
 _UNIT_WORDS = [
+    (["w", "wk", "wks", "week", "weeks"], 7 * 86400),
     (["d", "day", "days"], 86400),
     (["h", "hr", "hrs", "hour", "hours"], 3600),
     (["m", "min", "mins", "minute", "minutes"], 60),
@@ -783,7 +784,7 @@ _UNIT_WORDS = [
 def _compound_durations(draw: st.DrawFn) -> tuple[str, list[str], float]:
     """A duration as people write it (`1h30m`, `2h 30m`, `1 min 30 sec`), its parts, and the
     seconds it means."""
-    chosen = draw(st.lists(st.booleans(), min_size=5, max_size=5).filter(any))
+    chosen = draw(st.lists(st.booleans(), min_size=6, max_size=6).filter(any))
     parts: list[str] = []
     seconds = 0.0
     for (words, per), used in zip(_UNIT_WORDS, chosen, strict=True):
@@ -817,9 +818,29 @@ def test_whole_seconds_written_as_days_hours_minutes_read_back(total: int) -> No
         assert load_settings(exit_margin=text).exit_margin == total
 
 
+@settings(max_examples=examples(200), deadline=None)
+@given(weeks=st.integers(0, 10**4), word=st.sampled_from(["w", "wk", "week", "weeks", " W"]))
+def test_a_week_is_seven_days_in_every_flag_and_key(weeks: int, word: str) -> None:
+    """`--mtbi 1w` (an interruption a week) was refused: "unknown unit 'w'". A week is
+    always 7 days (a month, 28 to 31, and a year are still no unit)."""
+    assert parse_duration(f"{weeks}{word}") == parse_duration(f"{7 * weeks}d") == weeks * 604800
+    assert parse_duration(f"{weeks}{word} 1d") == (7 * weeks + 1) * 86400
+
+
+def test_a_month_or_a_year_is_still_no_unit() -> None:
+    for text, says in (
+        ("1M", "a minute or a month"),
+        ("1mo", "unknown unit 'mo'"),
+        ("1y", "unknown unit 'y'"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            parse_duration(text)
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [
+        ("1d1w", "largest unit down"),
         ("1m30", "needs its unit"),
         ("1h 30", "needs its unit"),
         ("30m1h", "largest unit down"),

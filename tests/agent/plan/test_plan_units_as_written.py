@@ -302,3 +302,13 @@ def test_the_command_takes_the_speed_as_tqdm_prints_it(capsys: pytest.CaptureFix
     slow = json.loads(capsys.readouterr().out)
     assert slow["inputs"]["steps_per_second"]["value"] == pytest.approx(0.8)
     assert slow["intervals"]["steps"]["chosen"] == round(1000 / 3 * 0.8)
+
+
+def test_the_command_takes_an_mtbi_in_weeks(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--mtbi 1w`, one interruption a week, was refused: "unknown unit 'w'"."""
+    argv = ["--checkpoint", "10s", "--json"]
+    assert plan_cli.main([*argv, "--mtbi", "1w"]) == 0
+    weekly = json.loads(capsys.readouterr().out)
+    assert weekly["inputs"]["mtbi_seconds"]["value"] == 7 * 86400
+    assert plan_cli.main([*argv, "--mtbi", "7d"]) == 0
+    assert json.loads(capsys.readouterr().out)["intervals"] == weekly["intervals"]
