@@ -183,17 +183,107 @@ def _shell_traces(text: str) -> str | None:
     return None
 
 
-def _price(text: str, *, positive: bool = False) -> float:
-    """A price: `1.20`, or `$1.20` when it was quoted. `positive`: a spot or on-demand
-    price, which 0 cannot be."""
+class Price(float):
+    """A price as a float, with the currency it was written in (`USD 2.50`, `2,50 €`), None
+    when it named none (or only `$` or `¥`, which name several)."""
+
+    currency: str | None
+
+    def __new__(cls, value: float, currency: str | None = None) -> Price:
+        price = super().__new__(cls, value)
+        price.currency = currency
+        return price
+
+
+# A currency written before or after a price: an ISO 4217 code of a currency clouds bill in
+# (any case), or a symbol. `$` and `¥` name more than one currency (US, Canadian, Australian
+# dollars; yen and yuan), so they name none to compare against.
+_CURRENCY_CODES = frozenset(
+    [
+        "USD",
+        "EUR",
+        "GBP",
+        "JPY",
+        "CNY",
+        "INR",
+        "CAD",
+        "AUD",
+        "NZD",
+        "CHF",
+        "SEK",
+        "NOK",
+        "DKK",
+        "PLN",
+        "CZK",
+        "BRL",
+        "MXN",
+        "KRW",
+        "SGD",
+        "HKD",
+        "ZAR",
+    ]
+)
+_CURRENCY_SYMBOLS = {"US$": "USD", "$": None, "€": "EUR", "£": "GBP", "¥": None, "₹": "INR"}
+_CODE_BEFORE = re.compile(r"^([A-Za-z]{3})(?![A-Za-z])\s*(.*)\Z", re.DOTALL)
+_CODE_AFTER = re.compile(r"^(.*?)\s*(?<![A-Za-z])([A-Za-z]{3})\Z", re.DOTALL)
+_ACCEPTED = "2.50, 2,50, USD 2.50, 2.50 EUR, or '$2.50' quoted"
+
+
+def _split_currency(text: str) -> tuple[str, str | None]:
+    """`text` without the currency written before or after it, and that currency's code (None
+    for none, `$` or `¥`)."""
+    for symbol, code in _CURRENCY_SYMBOLS.items():
+        if text.startswith(symbol):
+            return text[len(symbol) :].strip(), code
+        if text.endswith(symbol):
+            return text[: -len(symbol)].strip(), code
+    before = _CODE_BEFORE.match(text)
+    if before and before.group(1).upper() in _CURRENCY_CODES:
+        return before.group(2), before.group(1).upper()
+    after = _CODE_AFTER.match(text)
+    if after and after.group(2).upper() in _CURRENCY_CODES:
+        return after.group(1), after.group(2).upper()
+    return text, None
+
+
+_DECIMAL_COMMA = re.compile(r"^([0-9]*),([0-9]+)\Z")
+
+
+def _decimal_comma(number: str, written: str) -> str:
+    """`2,50` as 2.50, where a comma can only be the decimal mark; `1,234` (a thousands comma
+    too) and a number with both marks or several commas are refused, saying how to write it."""
+    if "," not in number:
+        return number
+    match = _DECIMAL_COMMA.match(number)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{written!r}: write a price with one decimal mark and no thousands separator "
+            "(1234.50 or 1234,50)"
+        )
+    whole, fraction = match.groups()
+    if len(fraction) == 3 and whole[:1] not in ("", "0") and len(whole) <= 3:
+        raise argparse.ArgumentTypeError(
+            f"{written!r} is {whole}{fraction} with a thousands comma or {whole}.{fraction} "
+            f"with a decimal one; write {whole}{fraction} or {whole}.{fraction}"
+        )
+    return f"{whole}.{fraction}"
+
+
+def _price(text: str, *, positive: bool = False) -> Price:
+    """A price: `1.20`, `1,20`, `USD 1.20`, `1.20 €`, or `$1.20` when it was quoted.
+    `positive`: a spot or on-demand price, which 0 cannot be."""
     text = text.strip()
     trace = _shell_traces(text)
     if trace is not None:
         raise argparse.ArgumentTypeError(trace)
+    number, currency = _split_currency(text)
+    number = _decimal_comma(number, text)
     try:
-        value = _number(text.removeprefix("$"))
+        value = _number(number)
     except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(str(error).replace(repr(text[1:]), repr(text))) from None
+        if str(error).startswith("not a number"):
+            raise argparse.ArgumentTypeError(f"not a price: {text!r} (write {_ACCEPTED})") from None
+        raise argparse.ArgumentTypeError(str(error).replace(repr(number), repr(text))) from None
     if positive and value == 0:
         if text == "0":
             # `$10` to `$90` unquoted: the shell expands `$1` to `$9` and passes `0`.
@@ -205,7 +295,7 @@ def _price(text: str, *, positive: bool = False) -> float:
         raise argparse.ArgumentTypeError(
             f"a spot or on-demand price must be more than 0 (got {text!r})"
         )
-    return value
+    return Price(value, currency)
 
 
 # The units a price may be written with, as people write them ('$2.10/h', '0.023/GB-month'),
@@ -250,7 +340,8 @@ def _price_per(units: dict[str, float], per: str, example: str, *, positive: boo
                     f"a price per {per}: write {example} (got {text!r})"
                 )
             factor = units[written]
-        return _price(number, positive=positive) * factor
+        price = _price(number, positive=positive)
+        return Price(price * factor, price.currency)
 
     return convert
 
@@ -919,6 +1010,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         raise
     prices = None
     given = _given_prices(args)
+    _one_currency(args, given)
     if given:
         if args.spot_price is None:
             given_flag = "--" + given[0].replace("_", "-")
@@ -1042,6 +1134,24 @@ def _given_prices(args: argparse.Namespace) -> list[str]:
         for name in PRICE_FLAGS
         if getattr(args, name) not in ((None, 0.0) if name in _ZERO_DEFAULT else (None,))
     ]
+
+
+def _one_currency(args: argparse.Namespace, given: list[str]) -> None:
+    """Prices written in two currencies (`--spot-price 'EUR 1.10' --on-demand-price 'USD
+    3.90'`) are refused: the plan compares them as one currency."""
+    named: list[tuple[str, str]] = []
+    for name in given:
+        currency = getattr(getattr(args, name), "currency", None)
+        if currency is not None:
+            named.append(("--" + name.replace("_", "-"), currency))
+    for flag, currency in named[1:]:
+        first_flag, first = named[0]
+        if currency != first:
+            raise PlanError(
+                flag,
+                f"in {currency}, but {first_flag} is in {first}: the plan compares prices in "
+                "one currency; convert one of them",
+            )
 
 
 def _priced(args: argparse.Namespace) -> bool:

@@ -312,3 +312,87 @@ def test_the_command_takes_an_mtbi_in_weeks(capsys: pytest.CaptureFixture[str]) 
     assert weekly["inputs"]["mtbi_seconds"]["value"] == 7 * 86400
     assert plan_cli.main([*argv, "--mtbi", "7d"]) == 0
     assert json.loads(capsys.readouterr().out)["intervals"] == weekly["intervals"]
+
+
+# Prices as people write them (found: `2,50`, `USD 2.50` and `2.50 EUR` were refused as
+# 'not a number').
+_CODES = ["USD", "usd", "EUR", "GBP", "JPY", "CAD", "INR"]
+_SYMBOLS = ["$", "US$", "€", "£", "¥", "₹"]
+
+
+@given(
+    cents=st.integers(min_value=1, max_value=10**7),
+    currency=st.sampled_from(_CODES + _SYMBOLS),
+    after=st.booleans(),
+    gap=st.sampled_from(["", " "]),
+    comma=st.booleans(),
+    per=st.sampled_from(["", "/h", "/hour"]),
+)
+@example(cents=250, currency="USD", after=False, gap=" ", comma=False, per="")
+@example(cents=250, currency="€", after=True, gap="", comma=True, per="")
+def test_a_price_with_its_currency_or_a_decimal_comma_is_that_price(
+    cents: int, currency: str, after: bool, gap: str, comma: bool, per: str
+) -> None:
+    number = f"{cents // 100}{',' if comma else '.'}{cents % 100:02d}"
+    written = f"{number}{gap}{currency}" if after else f"{currency}{gap}{number}"
+    assert plan_cli._hourly(written + per) == pytest.approx(cents / 100, rel=1e-12)
+    assert plan_cli._hourly(number + per) == pytest.approx(cents / 100, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("written", "value"),
+    [("2,50", 2.5), ("0,023", 0.023), ("1,5", 1.5), ("12,3456", 12.3456), (",5", 0.5)],
+)
+def test_a_decimal_comma_that_is_no_thousands_separator_is_read(written: str, value: float) -> None:
+    convert = plan_cli._price_per(plan_cli._PER_GB_MONTH, "GB-month", "0.023 or 0.023/GB-month")
+    assert convert(written) == pytest.approx(value, rel=1e-12)
+    assert convert(written + "/GB-month") == pytest.approx(value, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("written", "says"),
+    [
+        ("1,234", "'1,234' is 1234 with a thousands comma or 1.234 with a decimal one"),
+        ("USD 2,500", "'USD 2,500' is 2500 with a thousands comma or 2.500 with a decimal one"),
+        ("1,234.50", "one decimal mark and no thousands separator"),
+        ("1.234,50", "one decimal mark and no thousands separator"),
+        ("1,2,3", "one decimal mark and no thousands separator"),
+        ("XYZ 2.50", "not a price: 'XYZ 2.50'"),
+        ("2.50 dollars", "not a price: '2.50 dollars'"),
+        ("USD", "not a price: 'USD'"),
+    ],
+)
+def test_a_price_that_is_not_unambiguous_is_refused_saying_what_is_taken(
+    written: str, says: str
+) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        plan_cli._hourly(written)
+    message = str(refused.value)
+    assert says in message
+    if "not a price" in message:
+        assert "USD 2.50" in message and "2,50" in message  # what is accepted
+
+
+def test_prices_in_two_currencies_are_refused_naming_both(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A spot price in EUR against an on-demand one in USD compared two currencies as one."""
+    argv = [*FIGURES, "--spot-price", "EUR 1.10", "--on-demand-price", "USD 3.90"]
+    assert plan_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--on-demand-price" in err and "USD" in err and "EUR" in err and "--spot-price" in err
+    # The same currency, or one left unsaid, is one currency.
+    assert plan_cli.main([*FIGURES, "--spot-price", "1,10 EUR", "--on-demand-price", "€3.90"]) == 0
+    assert plan_cli.main([*FIGURES, "--spot-price", "USD 1.10", "--on-demand-price", "3.90"]) == 0
+
+
+def test_the_command_takes_prices_as_people_write_them(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*FIGURES, "--json", "--checkpoint-gb", "2", "--spot-price", "USD 2.50"]
+    argv += ["--on-demand-price", "3,90/h", "--storage-price", "$0,023/GB-month"]
+    assert plan_cli.main(argv) == 0
+    written = json.loads(capsys.readouterr().out)["costs"]
+    plain = [*FIGURES, "--json", "--checkpoint-gb", "2", "--spot-price", "2.5"]
+    plain += ["--on-demand-price", "3.9", "--storage-price", "0.023"]
+    assert plan_cli.main(plain) == 0
+    assert written == json.loads(capsys.readouterr().out)["costs"]
+    assert written["spot"]["lines"]["compute"] == 2.5
