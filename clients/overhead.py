@@ -159,14 +159,17 @@ class Breakdown:
     def per_interruption_seconds(self) -> float:
         """Seconds one interruption costs on average: everything but the periodic tax."""
         rate = self.interruptions_per_useful_second
-        return (self.total - self.checkpoint_tax) / rate if rate > 0 else 0.0
+        # The parts summed, not total - tax: a tax of 1e-4 swallowed a lost work of 1e-301.
+        cost = self.lost_work + self.notice_flush + self.notice_idle + self.restart
+        return (cost + self.reacquire) / rate if rate > 0 else 0.0
 
 
-def _tail(y: float) -> float:
-    """1 - e^{-y} - y·e^{-y}, accurate for small y."""
+def _tail_over(y: float) -> float:
+    """(1 - e^{-y} - y·e^{-y}) / y, accurate for small y: y² underflowed to 0 below 1e-154
+    (an interruption in 1e300 days lost no work)."""
     if y < 1e-4:
-        return y * y / 2 - y**3 / 3
-    return -math.expm1(-y) - y * math.exp(-y)
+        return y / 2 - y * y / 3
+    return (-math.expm1(-y) - y * math.exp(-y)) / y
 
 
 class _Exp:
@@ -187,7 +190,7 @@ class _Exp:
             return 0.0
         d = v - u
         return math.exp(-self.rate * u) * (
-            u * -math.expm1(-self.rate * d) + _tail(self.rate * d) / self.rate
+            u * -math.expm1(-self.rate * d) + d * _tail_over(self.rate * d)
         )
 
 
@@ -216,9 +219,13 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
     restart_time = hit * (failed / lam + failed * noticed * lead)
     losses = hit * (1.0 + failed)
     reacquire_time = losses * scenario.reacquire_seconds
-    # Without the restart and reacquisition: subtracted again below, they swamped the lost
+    # What the cycle's interruptions throw away before a notice saves any of it (∫_0^s x dF)
+    # and the lead windows: the cycle's time, hit/λ + hit·(1-q)·L, less the s·e^{-λs} of a
+    # cycle that completes. Taken as that difference, it cancelled to 0 where λs is below the
+    # float's precision ("one interruption costs 0 s" at 1e-300 interruptions a day). Nor
+    # does it hold the restart and reacquisition: subtracted again, they swamped the lost
     # work (a restart of e^54 s against M left it -7e9 % in rounding error).
-    time = hit / lam + hit * noticed * lead
+    lost = e.x(0, s) + hit * noticed * lead
     tax = c * done
     flush = idle = 0.0
     progress = tau * done
@@ -229,10 +236,10 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
             # flush. During a checkpoint: it completes. Then wait for the reclaim.
             saved = e.x(0, a) + d * e.p(0, a) + tau * e.p(a, s)
             flush = noticed * c * e.p(0, tau)
-            tax += noticed * c * e.p(tau, s)
+            tax_noticed = noticed * c * e.p(tau, s)
             if scenario.drain_first:
-                # The drain's save, made while the job trained on towards the terminate.
-                time += noticed * c * hit
+                # The drain's save, made while the job trained on towards the terminate: as
+                # much time as flush, so nothing lost.
                 flush += noticed * c * hit
             idle = noticed * (
                 (lead - d - c) * e.p(0, a)
@@ -247,12 +254,15 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
             whole, rest = divmod(lead, s)
             completed = whole * hit + e.p(s - rest, s)
             saved = tau * completed
-            tax += noticed * c * completed
+            tax_noticed = noticed * c * completed
         progress += noticed * saved
+        tax += tax_noticed
+        drain_save = noticed * c * hit if scenario.notice_usable and scenario.drain_first else 0.0
+        lost -= noticed * saved + tax_noticed + flush - drain_save + idle
     if not progress > 0:  # an interval so long that no work is ever kept
         return _never_kept(tau)
     restart = restart_time
-    rest_total = time - progress - tax - flush - idle
+    rest_total = lost
     parts = Breakdown(
         interval_seconds=tau,
         checkpoint_tax=tax / progress,

@@ -306,3 +306,29 @@ def test_bad_scenarios_name_the_field() -> None:
         overhead(Scenario(10.0, 3600.0), 0.0)
     with pytest.raises(ValueError, match="0 s"):
         best_interval(Scenario(0.0, 3600.0))
+
+
+@given(
+    c=st.floats(min_value=0.0, max_value=3600.0),
+    tau=st.floats(min_value=1.0, max_value=86400.0),
+    exponent=st.floats(min_value=4.0, max_value=300.0),
+    r=st.floats(min_value=0.0, max_value=3600.0),
+)
+@example(c=10.0, tau=86400.0, exponent=300.0, r=0.0)
+def test_one_interruption_costs_half_a_cycle_however_rare_interruptions_are(
+    c: float, tau: float, exponent: float, r: float
+) -> None:
+    """`forewarn plan --checkpoint 10s --interruptions-per-day 1e-300` said "one interruption
+    costs 0 s" at a 24 h interval: the lost work, the cycle's time less its work and tax,
+    cancelled to 0 where λ(τ+C) is below the float's precision. An interruption without a
+    notice throws away on average E[x | x < s] = s/2 - λs²/12 + ... of the cycle s = τ + C,
+    plus the restart."""
+    s = tau + c
+    m = s * 10**exponent  # λs = 10^-exponent, from 1e-4 down to 1e-300
+    parts = breakdown(Scenario(c, m, restart_seconds=r), tau)
+    # A restart interrupted is tried again: each interruption costs e^{-λR} of the lost
+    # work (the rest are restarts' own) and (1 - e^{-λR})/λ of restarts.
+    kept = math.exp(-r / m)
+    expected = s / 2 * (1 - (s / m) / 6) * kept - math.expm1(-r / m) * m
+    assert parts.per_interruption_seconds == pytest.approx(expected, rel=1e-6)
+    assert parts.lost_work > 0

@@ -396,3 +396,13 @@ def test_the_command_takes_prices_as_people_write_them(capsys: pytest.CaptureFix
     assert plan_cli.main(plain) == 0
     assert written == json.loads(capsys.readouterr().out)["costs"]
     assert written["spot"]["lines"]["compute"] == 2.5
+
+
+def test_a_rare_interruption_still_costs_the_work_it_throws_away(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--interruptions-per-day 1e-300` said "one interruption costs 0 s" at a 24 h
+    interval: it throws away half the interval's work, 12 h, on average."""
+    assert plan_cli.main(["--checkpoint", "10s", "--interruptions-per-day", "1e-300"]) == 0
+    assert "one interruption costs 12 h" in capsys.readouterr().out
+
