@@ -1194,7 +1194,12 @@ def _no_notice_share(
     return DEFAULT_NO_NOTICE_SHARE
 
 
-def _steps(seconds: float | None, timing: Timing) -> int | None:
+# Past 2**53 a float has no more digits than it was given, and no step counter (int64, a
+# float in JSON readers) holds such counts: a step count beyond it stays a float.
+_EXACT_STEPS = 2**53
+
+
+def _steps(seconds: float | None, timing: Timing) -> float | None:
     if timing.steps_per_second is None or seconds is None:
         return None
     steps = seconds * timing.steps_per_second
@@ -1206,6 +1211,9 @@ def _steps(seconds: float | None, timing: Timing) -> int | None:
         )
     # A checkpoint comes at a step boundary: at least one step, as AdaptiveInterval.steps()
     # (slow steps, one every 5 hours, were told to checkpoint every 0 steps).
+    if steps > _EXACT_STEPS:
+        # `--steps-per-second 1e300` printed a 304-digit count, all but 16 of them noise.
+        return float(steps)
     return max(1, round(steps))
 
 

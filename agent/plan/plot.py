@@ -23,7 +23,7 @@ from .model import (
     overhead,
     overhead_without_notice,
 )
-from .table import seconds_text
+from .table import seconds_text, steps_text
 
 
 class PlotError(ForewarnError, RuntimeError):
@@ -161,8 +161,8 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
     steps = ""
     if timing.steps_per_second:
         # At least one step, as the table says: a checkpoint comes at a step boundary.
-        count = max(1, round(chosen * timing.steps_per_second))
-        steps = f", {count:,} step{'' if count == 1 else 's'}"
+        count = chosen * timing.steps_per_second
+        steps = f", {steps_text(count)}"
     # The label goes on the side of the marker with more room.
     right_half = math.log(chosen / grid[0]) > 0.55 * math.log(grid[-1] / grid[0])
     marked = axis.annotate(
@@ -223,8 +223,11 @@ def per_day(rate: float) -> str:
 
 
 def count_label(count: float) -> str:
-    """`500`, `10k`, `1.2M`: a step count on the top axis."""
-    for suffix, scale in (("M", 1e6), ("k", 1e3)):
+    """`500`, `10k`, `1.2M`, `2.5G`: a step count on the top axis; past 1e12, `1.31e+303`
+    (it said `1.31e+297M`)."""
+    if count >= 1e12:
+        return f"{count:.3g}"
+    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if count >= scale:
             return f"{count / scale:g}{suffix}"
     return f"{count:g}"

@@ -38,11 +38,21 @@ def _rows(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
     return lines
 
 
+def steps_text(count: float) -> str:
+    """`1 step`, `1,167 steps`; past 2**53, where a float has no more digits, `1.31e+303
+    steps` (`--steps-per-second 1e300` printed all 304 digits)."""
+    if count > 2**53:
+        return f"{count:.3g} steps"
+    # A checkpoint comes at a step boundary: at least one step.
+    whole = max(1, round(count))
+    return f"{whole:,} step{'' if whole == 1 else 's'}"
+
+
 def _steps(plan: dict[str, Any], key: str) -> str:
     steps = plan["intervals"]["steps"][key]
     if steps is None:
         return ""
-    return f"{steps:,} step{'' if steps == 1 else 's'}"
+    return steps_text(steps)
 
 
 def _p95_source(given: dict[str, Any], used: float) -> str:
@@ -283,4 +293,4 @@ def render(plan: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["render", "seconds_text"]
+__all__ = ["render", "seconds_text", "steps_text"]

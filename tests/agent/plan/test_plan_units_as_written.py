@@ -406,3 +406,53 @@ def test_a_rare_interruption_still_costs_the_work_it_throws_away(
     assert plan_cli.main(["--checkpoint", "10s", "--interruptions-per-day", "1e-300"]) == 0
     assert "one interruption costs 12 h" in capsys.readouterr().out
 
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--steps-per-second", "1e300", "--interruptions-per-day", "1"],
+        ["--steps-per-second", "3.5", "--interruptions-per-day", "1e-300"],
+        ["--steps-per-second", "1e300", "--tax", "3%"],
+    ],
+)
+def test_a_step_count_beyond_any_counter_is_printed_to_its_digits(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """`--steps-per-second 1e300` printed 300-digit step counts (and `1e-300` interruptions
+    a day, Young's 1.5e148-day interval, 160 digits): a count past 2**53 has no more digits
+    than the float it came from, and none a step counter (int64) holds. It is printed as
+    the float, to 3 digits, as the seconds beside it."""
+    assert plan_cli.main(["--checkpoint", "10s", *argv]) == 0
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.endswith((" steps", " step"))]
+    assert rows and max(len(line) for line in rows) < 80, rows
+    assert plan_cli.main(["--checkpoint", "10s", "--json", *argv]) == 0
+    steps = json.loads(capsys.readouterr().out)["intervals"]["steps"]
+    for count in steps.values():
+        assert (
+            count is None
+            or (isinstance(count, int) and count <= 2**53)
+            or (isinstance(count, float) and count > 2**53)
+        ), steps
+    assert any(isinstance(count, float) for count in steps.values()), steps
+
+
+def test_the_plot_labels_a_step_count_beyond_any_counter_to_its_digits() -> None:
+    """The plot's marker said `1,307,875,...` in 304 digits at `--steps-per-second 1e300`,
+    and its top axis `1.31e+297M`."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from forewarn.agent.plan import Timing, choose_interval
+    from forewarn.agent.plan.plot import build_figure, count_label
+
+    timing = Timing(checkpoint_seconds=10, mtbi_seconds=86400, steps_per_second=1e300)
+    figure = build_figure(timing, choose_interval(timing))
+    try:
+        (axis,) = figure.axes
+        marked = [text.get_text() for text in axis.texts if "steps" in text.get_text()]
+        assert marked and all(len(line) < 80 for text in marked for line in text.splitlines())
+        assert any("1.31e+303 steps" in text for text in marked), marked
+    finally:
+        plt.close(figure)
+    assert count_label(1.31e303) == "1.31e+303"
+    assert count_label(2.5e9) == "2.5G" and count_label(1.2e6) == "1.2M"
