@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import certifi
@@ -16,13 +15,10 @@ from pydantic.fields import FieldInfo
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 # Keys whose value has a required shape; the others get a value from their type.
-# The webhook URL and CA files are read when the configuration loads, so they must exist.
-WEBHOOK_URL_FILE = Path(tempfile.mkdtemp(prefix="forewarn-configdoc-")) / "webhook-url"
-WEBHOOK_URL_FILE.write_text("https://hooks.example.org/forewarn\n")
-
+# The webhook URL and CA files are read when the configuration loads, so they must exist:
+# the URL file is the `shaped` fixture's (a directory made at import was never removed).
 SHAPED = {
     "providers": "local,aws",
-    "webhook.url_file": str(WEBHOOK_URL_FILE),
     "webhook.ca_file": certifi.where(),
     "events": "tcp://127.0.0.1:5999",
     "control": "tcp://127.0.0.1:5998",
@@ -30,10 +26,17 @@ SHAPED = {
 }
 
 
-def candidate(key: str, current: object) -> str:
+@pytest.fixture(scope="module")
+def shaped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    url_file = tmp_path_factory.mktemp("configdoc") / "webhook-url"
+    url_file.write_text("https://hooks.example.org/forewarn\n")
+    return {**SHAPED, "webhook.url_file": str(url_file)}
+
+
+def candidate(key: str, current: object, shaped: dict[str, str]) -> str:
     """A value for `key`, different from `current`, as the environment would hold it."""
-    if key in SHAPED:
-        return SHAPED[key]
+    if key in shaped:
+        return shaped[key]
     if key.endswith(".url"):
         return "http://127.0.0.1:5999"
     field = field_of(key)
@@ -86,13 +89,13 @@ def _get(settings: object, key: str) -> object:
 
 @pytest.mark.parametrize(("key", "env"), [k[:2] for k in configdoc.settings_keys()])
 def test_documented_environment_name_sets_the_key(
-    key: str, env: str, monkeypatch: pytest.MonkeyPatch
+    key: str, env: str, shaped: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ):
     for name in list(os.environ):
         if name.startswith("FOREWARN_"):
             monkeypatch.delenv(name)
     current = _get(load_settings(), key)
-    monkeypatch.setenv(env, candidate(key, current))
+    monkeypatch.setenv(env, candidate(key, current, shaped))
     try:
         changed = _get(load_settings(), key)
     except ConfigError as error:
