@@ -7,11 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import private_tmp
 import pytest
 from forewarn.agent.config import SYSTEM_STATE_DIR
 from forewarn.protocol.wire import SYSTEM_RUNTIME_DIR
@@ -81,7 +83,24 @@ settings.register_profile("thorough", settings.get_profile("forewarn"))
 settings.load_profile("forewarn")
 
 
+# The run's own TMPDIR (tests/private_tmp.py): made by the process that runs the session,
+# before xdist starts its workers, which inherit it, as does every process a test starts.
+_run_tmp: list[Path] = []
+
+
+def _use_private_tmp() -> None:
+    machine = tempfile.gettempdir()
+    run_tmp = private_tmp.make(machine)
+    _run_tmp.append(run_tmp)
+    # pytest's basetemp stays in the machine's TMPDIR: the same paths as before.
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", machine)
+    os.environ["TMPDIR"] = str(run_tmp)
+    tempfile.tempdir = None  # read TMPDIR again
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        _use_private_tmp()
     config.addinivalue_line(
         "markers",
         "slow(seconds): the test takes about this much wall time on the 2-core machine; "
@@ -118,6 +137,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(session.config, "workerinput"):
         return
+    for run_tmp in _run_tmp:
+        left = private_tmp.leftovers(run_tmp)
+        private_tmp.remove(run_tmp)
+        if left:
+            shown = "\n  ".join(left[:20])
+            sys.stderr.write(f"\nthe tests left these in TMPDIR ({run_tmp}):\n  {shown}\n")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     written = sorted(_machine_paths() - _machine_paths_before)
     if written:
         shown = "\n  ".join(written[:20])
