@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,8 @@ from support import AgentProcess, Subscriber, agent_env, eventually
 pytestmark = pytest.mark.usefixtures("forked_agents")
 
 
-GRACE = ("--set", "notice_grace=1", "--exit-margin", "1s")
+NOTICE_GRACE = 1
+GRACE = ("--set", f"notice_grace={NOTICE_GRACE}", "--exit-margin", "1s")
 VM = "reraise-vm"
 
 
@@ -51,6 +53,12 @@ def _next(sub: Subscriber, match: Callable[[dict[str, Any]], bool], timeout: flo
         if match(notice):
             return notice
     raise AssertionError(f"no matching notice within {timeout}s; saw {seen}")
+
+
+def _wait_past(moment: datetime) -> None:
+    """Until the wall clock (the agent's) is past `moment`."""
+    while (left := (moment - utcnow()).total_seconds()) >= 0:
+        time.sleep(left + 0.01)
 
 
 @pytest.fixture
@@ -209,7 +217,9 @@ def test_an_azure_started_event_past_its_end_while_the_agent_was_down_is_retired
         first = _next(sub, lambda n: n["provider"] == "azure", 15)
         assert first["action"] == "terminate"
         agent.stop(signal.SIGTERM)
-    time.sleep(1.5)  # the scenario: the agent is down past the deadline plus the 1 s grace
+    # The scenario: the agent stays down until the wall clock is past the deadline plus the
+    # grace (a fixed 1.5 s guessed it, 0.6 s to spare in a quiet run).
+    _wait_past(parse_time(first["deadline"]) + timedelta(seconds=NOTICE_GRACE))
     with (
         _agent(tmp_path, "azure", server.url, **settings) as agent,
         agent.subscriber() as sub,
