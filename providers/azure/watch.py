@@ -66,6 +66,7 @@ CONNECT_TIMEOUT = 2.0
 # eviction gives 30 s, the endpoint is on the VM, and a healed IMDS must be read again within
 # two intervals. A 429's Retry-After is honoured up to RETRY_AFTER_CAP.
 BACKOFF_STRETCH = 1.25
+BACKOFF_JITTER = 0.1  # each wait spread by up to this fraction either way
 RETRY_AFTER_CAP = 5.0
 # Unreadable events remembered as logged, so a document is not re-logged at every change.
 MALFORMED_LOGGED = 256
@@ -144,7 +145,9 @@ class AzureWatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[bool]] = set()
         self._retry_after = 0.0
-        self._backoff = Backoff(settings.interval, settings.interval * BACKOFF_STRETCH, jitter=0.1)
+        self._backoff = Backoff(
+            settings.interval, settings.interval * BACKOFF_STRETCH, jitter=BACKOFF_JITTER
+        )
         self._odd: set[str] = set()  # events whose odd NotBefore was logged
         # How far this VM's clock is ahead of Azure's, by the answers' Date (`skew.py`): zero
         # within TRUSTED_SKEW. NotBefore goes out moved by it (`_on_this_clock`).
