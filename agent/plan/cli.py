@@ -54,6 +54,7 @@ from .sizes import (
     OPTIMIZERS,
     PRECISIONS,
     SizeEstimate,
+    decimal_point,
     parse_bandwidth,
     parse_count,
     parse_size,
@@ -133,8 +134,12 @@ def _digits_0_to_9(text: str) -> None:
 def _number(text: str, *, positive: bool = False) -> float:
     _digits_0_to_9(text)
     try:
-        value = float(text)
-    except ValueError:
+        # `0,5` as 0.5 where the comma can be nothing else (a price took `2,50`, the rate
+        # `--interruptions-per-day 0,5` was 'not a number'); `1,234` is refused.
+        value = float(decimal_point(text))
+    except ValueError as error:
+        if "," in text and "," in str(error):
+            raise argparse.ArgumentTypeError(str(error)) from None
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(value):
         # `1e400` is infinity to float(): "must be positive (got '1e400')" named no fault in it.
@@ -246,29 +251,6 @@ def _split_currency(text: str) -> tuple[str, str | None]:
     return text, None
 
 
-_DECIMAL_COMMA = re.compile(r"^([0-9]*),([0-9]+)\Z")
-
-
-def _decimal_comma(number: str, written: str) -> str:
-    """`2,50` as 2.50, where a comma can only be the decimal mark; `1,234` (a thousands comma
-    too) and a number with both marks or several commas are refused, saying how to write it."""
-    if "," not in number:
-        return number
-    match = _DECIMAL_COMMA.match(number)
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"{written!r}: write a price with one decimal mark and no thousands separator "
-            "(1234.50 or 1234,50)"
-        )
-    whole, fraction = match.groups()
-    if len(fraction) == 3 and whole[:1] not in ("", "0") and len(whole) <= 3:
-        raise argparse.ArgumentTypeError(
-            f"{written!r} is {whole}{fraction} with a thousands comma or {whole}.{fraction} "
-            f"with a decimal one; write {whole}{fraction} or {whole}.{fraction}"
-        )
-    return f"{whole}.{fraction}"
-
-
 def _price(text: str, *, positive: bool = False) -> Price:
     """A price: `1.20`, `1,20`, `USD 1.20`, `1.20 €`, or `$1.20` when it was quoted.
     `positive`: a spot or on-demand price, which 0 cannot be."""
@@ -277,7 +259,6 @@ def _price(text: str, *, positive: bool = False) -> Price:
     if trace is not None:
         raise argparse.ArgumentTypeError(trace)
     number, currency = _split_currency(text)
-    number = _decimal_comma(number, text)
     try:
         value = _number(number)
     except argparse.ArgumentTypeError as error:
@@ -390,7 +371,9 @@ def _fraction(text: str) -> float:
     percent = text.strip().endswith("%")
     try:
         value = _number(text.strip().removesuffix("%"))
-    except argparse.ArgumentTypeError:
+    except argparse.ArgumentTypeError as error:
+        if "thousands" in str(error):
+            raise  # `1,234%`: the comma's two readings, as for any number
         raise argparse.ArgumentTypeError(
             f"must be a share such as 3% or 0.03 (got {text!r})"
         ) from None

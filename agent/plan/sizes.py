@@ -32,6 +32,36 @@ _PER_SECOND = re.compile(
     r"^(.*?)(?:\s*(?:/|\s+per\s+)\s*(?:s|secs?|seconds?)|([bB])ps)\Z", re.IGNORECASE
 )
 _COUNT = re.compile(rf"^{_NUMBER}\s*([kmbt]?)\Z")
+# A number written with a comma (`2,50`, `14,5GB`, `1,234`) at the start of the text.
+_LEADING_COMMA = re.compile(r"^(\s*)([0-9.]*,[0-9.,]*)(.*)\Z", re.DOTALL)
+_DECIMAL_COMMA = re.compile(r"^([0-9]*),([0-9]+)\Z")
+
+
+def decimal_point(text: str) -> str:
+    """`text` with the comma of a number at its start read as the decimal mark where it can
+    be nothing else: `2,50` and `0,023` (a thousands comma has three digits after it, and
+    none before it starts with 0), `14,5GB`. ValueError where it may group thousands
+    (`1,234`: 1234 or 1.234), or with both marks or several commas (`1,234.50`)."""
+    leading = _LEADING_COMMA.match(text)
+    if leading is None:
+        return text
+    number = leading.group(2)
+    match = _DECIMAL_COMMA.match(number)
+    if match is None:
+        raise ValueError(
+            f"{text.strip()!r}: write a number with one decimal mark and no thousands "
+            "separator (1234.5 or 1234,5)"
+        )
+    whole, fraction = match.groups()
+    if len(fraction) == 3 and whole[:1] not in ("", "0") and len(whole) <= 3:
+        raise ValueError(
+            f"{text.strip()!r} is {whole}{fraction} with a thousands comma or "
+            f"{whole}.{fraction} with a decimal one; write {whole}{fraction} or "
+            f"{whole}.{fraction}"
+        )
+    return f"{leading.group(1)}{whole}.{fraction}{leading.group(3)}"
+
+
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 # Bytes per parameter of the weights as trained and saved.
@@ -95,7 +125,7 @@ def parse_size(text: str) -> float:
     """Bytes in `14GB`, `2.4 GiB`, `500MB`: a unit is required (B, KB, MB, GB, TB or the
     binary KiB ... TiB); a unit in bits (`14Gb`) is refused, not read as bytes."""
     _digits_0_to_9(text, "14GB")
-    match = _SIZE.match(text.strip())
+    match = _SIZE.match(decimal_point(text).strip())
     unit = _unit_bytes(match.group(2)) if match else None
     if not match or unit is None:
         both = _prefix_alone(match.group(1), match.group(2)) if match else None
@@ -119,7 +149,7 @@ def parse_bandwidth(text: str) -> float:
     `ps` alike (Azure quotes disk throughput in
     MBps, bytes; networks are quoted in Gbps, bits)."""
     _digits_0_to_9(text, "500MB/s")
-    per_second = _PER_SECOND.match(text.strip())
+    per_second = _PER_SECOND.match(decimal_point(text).strip())
     if not per_second:
         raise ValueError(f"not a rate such as 500MB/s or 10Gbit/s (got {text!r})")
     size, ps_unit = per_second.groups()
@@ -145,7 +175,7 @@ def parse_count(text: str) -> float:
     """A parameter count: `7B`, `350M`, `1.3e9`, `70b`; a bare number below 100,000 (`7`) is
     refused, as a count missing its suffix."""
     _digits_0_to_9(text, "7B")
-    match = _COUNT.match(text.strip().lower())
+    match = _COUNT.match(decimal_point(text).strip().lower())
     if not match:
         raise ValueError(f"not a parameter count such as 7B or 350M (got {text!r})")
     count = _finite(float(match.group(1)) * _COUNT_SUFFIX[match.group(2)], text, "a count")
@@ -213,6 +243,7 @@ __all__ = [
     "PRECISIONS",
     "SizeEstimate",
     "count_text",
+    "decimal_point",
     "parse_bandwidth",
     "parse_count",
     "parse_size",

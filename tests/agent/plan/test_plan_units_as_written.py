@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 import pytest
 from forewarn.agent.plan import cli as plan_cli
-from forewarn.agent.plan.sizes import parse_bandwidth, parse_size
+from forewarn.agent.plan.sizes import parse_bandwidth, parse_count, parse_size
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -456,3 +457,58 @@ def test_the_plot_labels_a_step_count_beyond_any_counter_to_its_digits() -> None
         plt.close(figure)
     assert count_label(1.31e303) == "1.31e+303"
     assert count_label(2.5e9) == "2.5G" and count_label(1.2e6) == "1.2M"
+
+
+@given(
+    whole=st.integers(min_value=0, max_value=999),
+    fraction=st.from_regex(r"\A[0-9]{1,2}\Z|\A[0-9]{4,6}\Z"),
+    form=st.sampled_from(["{}", "{}%", "{}it/s", "{}GB", "{} GiB", "{}MB/s", "{}B", "{}M"]),
+)
+@example(whole=0, fraction="5", form="{}")
+@example(whole=3, fraction="5", form="{}%")
+@example(whole=14, fraction="5", form="{}GB")
+def test_every_number_of_the_plan_takes_a_decimal_comma_as_its_point(
+    whole: int, fraction: str, form: str
+) -> None:
+    """`--interruptions-per-day 0,5`, `--tax 3,5%`, `--steps-per-second 3,5it/s`,
+    `--checkpoint-size 14,5GB` were 'not a number' (or size, share, speed) where a price took
+    `2,50`: a comma that cannot group thousands (not 3 digits after it) is the decimal mark."""
+    parsers = {
+        "{}": plan_cli._positive,
+        "{}%": plan_cli._fraction,
+        "{}it/s": plan_cli._speed,
+        "{}GB": parse_size,
+        "{} GiB": parse_size,
+        "{}MB/s": parse_bandwidth,
+        "{}B": parse_count,
+        "{}M": parse_count,
+    }
+    parse = parsers[form]
+
+    def read(text: str) -> float | str:
+        try:
+            return float(parse(text))
+        except (ValueError, argparse.ArgumentTypeError) as error:
+            return type(error).__name__
+
+    pointed = read(form.format(f"{whole}.{fraction}"))
+    assert read(form.format(f"{whole},{fraction}")) == pointed
+
+
+@pytest.mark.parametrize(
+    ("parse", "written"),
+    [
+        (plan_cli._positive, "1,234"),
+        (parse_size, "1,234GB"),
+        (parse_bandwidth, "1,500MB/s"),
+        (parse_count, "1,300M"),
+    ],
+)
+def test_a_comma_that_may_group_thousands_is_refused_with_both_readings(
+    parse: Any, written: str
+) -> None:
+    number = written.split("G")[0].split("M")[0]
+    whole, fraction = number.split(",")
+    with pytest.raises((ValueError, argparse.ArgumentTypeError)) as refused:
+        parse(written)
+    assert f"{whole}{fraction} with a thousands comma or {whole}.{fraction}" in str(refused.value)
