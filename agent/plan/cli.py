@@ -467,7 +467,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "files (one per machine, e.g. a `forewarn drill local --dir`); repeatable (default: "
         "telemetry.jsonl in the state directory)",
     )
-    job = parser.add_argument_group("job and capacity (durations: 10s, 5m, 2h, 1h30m)")
+    job = parser.add_argument_group("job and capacity (durations: 10s, 5m, 2h, 1d, 1w, 1h30m)")
     job.add_argument(
         "--checkpoint",
         "--flush",
@@ -636,7 +636,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     money = parser.add_argument_group(
         "prices (per hour unless named otherwise; write 12.50, not $12.50, which the shell "
-        "turns into 2.50 unless quoted)"
+        "turns into 2.50 unless quoted; USD 12.50, 12,50 EUR and 12,50 are read)"
     )
     money.add_argument("--spot-price", type=_hourly, metavar="P", help="spot compute per hour")
     money.add_argument(
@@ -727,6 +727,8 @@ class Resolved:
     warn_tax: float = DEFAULT_WARN_TAX
     # Telemetry lines left out (unfinished writes), each named: nothing is dropped unsaid.
     skipped_lines: list[str] = field(default_factory=list)
+    # The currency the prices were written in (`EUR 1.10`), None when none named one.
+    currency: str | None = None
 
 
 def _default_telemetry() -> tuple[Path | None, str | None]:
@@ -993,7 +995,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         raise
     prices = None
     given = _given_prices(args)
-    _one_currency(args, given)
+    currency = _one_currency(args, given)
     if given:
         if args.spot_price is None:
             given_flag = "--" + given[0].replace("_", "-")
@@ -1020,6 +1022,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         args.bandwidth,
         args.warn_tax,
         skipped,
+        currency,
     )
 
 
@@ -1119,9 +1122,9 @@ def _given_prices(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def _one_currency(args: argparse.Namespace, given: list[str]) -> None:
-    """Prices written in two currencies (`--spot-price 'EUR 1.10' --on-demand-price 'USD
-    3.90'`) are refused: the plan compares them as one currency."""
+def _one_currency(args: argparse.Namespace, given: list[str]) -> str | None:
+    """The currency the prices name, if any. Prices written in two currencies (`--spot-price
+    'EUR 1.10' --on-demand-price 'USD 3.90'`) are refused: the plan compares them as one."""
     named: list[tuple[str, str]] = []
     for name in given:
         currency = getattr(getattr(args, name), "currency", None)
@@ -1135,6 +1138,7 @@ def _one_currency(args: argparse.Namespace, given: list[str]) -> None:
                 f"in {currency}, but {first_flag} is in {first}: the plan compares prices in "
                 "one currency; convert one of them",
             )
+    return named[0][1] if named else None
 
 
 def _priced(args: argparse.Namespace) -> bool:
@@ -1399,6 +1403,7 @@ def build(resolved: Resolved) -> dict[str, Any]:
         "overhead_at_recommended": None,
         "notice_worth": None,
         "costs": None,
+        "currency": resolved.currency,
         "verdict": None,
         "summary": None,
         "warnings": [

@@ -276,7 +276,8 @@ def render(plan: dict[str, Any]) -> str:
         line_names += [name for name in option["lines"] if name not in line_names]
     width = max(len(name) for name in [*line_names, "wall-clock hours per useful hour"])
     header = f"  {'':<{width}}" + "".join(f"  {name:>12}" for name in names)
-    out += ["", "Cost per useful hour", header]
+    currency = plan.get("currency")
+    out += ["", "Cost per useful hour" + (f" ({currency})" if currency else ""), header]
     for line in line_names:
         values = [options[name]["lines"].get(line) for name in names]
         cells = "".join(f"  {_money(v) if v is not None else '':>12}" for v in values)

@@ -512,3 +512,20 @@ def test_a_comma_that_may_group_thousands_is_refused_with_both_readings(
     with pytest.raises((ValueError, argparse.ArgumentTypeError)) as refused:
         parse(written)
     assert f"{whole}{fraction} with a thousands comma or {whole}.{fraction}" in str(refused.value)
+
+
+def test_the_cost_table_names_the_currency_the_prices_were_written_in(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--spot-price 'EUR 1.10'` was read, and the costs printed with no currency: the
+    currency written is the table's (and `currency` in JSON); none written, none shown."""
+    argv = [*FIGURES, "--spot-price", "1,10 €", "--on-demand-price", "3.90"]
+    assert plan_cli.main(argv) == 0
+    assert "Cost per useful hour (EUR)" in capsys.readouterr().out
+    assert plan_cli.main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["currency"] == "EUR"
+    plain = [*FIGURES, "--spot-price", "1.10", "--on-demand-price", "3.90"]
+    assert plan_cli.main(plain) == 0
+    assert "Cost per useful hour\n" in capsys.readouterr().out
+    assert plan_cli.main([*plain, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["currency"] is None
