@@ -14,6 +14,7 @@ from support import examples
 # Each unit of a duration with every way it is written, and its seconds (as in
 # test_config_and_time), less the lone `m`: `M` is a month to systemd and ISO 8601.
 _UNIT_WORDS = [
+    (["w", "wk", "wks", "week", "weeks"], 7 * 86400),
     (["d", "day", "days"], 86400),
     (["h", "hr", "hrs", "hour", "hours"], 3600),
     (["min", "mins", "minute", "minutes"], 60),
@@ -29,7 +30,7 @@ def _recase(draw: st.DrawFn, word: str) -> str:
 
 @st.composite
 def _durations_in_any_case(draw: st.DrawFn) -> tuple[str, float]:
-    chosen = draw(st.lists(st.booleans(), min_size=5, max_size=5).filter(any))
+    chosen = draw(st.lists(st.booleans(), min_size=6, max_size=6).filter(any))
     parts: list[str] = []
     seconds = 0.0
     for (words, per), used in zip(_UNIT_WORDS, chosen, strict=True):
