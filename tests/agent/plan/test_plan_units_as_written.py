@@ -338,6 +338,11 @@ def test_a_price_with_its_currency_or_a_decimal_comma_is_that_price(
     written = f"{number}{gap}{currency}" if after else f"{currency}{gap}{number}"
     assert plan_cli._hourly(written + per) == pytest.approx(cents / 100, rel=1e-12)
     assert plan_cli._hourly(number + per) == pytest.approx(cents / 100, rel=1e-12)
+    # The currency named is kept to compare the prices by; `$` and `¥` name several.
+    named = {"$": None, "US$": "USD", "€": "EUR", "£": "GBP", "¥": None, "₹": "INR"}
+    expected = named[currency] if currency in named else currency.upper()
+    assert plan_cli._hourly(written + per).currency == expected
+    assert plan_cli._hourly(number + per).currency is None
 
 
 @pytest.mark.parametrize(
