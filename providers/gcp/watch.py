@@ -462,7 +462,7 @@ class NoticeTrack:
         back gets a new id.
         """
         saved, self.saved = self.saved, None
-        self.answered = True
+        first, self.answered = not self.answered, True
         if report is None:
             ended = self.active or saved
             if ended is None:
@@ -478,7 +478,8 @@ class NoticeTrack:
                 detail=detail,
             )
         if self.active is None:
-            if saved is not None and saved.detail == report.detail and not self._replaced(token):
+            replaced = first and self._replaced(token)
+            if saved is not None and saved.detail == report.detail and not replaced:
                 # Still in force from before the restart: same id, first-seen time, deadline.
                 self.active = saved
             elif saved is not None:
@@ -499,7 +500,9 @@ class NoticeTrack:
 
     def _replaced(self, token: str | None) -> bool:
         """Whether the answer's ETag says the saved notice's event ended and another came
-        while the agent was down (a server whose ETag changes at each change). Not for a
+        while the agent was down (a server whose ETag changes at each change). Asked at the
+        first answer after a start only: a notice the agent retired (`forget`) and shown
+        again was watched throughout, and keeps its deadline. Not for a
         preemption: it comes once in a boot, and a server giving the same value a new ETag at
         every answer would have moved its deadline later at each restart."""
         if self.kind == "preempted" or token is None or self.active_notices is None:

@@ -228,3 +228,18 @@ def test_a_saved_notice_shown_under_another_etag_is_another_event(
     assert again.noticed_at == (NOW if kept else later)
     assert again.deadline == (first.deadline if kept else later + timedelta(seconds=30))
     assert json.loads(path.read_text())[kind]["etag"] == "etag-1"
+
+
+def test_a_retired_notice_shown_again_under_another_etag_keeps_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """The ETag is asked only at the first answer after a start: a notice the agent retired
+    past its deadline and raised again was watched throughout (a server giving the same value
+    a new ETag at every answer), and took a fresh deadline at each retirement."""
+    detail = KINDS["maintenance-event"][0]
+    track = NoticeTrack("maintenance-event", ActiveNotices(tmp_path / ACTIVE_FILE))
+    first = track.observe(_report("maintenance-event", detail, NOW), detail, "etag-1")
+    assert first is not None and track.forget(first.id)
+    later = NOW + timedelta(hours=2)
+    again = track.observe(_report("maintenance-event", detail, later), detail, "etag-2")
+    assert again is not None and (again.id, again.deadline) == (first.id, first.deadline)
