@@ -364,15 +364,20 @@ class Agent:
         if self.dirs.lock is None:
             self.dirs.hold()
         self._check_no_other_agent()
-        # Held now, by this agent alone: a temporary file there is a write killed mid-way.
-        leftovers = remove_leftovers(self.state_dir)
-        if leftovers:
-            log.info(
-                "removed %d temporary file(s) of writes cut short in %s: %s",
-                len(leftovers),
-                self.state_dir,
-                ", ".join(sorted(leftovers)),
-            )
+        # Held now, by this agent alone: a temporary file there is a write killed mid-way. The
+        # runtime directory has its writes too (the `seq` copy, GCP's pending notices).
+        places = [self.state_dir]
+        if self.runtime_dir.resolve() != self.state_dir.resolve():
+            places.append(self.runtime_dir)
+        for place in places:
+            leftovers = remove_leftovers(place)
+            if leftovers:
+                log.info(
+                    "removed %d temporary file(s) of writes cut short in %s: %s",
+                    len(leftovers),
+                    place,
+                    ", ".join(sorted(leftovers)),
+                )
         # Before the first `seq` mark: the watchers' files and the mark need the reserve on a
         # full disk as the state does.
         hold_room(self.state_dir, self.state_writer.make_room)

@@ -49,3 +49,20 @@ def test_every_name_mkstemp_makes_for_a_write_matches(name: str, random: str) ->
 def test_a_name_without_the_dot_in_front_or_the_suffix_never_matches(name: str) -> None:
     if not (name.startswith(".") and name.endswith(".tmp")):
         assert not is_leftover(name)
+
+
+def test_the_agent_removes_the_leftovers_of_killed_writes_in_its_runtime_directory(
+    tmp_path: Path,
+) -> None:
+    # The runtime directory has its writes too (the `seq` copy, GCP's pending notices): a
+    # kill between the write and the rename left a temporary file on the tmpfs for good.
+    env = agent_env(tmp_path)
+    runtime = Path(env["FOREWARN_RUNTIME_DIR"])
+    runtime.mkdir(parents=True, exist_ok=True)
+    leftovers = (".seq.abcdefgh.tmp", ".gcp-notices.pending.json.0a1b2c3d.tmp")
+    for name in (*leftovers, *KEPT):
+        (runtime / name).write_text("{")
+    with AgentProcess(tmp_path, env=env):
+        names = set(os.listdir(runtime))
+    assert names.isdisjoint(leftovers), names
+    assert set(KEPT) <= names, names
