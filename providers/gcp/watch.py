@@ -478,7 +478,13 @@ class NoticeTrack:
                 detail=detail,
             )
         if self.active is None:
-            replaced = first and self._replaced(token)
+            # Replaced, yet with the saved stop's deadline (earlier, and still to come): nothing
+            # is learned, and the saved notice stands (no re-send to every job).
+            replaced = (
+                first
+                and self._replaced(token)
+                and (saved is None or report.deadline != saved.deadline)
+            )
             if saved is not None and saved.detail == report.detail and not replaced:
                 # Still in force from before the restart: same id, first-seen time, deadline.
                 self.active = saved

@@ -243,3 +243,24 @@ def test_a_retired_notice_shown_again_under_another_etag_keeps_its_deadline(
     later = NOW + timedelta(hours=2)
     again = track.observe(_report("maintenance-event", detail, later), detail, "etag-2")
     assert again is not None and (again.id, again.deadline) == (first.id, first.deadline)
+
+
+def test_a_replaced_stop_that_keeps_the_saved_deadline_is_the_saved_notice(
+    tmp_path: Path,
+) -> None:
+    """Shown under another ETag after a restart while the saved stop is still ahead, the
+    deadline stays the saved one (`keep_stop`): with a new first-seen time only, the notice
+    went out again to every job, at each restart against a server giving the same value a
+    new ETag at every answer."""
+    detail = KINDS["maintenance-event"][0]
+    notices = ActiveNotices(tmp_path / ACTIVE_FILE)
+    first = NoticeTrack("maintenance-event", notices).observe(
+        _report("maintenance-event", detail, NOW), detail, "etag-1"
+    )
+    notices.save()
+    assert first is not None
+    later = _report("maintenance-event", detail, NOW + timedelta(seconds=5))
+    kept = later.model_copy(update={"deadline": first.deadline})  # as keep_stop gives it
+    track = NoticeTrack("maintenance-event", ActiveNotices(tmp_path / ACTIVE_FILE))
+    again = track.observe(kept, detail, "etag-2")
+    assert again == first
