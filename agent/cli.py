@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from forewarn.protocol.ages import status_ages
 from forewarn.protocol.errors import ForewarnError, UsageError
+from forewarn.protocol.fields import TAKES_ACK_ACTION
 from forewarn.protocol.notifydeadline import for_an_older_agent, is_duration
 from forewarn.protocol.seqgap import SeqGaps
 from forewarn.protocol.timefmt import (
@@ -802,6 +803,15 @@ def cmd_ack(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+    takes = status.get("agent", {}).get("takes") if isinstance(status, dict) else None
+    action = args.action
+    if action is not None and not (isinstance(takes, list) and TAKES_ACK_ACTION in takes):
+        print(
+            "forewarn: ack: --action: the agent is older than it; the ack counts for the "
+            "notice's action when it arrives (a drain's save for a terminate it became)",
+            file=sys.stderr,
+        )
+        action = None
     client = args.client
     if client is None and args.notice_id is not None:
         # `forewarn ack "$id"` without the `--client` its loop's `forewarn wait --client ME
@@ -856,6 +866,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
             ("flush_seconds", args.flush_seconds),
             ("note", args.note),
             ("client", client),
+            ("action", action if notice_id is not None else None),
         ):
             if value is not None:
                 payload[key] = value
@@ -1951,6 +1962,13 @@ def build_parser(
         choices=("saved", "failed"),
         default="saved",
         help="saved (default), or failed: the save did not complete",
+    )
+    ack.add_argument(
+        "--action",
+        type=word_as_written,
+        choices=("drain", "terminate"),
+        help="the action the save was for (the notice's action as `wait` printed it): a "
+        "drain's save is not counted for the terminate the notice became meanwhile",
     )
     ack.add_argument(
         "--note",

@@ -223,6 +223,15 @@ class Heartbeat(_Message):
             "without this field in its heartbeats never answers so."
         ),
     )
+    takes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Request fields this agent takes that an agent before them did not, as "
+            "`request.field`: `ack.action` (the action the client saved for; the agent then "
+            "counts a drain's save for no terminate). A client sends such a field only to an "
+            "agent that lists it; an agent without this field in its heartbeats takes none."
+        ),
+    )
 
 
 # Control requests (REQ → REP).
@@ -285,6 +294,20 @@ class AckRequest(_Message):
         default=None, ge=0, le=MAX_FLUSH_SECONDS, allow_inf_nan=False
     )
     outcome: Literal["saved", "failed", "resumed"] = "saved"
+    # The action the client saved for (the notice's `action` when its save began, or when it
+    # took the save for that action's): a drain's save, acked after the agent sent the notice
+    # as terminate, is no terminate's ack (the job goes on and saves again for it). Sent only
+    # to an agent whose heartbeat or status lists `ack.action` in `takes`; without it the ack
+    # counts for the notice's action as it is when the ack arrives.
+    action: Literal["drain", "terminate"] | None = Field(
+        default=None,
+        description=(
+            "The action the client saved for: a `drain` ack of a notice the agent sends as "
+            "terminate now counts for no terminate. Without it the ack counts for the "
+            "notice's action when it arrives. Sent only to an agent whose `takes` lists "
+            "`ack.action`."
+        ),
+    )
     # A background save (issue 20) reports apart what training waited (the snapshot) and the
     # time until the checkpoint was durable (LATEST moved); `flush_seconds` is then the
     # durable time, the figure the exit margin needs. An upload may outlast an hour.
@@ -364,6 +387,9 @@ class AgentInfo(_Message):
     subscribers: int
     # The agent's own standing problems, by kind (its state file cannot be written).
     conditions: dict[str, str] = Field(default_factory=dict)
+    # As the heartbeat's `takes`: the request fields this agent takes that older ones did not
+    # (`forewarn ack --action` sends `action` only to an agent listing `ack.action`).
+    takes: list[str] = Field(default_factory=list)
 
 
 class ProviderHealth(_Message):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forewarn.protocol.errors import ForewarnError
+from forewarn.protocol.fields import TAKES_ACK_ACTION
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import TOKEN_FILE, ReplyError, ipc_path, needs_token, request
 from forewarn.providers import (
@@ -132,6 +133,8 @@ CLOCK_RECHECK = 1.0
 # unanswered (its reply waited for a slow disk past the client's timeout, or control was
 # rebound) sends the very same ack again, and it must count once.
 ACKS_REMEMBERED = 256
+# The request fields this agent takes that older agents did not (the heartbeat's `takes`).
+TAKES = (TAKES_ACK_ACTION,)
 # How many notices that ended lately `status` names (`ended`): enough for every loop's save.
 ENDED_REMEMBERED = 64
 # After a restart (an agent used the state directory before), how long no notice counts as
@@ -1044,6 +1047,7 @@ class Agent:
                 exit_margin=self.board.exit_margin,
                 acked_by=self._acked_by(),
                 replay_for=replay_for or [],
+                takes=list(TAKES),
             )
         )
 
@@ -1262,6 +1266,7 @@ class Agent:
             seq=self.sequencer.value,
             subscribers=len(self.board.clients),
             conditions={**self.observers.conditions(), **self._unsaved},
+            takes=list(TAKES),
         )
         unacked = {
             notice_id: clients[:ACKED_BY_LISTED]
@@ -1417,7 +1422,26 @@ class Agent:
                 del self._recent_acks[next(iter(self._recent_acks))]
         notice = self.board.get(req.notice_id) if req.notice_id else None
         completed = False  # this ack made its notice flushed by every client
-        if req.outcome == "saved":
+        if _for_another_action(req, notice):
+            # A save for the drain, acked after the agent sent the notice as terminate (the
+            # shell loop's save ran across the escalation): no terminate's ack. Counted for
+            # it, the notice was released (the flag file removed, Azure's early approval) and
+            # listed acted on while the job went on to save again for the terminate.
+            assert notice is not None and req.action is not None
+            log.info(
+                "ack %s from %s was for the %s; it is a %s now: not counted for it",
+                req.notice_id,
+                req.client or "?",
+                req.action,
+                notice.action,
+            )
+            if req.outcome == "saved":
+                margin = self.board.exit_margin
+                self.board.record_ack(None, req.client, req.flush_seconds)  # its flush counts
+                if self.board.exit_margin != margin:
+                    self._save()
+                self._wake.set()
+        elif req.outcome == "saved":
             first = req.notice_id is not None and req.notice_id not in self.board.saved()
             before = self.board.acked_by(req.notice_id) if req.notice_id else {}
             margin = self.board.exit_margin
@@ -1754,6 +1778,13 @@ class _UnwaitedExecutor(concurrent.futures.ThreadPoolExecutor):
 
 class WatcherStalled(ForewarnError, RuntimeError):
     """A watcher went past its progress bound: restarted as if it had crashed."""
+
+
+def _for_another_action(req: AckRequest, notice: Notice | None) -> bool:
+    """Whether `req` acks a save for a drain of `notice`, which the agent sends as terminate
+    now: a drain's save (flush and go on) is no terminate's (the exit's). A terminate's save
+    answers the drain it became again, as an ack without `action` counts for either."""
+    return notice is not None and req.action == "drain" and notice.action == "terminate"
 
 
 def _secs(value: float | None) -> str:

@@ -358,8 +358,14 @@ class CheckpointGuard(
         if not wrote:
             result = replace(result, flush_seconds=seconds)
         if self.notices is not None:
+            drains = _drains(events)
             for notice_id in result.notices or (None,):
-                self.notices.ack(notice_id, step=step, flush_seconds=seconds if wrote else None)
+                self.notices.ack(
+                    notice_id,
+                    step=step,
+                    flush_seconds=seconds if wrote else None,
+                    action=drains.get(notice_id or ""),
+                )
         self._log_saved(result, reasons, events, where, past_exit, wrote=wrote)
         return result
 
@@ -491,8 +497,15 @@ class CheckpointGuard(
                 self._exit_code = 1
         message = f"{type(error).__name__}: {error}"
         if self.notices is not None:
+            drains = {} if exit_now else _drains(events)
             for notice_id in notice_ids or [None]:
-                self.notices.ack(notice_id, step=step, outcome="failed", note=message[:500])
+                self.notices.ack(
+                    notice_id,
+                    step=step,
+                    outcome="failed",
+                    note=message[:500],
+                    action=drains.get(notice_id or ""),
+                )
         if not exit_now:
             return
         durable = self.durable_step
@@ -693,6 +706,15 @@ class CheckpointGuard(
             self._check_exit_save()
             self._check_retry()
             self._check_exit_unanswered()
+
+
+def _drains(events: list[Event]) -> dict[str, str]:
+    """The notices a save answered as drains, as this guard knew them when it recorded the
+    save: its ack says `action=drain` for them, so that an agent that sent the notice as
+    terminate meanwhile counts it for no terminate (the guard saves again for that, the
+    exit's save). One it knew as terminate goes without, as before: the exit's save answers
+    either."""
+    return {event.id: "drain" for event in events if event.action == "drain"}
 
 
 __all__ = ["CheckpointGuard", "SaveResult", "exit_line"]

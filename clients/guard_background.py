@@ -269,8 +269,9 @@ class BackgroundSaves(GuardState):
                 self._notice_ids.update(result.notices)
         if self.notices is not None:
             for notice_id in late:
-                # That save's own flush was acked with it; this one measured none.
-                self.notices.ack(notice_id, step=step)
+                # That save's own flush was acked with it; this one measured none. A
+                # background save answers no exit: what it answered were drains.
+                self.notices.ack(notice_id, step=step, action="drain")
         log.info(
             "forewarn: step %d is already being saved in the background; the %s save is that one",
             step,
@@ -435,6 +436,10 @@ class BackgroundSaves(GuardState):
                 # Why it failed, as a synchronous save's failed ack says: without it the
                 # agent's log and `status` named the failed save with no cause.
                 note=None if error is None else f"{type(error).__name__}: {error}"[:500],
+                # A background save answers no exit (the exit's save is the final one): the
+                # notices it answered were drains, and one the agent sends as terminate by
+                # now is not answered by it.
+                action=None if notice_id is None else "drain",
             )
 
     def _periodic_before(self, retry_in: float) -> str | None:

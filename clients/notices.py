@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.ages import status_ages
-from forewarn.protocol.fields import CLOCK_AHEAD
+from forewarn.protocol.fields import CLOCK_AHEAD, TAKES_ACK_ACTION
 from forewarn.protocol.seqgap import SeqGaps
 from forewarn.protocol.timefmt import time_or_none, utcnow
 from forewarn.protocol.wire import (
@@ -135,7 +135,7 @@ def parse_heartbeat(payload: bytes) -> dict[str, Any]:
     check_version(beat, "heartbeat")
     if "active" not in beat:
         raise ValueError("heartbeat has no 'active'")
-    for name in ("active", "acked", "providers"):
+    for name in ("active", "acked", "providers", "takes"):
         value = beat.get(name, [])
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise ValueError(f"heartbeat field {name!r} is not a list of strings")
@@ -294,6 +294,7 @@ class Notices:
         note: str | None = None,
         timeout: float = 1.0,
         wait: bool = False,
+        action: str | None = None,
     ) -> bool:
         """Tell the agent about a flush (or a resume). A background save reports apart what
         training waited (`stall_seconds`) and the time until it was durable
@@ -304,10 +305,17 @@ class Notices:
         was queued, False when no agent was ever heard from. One that no agent answers (it is
         restarting) is sent again for up to `ACK_RETRY_SECONDS`. With `wait=True` it is sent
         here, once, and True means the agent accepted it (waiting up to `timeout` seconds); no
-        answer, a refusal or an endpoint zmq rejects is False and a warning."""
+        answer, a refusal or an endpoint zmq rejects is False and a warning.
+
+        `action` is the action the save was for (`drain`, `terminate`): sent only to an agent
+        whose heartbeat lists `ack.action` in `takes`, which then counts a drain's save for no
+        terminate the notice became meanwhile; an older agent counts the ack for the notice's
+        action when it arrives, as before."""
         if not self.alive and (wait or not self._heard):
             return False
         payload: dict[str, Any] = {"op": "ack", "client": self.client_id, "outcome": outcome}
+        if action is not None and self._takes(TAKES_ACK_ACTION):
+            payload["action"] = action
         for key, value in (
             ("notice_id", notice_id),
             ("step", step),
@@ -407,6 +415,12 @@ class Notices:
             log.warning("forewarn: the agent refused an ack: %s", reply.get("error"))
             return False
         return True
+
+    def _takes(self, field: str) -> bool:
+        """Whether the agent heard last lists `field` in its heartbeat's `takes`."""
+        beat = self.agent
+        takes = beat.get("takes") if isinstance(beat, dict) else None
+        return isinstance(takes, list) and field in takes
 
     def notice_ages(self, timeout: float = AGES_TIMEOUT) -> dict[str, float] | None:
         """How long ago each active notice was noticed, in seconds on the machine's boot

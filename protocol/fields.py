@@ -52,7 +52,13 @@ HEARTBEAT_FIELDS: tuple[str, ...] = (
     "exit_margin",
     "acked_by",
     "replay_for",
+    "takes",
 )
+# In a heartbeat's (and status's `agent`) `takes`: the agent takes an ack's `action`, the
+# action the client saved for, and counts a drain's save for no terminate. A client sends it
+# only to an agent that lists this (an older one ignores it, and counts the ack for the
+# notice's action as it is when the ack arrives).
+TAKES_ACK_ACTION = "ack.action"
 # The detail key of a notice whose provider times were moved onto this machine's clock (the
 # watchers' `providers.skew`): by how many seconds that clock was ahead of the provider's.
 # The agent sends nothing when only it changes, and keeps the new one for replays and
@@ -72,6 +78,7 @@ __all__ = [
     "HEARTBEAT_FIELDS",
     "NOTICE_FIELDS",
     "REASONS",
+    "TAKES_ACK_ACTION",
     "Action",
     "Reason",
     "stable_id",

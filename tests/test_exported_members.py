@@ -20,6 +20,7 @@ EXPORTS = {
         "PROTOCOL_VERSION",
         "REASONS",
         "Reason",
+        "TAKES_ACK_ACTION",
         "TOKEN_FIELD",
         "TOKEN_FILE",
         "TOPIC_CLIENT_PREFIX",
