@@ -803,7 +803,8 @@ def cmd_ack(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-    takes = status.get("agent", {}).get("takes") if isinstance(status, dict) else None
+    info = status.get("agent") if isinstance(status, dict) else None
+    takes = info.get("takes") if isinstance(info, dict) else None  # none from an older agent
     action = args.action
     if action is not None and not (isinstance(takes, list) and TAKES_ACK_ACTION in takes):
         print(
