@@ -236,13 +236,7 @@ def agent_values(pairs: Sequence[str]) -> None:
     ]
     if any(key.upper() == "FOREWARN_CONFIG" for key, _ in named):
         return
-    unit: dict[str, str] = {}
-    for line in (SYSTEMD / "forewarn-agent.service").read_text().splitlines():
-        key, _, value = line.removeprefix("Environment=").partition("=")
-        if line.startswith("Environment=") and key.startswith("FOREWARN_"):
-            for specifier, meaning in _SPECIFIERS.items():
-                value = value.replace(specifier, meaning)
-            unit[key] = value
+    unit = _unit_environment()
     with tempfile.TemporaryDirectory() as directory:
         # An empty file, so that this machine's own /etc/forewarn/forewarn.toml is not read.
         empty = Path(directory) / "forewarn.toml"
@@ -329,6 +323,60 @@ def _agent_refuses(config: Path, unit: dict[str, str], named: list[tuple[str, st
         os.environ.clear()
         os.environ.update(saved)
     return None
+
+
+def _unit_environment() -> dict[str, str]:
+    """The agent unit's own FOREWARN_* Environment= lines, specifiers given their meaning."""
+    unit: dict[str, str] = {}
+    for line in (SYSTEMD / "forewarn-agent.service").read_text().splitlines():
+        key, _, value = line.removeprefix("Environment=").partition("=")
+        if line.startswith("Environment=") and key.startswith("FOREWARN_"):
+            for specifier, meaning in _SPECIFIERS.items():
+                value = value.replace(specifier, meaning)
+            unit[key] = value
+    return unit
+
+
+def library_extras(pairs: Sequence[str]) -> list[str]:
+    """The extras the machine's agent needs for what `pairs` (the --env lines) ask of it:
+    `k8s` when it reads a kubeconfig (`FOREWARN_KUBERNETES_KUBECONFIG`, or `KUBECONFIG`
+    with no `FOREWARN_KUBERNETES_URL`: outside a pod the agent reads $KUBECONFIG as kubectl
+    does), which only the Kubernetes client library reads. Without it the machine's agent
+    ran, and its Kubernetes watcher logged "install the Kubernetes client library" once a
+    minute, with no notice ever. Read as the agent reads them there (a blank value is
+    unset); a FOREWARN_CONFIG file is only on the machine, so its keys are not seen here, and
+    values the agent refuses are left to `agent_values` to name."""
+    import os
+    import tempfile
+
+    from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
+
+    from ..config import ConfigError, load_settings
+
+    named = [
+        (key, value)
+        for key, _, value in (pair.partition("=") for pair in pairs)
+        if key.upper().startswith("FOREWARN_") and key.upper() != "FOREWARN_CONFIG"
+    ]
+    kubeconfigs = [
+        value for key, _, value in (p.partition("=") for p in pairs) if key == "KUBECONFIG"
+    ]
+    saved = dict(os.environ)
+    with tempfile.TemporaryDirectory() as directory:
+        empty = Path(directory) / "forewarn.toml"
+        empty.write_text("")
+        os.environ.clear()
+        os.environ.update({"PATH": saved.get("PATH", ""), **_unit_environment(), **dict(named)})
+        try:
+            kubernetes = load_settings(empty).provider_settings("kubernetes")
+        except ConfigError:
+            return []
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    assert isinstance(kubernetes, KubernetesSettings)
+    from_env = bool(kubeconfigs and kubeconfigs[-1].strip()) and kubernetes.url is None
+    return ["k8s"] if kubernetes.kubeconfig is not None or from_env else []
 
 
 def set_keys(unit: str, values: dict[str, str]) -> str:
@@ -543,7 +591,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NAME",
         help="another forewarn extra to install besides metrics, which the agent unit "
-        "needs (repeatable)",
+        "needs, and k8s, added when --env gives the agent a kubeconfig (repeatable)",
     )
     p.add_argument(
         "--package",
@@ -590,6 +638,9 @@ def run(args: argparse.Namespace) -> int:
         # Always `metrics`: the agent unit sets FOREWARN_METRICS_ADDRESS, and without
         # prometheus-client the agent exits 2 at every start. `--extra aws` replaced it.
         extras = ["metrics", *(extra for extra in args.extra or () if extra != "metrics")]
+        # And the library of a setting that needs one (a kubeconfig: `k8s`), unless asked.
+        if "all" not in extras:
+            extras += [e for e in library_extras(args.env or ()) if e not in extras]
         text = render(
             packages=[requirement(args.source, extras), *args.package],
             agent_env=args.env,
@@ -621,4 +672,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(parser().parse_args(argv))
 
 
-__all__ = ["RenderError", "add_arguments", "main", "render", "requirement", "run"]
+__all__ = [
+    "RenderError",
+    "add_arguments",
+    "library_extras",
+    "main",
+    "render",
+    "requirement",
+    "run",
+]

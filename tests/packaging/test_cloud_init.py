@@ -542,6 +542,66 @@ def test_the_metrics_extra_the_agent_unit_needs_is_always_installed(extras: tupl
     assert named == f"forewarn[{','.join(wanted)}]"
 
 
+def installed_extras(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The extras of the rendered `pip install` of forewarn, in order."""
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    pip = next(cmd for cmd in config["runcmd"] if cmd[0].endswith("/pip"))
+    named = pip[3].split(" @ ")[0]
+    assert named.startswith("forewarn[") and named.endswith("]"), named
+    return named.removeprefix("forewarn[").removesuffix("]").split(",")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        ("FOREWARN_PROVIDERS=local,kubernetes", "FOREWARN_KUBERNETES_KUBECONFIG=/etc/forewarn/kc"),
+        # Outside a pod the agent reads $KUBECONFIG, as kubectl does, when no url is set.
+        ("FOREWARN_PROVIDERS=local,kubernetes", "KUBECONFIG=/etc/forewarn/kc"),
+        ("FOREWARN_KUBERNETES_KUBECONFIG=/etc/forewarn/kc", "FOREWARN_KUBERNETES_EVENTS=true"),
+    ],
+)
+def test_a_kubeconfig_given_to_the_agent_installs_the_library_that_reads_it(
+    env: tuple[str, ...],
+):
+    """An agent reads a kubeconfig through the Kubernetes client library (the `k8s` extra).
+    Rendered with `--env FOREWARN_KUBERNETES_KUBECONFIG=...` and no `--extra k8s`, the
+    machine installed `forewarn[metrics]`: its agent ran, but its Kubernetes watcher only
+    logged "install the Kubernetes client library" once a minute, and no notice ever came."""
+    result = run_render(*(arg for pair in env for arg in ("--env", pair)), process=True)
+    assert installed_extras(result) == ["metrics", "k8s"]
+
+
+@pytest.mark.parametrize(
+    "args, extras",
+    [
+        # An API server named by URL (a token file, `kubectl proxy`) needs no kubeconfig.
+        (
+            (
+                "--env",
+                "FOREWARN_PROVIDERS=local,kubernetes",
+                "--env",
+                "FOREWARN_KUBERNETES_URL=https://10.0.0.1",
+            ),
+            ["metrics"],
+        ),
+        # A blank value is unset, to the agent.
+        (("--env", "FOREWARN_KUBERNETES_KUBECONFIG="), ["metrics"]),
+        (
+            ("--env", "KUBECONFIG=/etc/forewarn/kc", "--env", "FOREWARN_KUBERNETES_URL=https://h"),
+            ["metrics"],
+        ),
+        # Asked for already: named once.
+        (("--extra", "k8s", "--env", "FOREWARN_KUBERNETES_KUBECONFIG=/k"), ["metrics", "k8s"]),
+        (("--extra", "all", "--env", "FOREWARN_KUBERNETES_KUBECONFIG=/k"), ["metrics", "all"]),
+    ],
+)
+def test_the_kubernetes_library_is_added_only_where_a_kubeconfig_is_read(
+    args: tuple[str, ...], extras: list[str]
+):
+    assert installed_extras(run_render(*args)) == extras
+
+
 @pytest.mark.parametrize(
     "source",
     [
