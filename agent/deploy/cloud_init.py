@@ -21,9 +21,15 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from string import Template
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from forewarn.protocol.errors import UsageError
+
+if TYPE_CHECKING:
+    from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
+
+    from ..config import Settings
 
 FILES = Path(__file__).resolve().parent / "files"
 TEMPLATE = FILES / "cloud-init" / "user-data.yaml.tmpl"
@@ -337,19 +343,12 @@ def _unit_environment() -> dict[str, str]:
     return unit
 
 
-def library_extras(pairs: Sequence[str]) -> list[str]:
-    """The extras the machine's agent needs for what `pairs` (the --env lines) ask of it:
-    `k8s` when it reads a kubeconfig (`FOREWARN_KUBERNETES_KUBECONFIG`, or `KUBECONFIG`
-    with no `FOREWARN_KUBERNETES_URL`: outside a pod the agent reads $KUBECONFIG as kubectl
-    does), which only the Kubernetes client library reads. Without it the machine's agent
-    ran, and its Kubernetes watcher logged "install the Kubernetes client library" once a
-    minute, with no notice ever. Read as the agent reads them there (a blank value is
-    unset); a FOREWARN_CONFIG file is only on the machine, so its keys are not seen here, and
-    values the agent refuses are left to `agent_values` to name."""
+def _machine_settings(pairs: Sequence[str]) -> Settings | None:
+    """The settings the machine's agent reads from `pairs` (the --env lines) after its
+    unit's own Environment= lines; None when it would refuse them (`agent_values` names the
+    variable). A FOREWARN_CONFIG file is only on the machine: its keys are not seen here."""
     import os
     import tempfile
-
-    from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 
     from ..config import ConfigError, load_settings
 
@@ -358,9 +357,6 @@ def library_extras(pairs: Sequence[str]) -> list[str]:
         for key, _, value in (pair.partition("=") for pair in pairs)
         if key.upper().startswith("FOREWARN_") and key.upper() != "FOREWARN_CONFIG"
     ]
-    kubeconfigs = [
-        value for key, _, value in (p.partition("=") for p in pairs) if key == "KUBECONFIG"
-    ]
     saved = dict(os.environ)
     with tempfile.TemporaryDirectory() as directory:
         empty = Path(directory) / "forewarn.toml"
@@ -368,15 +364,77 @@ def library_extras(pairs: Sequence[str]) -> list[str]:
         os.environ.clear()
         os.environ.update({"PATH": saved.get("PATH", ""), **_unit_environment(), **dict(named)})
         try:
-            kubernetes = load_settings(empty).provider_settings("kubernetes")
+            return load_settings(empty)
         except ConfigError:
-            return []
+            return None
         finally:
             os.environ.clear()
             os.environ.update(saved)
-    assert isinstance(kubernetes, KubernetesSettings)
-    from_env = bool(kubeconfigs and kubeconfigs[-1].strip()) and kubernetes.url is None
+
+
+def _kubernetes(settings: Settings) -> KubernetesSettings:
+    from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
+
+    section = settings.provider_settings("kubernetes")
+    assert isinstance(section, KubernetesSettings)
+    return section
+
+
+def _other_variable(pairs: Sequence[str], name: str) -> str:
+    """The value a variable other than the agent's settings gets on the machine (the last
+    pair naming it, as systemd reads an EnvironmentFile), stripped; empty when not given."""
+    values = [value for key, _, value in (pair.partition("=") for pair in pairs) if key == name]
+    return values[-1].strip() if values else ""
+
+
+def library_extras(pairs: Sequence[str]) -> list[str]:
+    """The extras the machine's agent needs for what `pairs` (the --env lines) ask of it:
+    `k8s` when it reads a kubeconfig (`FOREWARN_KUBERNETES_KUBECONFIG`, or `KUBECONFIG`
+    with no `FOREWARN_KUBERNETES_URL`: outside a pod the agent reads $KUBECONFIG as kubectl
+    does), which only the Kubernetes client library reads. Without it the machine's agent
+    ran, and its Kubernetes watcher logged "install the Kubernetes client library" once a
+    minute, with no notice ever. Read as the agent reads them there (a blank value is
+    unset)."""
+    settings = _machine_settings(pairs)
+    if settings is None:
+        return []
+    kubernetes = _kubernetes(settings)
+    from_env = bool(_other_variable(pairs, "KUBECONFIG")) and kubernetes.url is None
     return ["k8s"] if kubernetes.kubeconfig is not None or from_env else []
+
+
+def kubernetes_reachable(pairs: Sequence[str]) -> None:
+    """RenderError when `pairs` turn the kubernetes provider on with no API server it can
+    reach: the machine's agent runs under systemd, not in a pod (no
+    KUBERNETES_SERVICE_HOST, no service-account token), and its unit hides the homes
+    (ProtectHome=), so without `FOREWARN_KUBERNETES_URL`, a kubeconfig
+    (`FOREWARN_KUBERNETES_KUBECONFIG`, `KUBECONFIG`) or a FOREWARN_CONFIG file that may name
+    one, its watcher said "not in a pod" once a minute and never watched the node."""
+    if any(pair.partition("=")[0].upper() == "FOREWARN_CONFIG" for pair in pairs):
+        return
+    settings = _machine_settings(pairs)
+    if settings is None or "kubernetes" not in settings.providers:
+        return
+    kubernetes = _kubernetes(settings)
+    if kubernetes.url is not None or kubernetes.kubeconfig is not None:
+        return
+    if _other_variable(pairs, "KUBECONFIG") or _other_variable(pairs, "KUBERNETES_SERVICE_HOST"):
+        return
+    key = next(
+        (
+            key
+            for key, _, _ in reversed([p.partition("=") for p in pairs])
+            if key.upper() == "FOREWARN_PROVIDERS"
+        ),
+        "FOREWARN_PROVIDERS",
+    )
+    raise RenderError(
+        f"--env {key}: the kubernetes provider needs an API server to reach: the machine's "
+        "agent runs under systemd, not in a pod, and its unit hides home directories "
+        "(ProtectHome=), so no ~/.kube/config is read; add --env "
+        "FOREWARN_KUBERNETES_KUBECONFIG=/etc/forewarn/kubeconfig (a file you put there; the "
+        "k8s extra that reads it is then installed) or --env FOREWARN_KUBERNETES_URL=URL"
+    )
 
 
 def set_keys(unit: str, values: dict[str, str]) -> str:
@@ -541,6 +599,7 @@ def render(
     }
     agent_variables(agent_env)
     agent_values(agent_env)
+    kubernetes_reachable(agent_env)
     # JSON strings are valid YAML scalars: quoting never depends on what a value holds.
     values = {
         "package": ", ".join(_scalar(spec.strip()) for spec in packages),
@@ -675,6 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 __all__ = [
     "RenderError",
     "add_arguments",
+    "kubernetes_reachable",
     "library_extras",
     "main",
     "render",

@@ -572,6 +572,38 @@ def test_a_kubeconfig_given_to_the_agent_installs_the_library_that_reads_it(
     assert installed_extras(result) == ["metrics", "k8s"]
 
 
+@pytest.mark.parametrize("providers", ["kubernetes", "local,kubernetes,aws"])
+def test_a_kubernetes_watch_with_no_api_server_to_reach_exits_2(providers: str):
+    """The machine's agent runs under systemd, not in a pod (no KUBERNETES_SERVICE_HOST),
+    and the unit hides the homes (ProtectHome=), so no ~/.kube/config either: rendered with
+    the kubernetes provider and no URL or kubeconfig, the machine's Kubernetes watcher said
+    "not in a pod ... set kubernetes.kubeconfig or kubernetes.url" once a minute and never
+    watched the node, while the job trained on."""
+    result = run_render("--env", f"FOREWARN_PROVIDERS={providers}", process=True)
+    assert result.returncode == 2, result.stdout[-500:]
+    assert result.stdout == ""
+    error = result.stderr
+    assert error.startswith("forewarn: render cloud-init: --env FOREWARN_PROVIDERS: "), error
+    assert "FOREWARN_KUBERNETES_KUBECONFIG" in error and "FOREWARN_KUBERNETES_URL" in error
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        ("FOREWARN_KUBERNETES_URL=https://10.0.0.1:6443",),
+        ("FOREWARN_KUBERNETES_KUBECONFIG=/etc/forewarn/kubeconfig",),
+        ("KUBECONFIG=/etc/forewarn/kubeconfig",),
+        ("KUBERNETES_SERVICE_HOST=10.0.0.1",),
+        # The file is only on the machine: it may name either.
+        ("FOREWARN_CONFIG=/etc/forewarn/forewarn.toml",),
+    ],
+)
+def test_a_kubernetes_watch_with_an_api_server_to_reach_is_rendered(env: tuple[str, ...]):
+    pairs = ("FOREWARN_PROVIDERS=local,kubernetes", *env)
+    result = run_render(*(arg for pair in pairs for arg in ("--env", pair)))
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.parametrize(
     "args, extras",
     [
