@@ -171,6 +171,9 @@ class KubernetesWatcher:
         self.too_large = 0  # "Too large resource version" answers since the last event
         self.bookmarks = 0
         self.short_streams = 0  # watches in a row that ended at once with no event
+        # The last watch was refused (403) after a list that was let through: lists stand in
+        # for it, but are no recovery of the watcher (`status` keeps the 403) until one opens.
+        self.watch_refused = False
         # Karpenter's deadline (the NodeClaim's termination timestamp) for the node being
         # disrupted now, by NodeClaim name; and whether the API server refused to show one.
         self.karpenter_deadline: tuple[str, datetime] | None = None
@@ -298,6 +301,15 @@ class KubernetesWatcher:
                     # Resolve again: a token file re-read, a kubeconfig's exec plugin re-run,
                     # a client certificate reloaded.
                     await self.aclose()
+                elif error.status == 403 and self.resource_version is not None:
+                    # The list was let through and the watch refused: a role with `list` and
+                    # not `watch` (a hand-written one, an RBAC change half applied). The
+                    # watch alone was retried, and a cordon made meanwhile raised nothing
+                    # although a list showed it. List again before the next watch: the
+                    # node's changes then come within the backoff, and the 403 stays in
+                    # `status` (the lists are no recovery) until a watch opens.
+                    self.watch_refused = True
+                    self.resource_version = None
                 await self._pause(backoff, error.retry_after)
             except ParseError as error:
                 self.health.error("parse", str(error))
@@ -388,6 +400,7 @@ class KubernetesWatcher:
         loop = asyncio.get_running_loop()
         started = loop.time()
         async with api.watch(self.resource_version, self.settings.watch_timeout) as stream:
+            self.watch_refused = False
             self._took_date(api.date, emit)
             self.watches += 1
             # A good answer once the stream has held a while (or at its first event), not as
@@ -437,7 +450,7 @@ class KubernetesWatcher:
     def _success(self) -> None:
         # A watch on a node that does not exist works, but is not what the user wants.
         if not self.node_missing:
-            self.health.success()
+            self.health.success(recovered=not self.watch_refused)
 
     def _handle(self, event: WatchEvent, name: str, emit: Emit) -> None:
         if event.type == "BOOKMARK":

@@ -540,6 +540,34 @@ def test_the_shipped_cluster_role_grants_exactly_the_verbs_the_agent_uses(tmp_pa
     assert "Traceback" not in agent.output()
 
 
+def test_a_role_without_watch_still_raises_and_clears_by_listing(tmp_path: Path) -> None:
+    """A role that grants `list` on nodes and not `watch` (a hand-written one, an RBAC
+    change half applied): each watch is a 403. The agent retried the watch alone, from the
+    list's version, for as long as the role lacked it: a cordon made meanwhile raised
+    nothing, though a list showed it (1 list, 8 refused watches, no notice). It lists again
+    before each retry now, so the notice comes within the backoff (`retry_max`), and the
+    watcher stays degraded, naming the verb, until the role is fixed."""
+    sim = KubernetesSimulator(node=NODE, token="t1", grants=frozenset({"list:nodes"}))
+    with SimServer(sim) as server:
+        env = {**_kubernetes_env(tmp_path, server), "FOREWARN_KUBERNETES_RETRY_MAX": "1"}
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with agent, agent.subscriber() as sub:
+            eventually(lambda: sim.counts["forbidden"] >= 1, what="a refused watch")
+            control(server, "cordon")
+            expect(sub, "drain", f"kubernetes/{NODE}/cordon")
+            withdraw(server, "cordon")
+            expect(sub, "clear", f"kubernetes/{NODE}/cordon")
+            (health,) = agent.control({"op": "status"})["health"]
+        with sim.lock:
+            used = set(sim.verbs_used)
+    assert used == {"list:nodes"}
+    # The lists that stand in for the watch are no recovery: the 403 stays in `status`.
+    assert (health["state"], health["last_error"]) == ("degraded", "forbidden"), health
+    assert health["last_error_message"].startswith("watch: 403 "), health
+    assert 'cannot watch resource "nodes"' in agent.output()
+    assert "Traceback" not in agent.output()
+
+
 def test_the_components_grant_exactly_the_verbs_their_features_use(tmp_path: Path) -> None:
     """Every component on (Events, cordon, Karpenter's NodeClaim), the simulator answering as
     RBAC would with what the rendered roles grant: a Karpenter drain with its deadline and a
