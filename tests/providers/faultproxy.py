@@ -68,6 +68,7 @@ class FaultProxy:
         self.upstream = upstream
         self.bad_dates = bad_dates or (lambda path: None)
         self.fault: str | None = None
+        self.met = 0  # connections served with a fault, ended (a test waits on it)
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()  # every client connection, to reset
         self._healed = threading.Event()
@@ -142,6 +143,8 @@ class FaultProxy:
         finally:
             with self._lock:
                 self._open.discard(conn)
+                if fault is not None:
+                    self.met += 1
             with contextlib.suppress(OSError):
                 conn.close()
 
