@@ -7,6 +7,7 @@ A fork, not an exec: the interpreter may live where another uid cannot read it (
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -46,10 +47,19 @@ def other_user(name: str = USER_NAME) -> tuple[int, int]:
 
 
 def shared_tmp(uid: int, gid: int) -> Path:
-    """A fresh directory under /tmp that the other user owns (pytest's own is 0700)."""
+    """A fresh directory under /tmp that the other user owns (pytest's own is 0700), removed
+    when the process that made it exits (no fixture owns it)."""
     path = Path(tempfile.mkdtemp(prefix="forewarn-uid-", dir="/tmp"))
     os.chown(path, uid, gid)
+    atexit.register(_remove_if_made_here, path, os.getpid())
     return path
+
+
+def _remove_if_made_here(path: Path, maker: int) -> None:
+    # A forked child inherits the exit handler; one that exits normally while its parent
+    # still uses the directory must leave it be.
+    if os.getpid() == maker:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _become(uid: int, gid: int, groups: tuple[int, ...] = ()) -> None:
