@@ -25,6 +25,7 @@ import contextlib
 import logging
 import math
 import numbers
+import os
 import signal
 import threading
 import time
@@ -95,6 +96,14 @@ def _positive(value: object) -> bool:
 def _whole_steps(value: object) -> bool:
     """A step count: a whole number above 0 (2.0 as well; not a bool, not 1.5)."""
     return _positive(value) and int(value) == value  # type: ignore[call-overload]
+
+
+def _rank_known() -> bool:
+    """Whether this process's rank can be told now: torch.distributed initialised, or the
+    launcher's RANK in the environment (torchrun)."""
+    from .checkpoint.ranks import initialised_dist
+
+    return initialised_dist() is not None or bool(os.environ.get("RANK"))
 
 
 class CheckpointGuard(
@@ -278,7 +287,11 @@ class CheckpointGuard(
         self._install_signals(handle_signals)
 
         self._init_agreement(agree, agree_every)
-        self._note_writer(store, protected=in_protected_worker())
+        self._writer_unnoted = store is not None and not in_protected_worker()
+        if self._writer_unnoted and (
+            agree is not None or self.agreement is not None or _rank_known()
+        ):
+            self._note_writer()  # else at the first due(), once torch.distributed may be up
 
         self._init_background(background)
 
@@ -286,19 +299,21 @@ class CheckpointGuard(
         self._ticker = threading.Thread(target=self._tick, name="forewarn-guard", daemon=True)
         self._ticker.start()
 
-    @staticmethod
-    def _note_writer(store: CheckpointStore | None, *, protected: bool) -> None:
+    def _note_writer(self) -> None:
         """A guard given a store is its job's writer from its start: another live job on the
         store (the same job started twice) is said now, not at this one's first save, an
-        interval later (see `Backend.note_writer`). Rank 0's only, as a save's."""
-        if store is None or protected:
+        interval later (see `Backend.note_writer`). Rank 0's only, as a save's: made before
+        `init_process_group` without RANK in the environment (`mp.spawn`), every rank took
+        itself for rank 0, so then it waits for the first `due()`."""
+        if not self._writer_unnoted or self.store is None:
             return
+        self._writer_unnoted = False
         from .checkpoint.errors import CheckpointError
         from .checkpoint.ranks import resolve
 
         with contextlib.suppress(CheckpointError, OSError):
             if resolve(None, None).rank == 0:
-                store.backend.note_writer()
+                self.store.backend.note_writer()
 
     # The training loop's side.
 

@@ -29,6 +29,8 @@ class DueChecks(GuardState):
 
         def _raise_failure(self) -> None: ...  # BackgroundSaves'
 
+        def _note_writer(self) -> None: ...  # CheckpointGuard's
+
         def _skips_scheduled(self, step: int) -> bool: ...  # BackgroundSaves'
 
     def _init_agreement(self, agree: bool | RankAgreement | None, agree_every: int) -> None:
@@ -89,6 +91,7 @@ class DueChecks(GuardState):
         self.agreement = RankAgreement.detect(self._agree_every)
         if self.agreement is not None:
             self.due = self._due_ranked  # type: ignore[method-assign]
+        self._note_writer()  # the rank is known by now (CheckpointGuard's)
 
     def _due_ranked(self, step: int) -> bool:
         """`due` across ranks: periodic steps are due on every rank by themselves (same step

@@ -6,6 +6,7 @@ or ended) and more stores on one path in one process say nothing."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -106,11 +107,13 @@ def test_a_writer_leaves_nothing_in_the_temporary_directory(
     assert list(temporary.iterdir()) == []
 
 
-# A job's start: its guard made with the store, no save yet; says "started", then waits for
-# its standard input to close.
+# A job's start: its guard made with the store, then (argv[2]) its first `due()` ("due"), or
+# nothing more (torchrun's RANK in its environment: "rank"), or its rank becoming 1 before its
+# first `due()` (`mp.spawn`: the guard made before `init_process_group`: "late-rank-1"); no
+# save. Says "started", then waits for its standard input to close.
 GUARD_STARTED = textwrap.dedent(
     """
-    import logging, sys
+    import logging, os, sys
     from forewarn.clients import CheckpointGuard
     from forewarn.clients.checkpoint import CheckpointStore
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -118,6 +121,10 @@ GUARD_STARTED = textwrap.dedent(
     guard = CheckpointGuard(
         every_steps=1000, store=store, notices=False, handle_signals=False, flag_file=None
     )
+    if sys.argv[2] == "late-rank-1":
+        os.environ["RANK"], os.environ["WORLD_SIZE"] = "1", "2"  # as the process group says
+    if sys.argv[2] != "rank":
+        guard.due(1)
     print("started", flush=True)
     sys.stdin.read()
     guard.close()
@@ -125,28 +132,36 @@ GUARD_STARTED = textwrap.dedent(
 )
 
 
-def _started(store: Path) -> subprocess.Popen[str]:
+def _started(store: Path, how: str) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    if how == "rank":
+        env.update(RANK="0", WORLD_SIZE="1")
     job = subprocess.Popen(
-        [sys.executable, "-c", GUARD_STARTED, str(store)],
+        [sys.executable, "-c", GUARD_STARTED, str(store), how],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     assert job.stdout is not None and job.stdout.readline() == "started\n"
     return job
 
 
+@pytest.mark.parametrize("how", ["due", "rank"])
 def test_the_same_job_started_twice_is_told_at_its_start_not_at_its_first_save(
-    tmp_path: Path,
+    tmp_path: Path, how: str
 ) -> None:
     """The second job's WARNING came at its first save, a checkpoint interval (an hour?)
     after both jobs started training on one store, and not at all while neither had saved
-    yet. A guard given a store is its job's writer from its start: it says so then."""
+    yet. A guard given a store is its job's writer from its start: it says so when it is
+    made (its rank known: torchrun's RANK), or else at its first `due()`."""
     store = tmp_path / "store"
-    first = _started(store)
+    first = _started(store, how)
     try:
-        second = _started(store)
+        second = _started(store, how)
         err = _end(second)
     finally:
         first_err = _end(first)
@@ -154,3 +169,19 @@ def test_the_same_job_started_twice_is_told_at_its_start_not_at_its_first_save(
     assert f"pid {first.pid} " in line, line
     assert not _other_writer_lines(first_err), first_err
     assert not (store / "LATEST").exists()
+
+
+def test_a_guard_made_before_its_rank_is_known_is_not_taken_for_a_second_job(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 of a job whose guards are made before `init_process_group`, without RANK in the
+    environment (`mp.spawn`): taken for rank 0 when made, it would have said that another job
+    saves into the store (its own rank 0)."""
+    store = tmp_path / "store"
+    first = _started(store, "due")
+    try:
+        second = _started(store, "late-rank-1")
+        err = _end(second)
+    finally:
+        _end(first)
+    assert not _other_writer_lines(err), err
