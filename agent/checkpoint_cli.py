@@ -660,17 +660,16 @@ def run_prune(args: argparse.Namespace, store: CheckpointStore) -> int:
     failures: list[str] = []
     for step in doomed:
         try:
-            if store.backend.claimed(generation_name(step)):
+            if not store.backend.delete_unclaimed(generation_name(step)):
                 # A writer claimed it since it was chosen (a job restarted on the store,
-                # saving that step again): deleted, its files went under it. Asked just
-                # before the delete, as `store.prune()` does.
+                # saving that step again): deleted, its files went under it. Asked with
+                # the delete, as `store.prune()` does.
                 print(
                     f"forewarn: checkpoint: {generation_name(step)} left alone: another "
                     "process is saving it now",
                     file=sys.stderr,
                 )
                 continue
-            store.delete(step)
         except CheckpointError as error:
             failures.append(str(error))  # names the generation and the store
         except Exception as error:

@@ -291,6 +291,16 @@ class Backend(ABC):
         there are no claims, or when it cannot tell."""
         return False
 
+    def delete_unclaimed(self, prefix: str) -> bool:
+        """Delete the generation `prefix` unless a live writer of another process holds a
+        claim on it (see `claimed`); whether it was deleted. Where claims are locks (a local
+        store), the delete holds the step's claim, so a writer claiming it meanwhile waits
+        for the delete instead of having its files deleted under it."""
+        if self.claimed(prefix):
+            return False
+        self.delete_tree(prefix)
+        return True
+
     def writer_gone(self, prefix: str) -> bool:
         """Whether the writer of the uncommitted generation `prefix` is provably gone (every
         rank's): False while any writer may still be saving it, and wherever this backend

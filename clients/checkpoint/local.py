@@ -651,6 +651,51 @@ class LocalBackend(Backend):
         ranks = self._claim_locks(prefix, rank_zero=False)
         return ranks is not None and any(self._lock_held(path) for path in ranks)
 
+    def delete_unclaimed(self, prefix: str) -> bool:
+        # Asked apart from the delete (`claimed`, then `delete_tree`), a writer claiming the
+        # step between the two wrote its files and the delete took them. The delete holds rank
+        # 0's claim lock instead, as a claim does (its file naming no one): a writer finding
+        # it held by a process its file does not name looks again for up to `_SETTLE` s.
+        path = self.root / f".{prefix}.lock"
+        with _HELD.mutex:
+            try:
+                found = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                found = None
+            except OSError:
+                return super().delete_unclaimed(prefix)
+            if found is not None and (found.st_dev, found.st_ino) in _HELD.files:
+                return False  # this process's own save (and opening it would drop the lock)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+            except OSError:
+                return super().delete_unclaimed(prefix)  # another user's, a read-only store
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    return False  # a live writer holds it
+                return super().delete_unclaimed(prefix)  # no working locks here
+            # (Not `claimed`: it opens and closes rank 0's lock file, which drops the lock
+            # this process now holds on it.)
+            ranks = self._claim_locks(prefix, rank_zero=False)
+            if not _is_at(path, fd) or (ranks and any(map(self._lock_held, ranks))):
+                os.close(fd)
+                return False  # claimed anew meanwhile, or by another rank
+            held = os.fstat(fd)
+            key = (held.st_dev, held.st_ino)
+            _HELD.files.add(key)  # the sweep leaves it alone, as a claim's
+        try:
+            self.delete_tree(prefix)
+        finally:
+            with _HELD.mutex:
+                with contextlib.suppress(OSError):
+                    path.unlink()  # its claim goes with it, as a writer's release does
+                os.close(fd)
+                _HELD.files.discard(key)
+        return True
+
     def writer_gone(self, prefix: str) -> bool:
         # Only where every writer is on this machine (see _FILE_SYSTEMS_OF_ONE_MACHINE): a
         # claim is a POSIX lock, which the kernel drops when its holder dies, and a live

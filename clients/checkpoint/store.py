@@ -1177,13 +1177,13 @@ class CheckpointStore:
         first: Exception | None = None
         for step in doomed:
             try:
-                if self._backend.claimed(generation_name(step)):
+                self._hashed.discard(step)
+                if not self._backend.delete_unclaimed(generation_name(step)):
                     # Another process is saving it (a slower job given the same store, or
                     # one restarted from an older checkpoint): deleting its files failed
-                    # that save. Asked just before the delete, as a writer claims its step
+                    # that save. Asked with the delete, as a writer claims its step
                     # before it writes a file; its next save's retention sees it again.
                     continue
-                self.delete(step)
             except Exception as exc:
                 # One generation another user of a shared store made (its directory theirs
                 # alone) stopped retention at every save, and this job's own older ones

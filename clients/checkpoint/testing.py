@@ -191,6 +191,9 @@ class DelegatingBackend(Backend):
     def claimed(self, prefix: str) -> bool:
         return self.inner.claimed(prefix)
 
+    def delete_unclaimed(self, prefix: str) -> bool:
+        return self.inner.delete_unclaimed(prefix)
+
     def writer_gone(self, prefix: str) -> bool:
         return self.inner.writer_gone(prefix)
 

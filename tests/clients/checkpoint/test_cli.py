@@ -1209,3 +1209,75 @@ def test_prune_spares_a_step_a_writer_claims_after_prune_chose_it(
     assert code == 0, out
     assert out.out == "deleted nothing\n", out
     assert "step-000000000040" in out.err and "saving it" in out.err, out.err
+
+
+# SAVING_AGAIN, started ahead: says "ready", then saves step 40 once told to (a line).
+READY_TO_SAVE_AGAIN = """
+import sys, time
+from forewarn.clients.checkpoint import CheckpointStore
+
+store = CheckpointStore(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+with store.save(40) as gen:
+    gen.write_bytes("model.bin", b"z" * 1000)
+    print("saving", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_prune_spares_a_step_a_writer_claims_as_prune_deletes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asked just before the delete, the claim still left a window: a writer claiming the
+    step between that question and the delete (a job restarted on the store, saving a killed
+    writer's step again) wrote its file, and the delete took it. On a local store the delete
+    now holds the step's claim: the writer waits for it (up to 5 s), then saves."""
+    import select
+
+    from forewarn.agent.cli import main
+    from forewarn.clients.checkpoint.local import LocalBackend
+
+    store_url = str(tmp_path / "store")
+    killed = subprocess.Popen(
+        [sys.executable, "-c", SAVING_WRITER, store_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert killed.stdout is not None and killed.stdout.readline() == "saving\n"
+    finally:
+        killed.kill()  # the platform's SIGKILL
+        killed.wait(30)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", READY_TO_SAVE_AGAIN, store_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdin is not None and writer.stdout is not None
+    said: list[str] = []
+    real = LocalBackend.delete_tree
+
+    def a_writer_starts_first(self: LocalBackend, prefix: str) -> None:
+        if prefix == "step-000000000040" and not said:
+            writer.stdin.write("go\n")  # type: ignore[union-attr]
+            writer.stdin.flush()  # type: ignore[union-attr]
+            # Its claim and file come at once, unless it waits for a claim held (3 s: below
+            # the 5 s it waits for one whose holder its file does not name).
+            ready, _, _ = select.select([writer.stdout], [], [], 3.0)
+            said.append(writer.stdout.readline() if ready else "")  # type: ignore[union-attr]
+        real(self, prefix)
+
+    try:
+        assert writer.stdout.readline() == "ready\n"
+        monkeypatch.setattr(LocalBackend, "delete_tree", a_writer_starts_first)
+        code = main(["checkpoint", "prune", store_url, "--keep", "1"])
+        out = capsys.readouterr()
+        monkeypatch.undo()
+        assert said == [""], said  # the writer waited for the delete
+        assert writer.stdout.readline() == "saving\n"
+        assert writer.poll() is None
+        assert (Path(store_url) / "step-000000000040" / "model.bin").read_bytes() == b"z" * 1000
+    finally:
+        writer.kill()
+        writer.wait(30)
+    assert code == 0 and out.out == "deleted step-000000000040\n", out
