@@ -240,6 +240,10 @@ class CheckpointStore:
         # What `latest()` last said it passed over (see `_tell_passed_over`): said once, not at
         # every call of a job that looks often.
         self._told_passed_over: tuple[int, tuple[int, ...]] | None = None
+        # The steps whose generations `restore()` found did not load (a flipped byte the
+        # sizes check passes), by what was wrong: the job resumed below one and trains
+        # through its step again, and its save there was refused as already committed.
+        self._unloadable: dict[int, str] = {}
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CheckpointStore:
@@ -437,6 +441,8 @@ class CheckpointStore:
         present = backend.list_sizes(name)
         if COMMIT in present:
             _found, problems = self._check(step, checksums=self.verify_policy == "checksums")
+            if not problems and step in self._unloadable:
+                problems = [f"it did not load at restore(): {self._unloadable[step]}"]
             if not problems or ranks.world_size != 1:
                 broken = f" (it does not verify: {'; '.join(problems)})" if problems else ""
                 raise GenerationExistsError(
@@ -904,6 +910,7 @@ class CheckpointStore:
                 self.url,
                 "; ".join(failures),
             )
+            self._unloadable[generation.step] = "; ".join(failures)
             below = generation.step
 
     def _load_on_every_rank(

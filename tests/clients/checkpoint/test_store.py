@@ -1093,3 +1093,24 @@ def test_a_store_path_through_a_missing_directory_and_dotdot_makes_no_stray_dire
     with CheckpointStore(str(tmp_path / "y")) as again:
         generation = again.latest()
         assert generation is not None and generation.step == 1
+
+
+def test_a_step_restore_passed_over_as_not_loading_is_saved_again(tmp_path: Path) -> None:
+    """`restore()` passed over step 20 (a byte flipped in its file: its sizes right, so it
+    still verifies by sizes), the job resumed from 10 and trained through step 20 again:
+    its save there was refused, `step-000000000020 is already committed ...; generations
+    are immutable`, so the job failed at the step it had to redo."""
+
+    def load(generation: Any) -> bytes:
+        return bytes(generation.read_bytes("model.bin"))  # checksum-checked
+
+    with CheckpointStore(str(tmp_path / "store")) as store:
+        for step in (10, 20):
+            store.flush(step, lambda gen, step=step: gen.write_bytes("model.bin", b"%d" % step))
+        model = tmp_path / "store" / "step-000000000020" / "model.bin"
+        model.write_bytes(b"2!")  # same size, one byte flipped
+        restored = store.restore(load)
+        assert restored is not None and restored[0].step == 10
+        store.flush(20, lambda gen: gen.write_bytes("model.bin", b"20 again"))
+        again = store.restore(load)
+        assert again is not None and again == (again[0], b"20 again") and again[0].step == 20
