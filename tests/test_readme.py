@@ -840,3 +840,59 @@ def test_the_agent_s_help_gives_the_defaults_its_readme_table_gives() -> None:
     assert "/tmp/forewarn-<uid>" in flat, flat
     assert "/var/lib/forewarn" in flat and "~/.local/state/forewarn" in flat, flat
     assert "telemetry" in flat, flat
+
+
+def test_the_store_loop_as_pasted_resumes_past_a_newest_generation_that_does_not_load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same loop, with a byte flipped in the newest generation's model.pt after the
+    first job (sizes right, so `latest()` returns it): its `resume_from` read the file
+    (checksum-checked) and raised CorruptGenerationError, at every restart, though the
+    generation before was sound."""
+    import pickle
+
+    import forewarn.clients
+    from forewarn.clients import CheckpointGuard
+
+    section = README.split("## Checkpoints that verify before resume", 1)[1]
+    code = re.search(r"```python\n(.+?)```", section, re.S)
+    assert code and '"s3://my-bucket/runs/7b"' in code.group(1)
+    made: list[CheckpointGuard] = []
+
+    class Quiet(CheckpointGuard):
+        def __init__(self, *args: object, **options: object) -> None:
+            options.update(notices=False, flag_file=None, handle_signals=False)
+            super().__init__(*args, **options)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(forewarn.clients, "CheckpointGuard", Quiet)
+    store_path = tmp_path / "store"
+    source = code.group(1).replace('"s3://my-bucket/runs/7b"', repr(str(store_path)))
+    resumed: list[int] = []
+
+    def resume_from(generation: Any) -> int:
+        pickle.loads(generation.read_bytes("model.pt"))
+        resumed.append(generation.step)
+        return int(generation.step)
+
+    try:
+        for total_steps in (1300, 2500):  # the first job, then its replacement
+            loop = {
+                "resume_from": resume_from,
+                "train_one_step": lambda: None,
+                "serialize": lambda model: pickle.dumps(model),
+                "model": {"weights": 1},
+                "total_steps": total_steps,
+            }
+            with pytest.raises(SystemExit) as exited:
+                exec(source, loop)
+            assert exited.value.code == 0
+            if total_steps == 1300:
+                model = store_path / "step-000000001200" / "model.pt"
+                data = bytearray(model.read_bytes())
+                data[-1] ^= 0xFF
+                model.write_bytes(bytes(data))
+    finally:
+        for guard in made:
+            guard.close()
+    assert resumed == [600]
