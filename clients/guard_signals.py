@@ -230,6 +230,11 @@ class SignalHandling(GuardState):
             if isinstance(above, SignalHandling) and above._open_guard_below(signum) is self:
                 continue  # a guard made after this one, which hands it on (_on_signal)
             if current != self._on_signal and self._on_signal not in chained:
+                if _calls_request(current):
+                    # The job's own, installed after the guard as the README advises: it asks
+                    # the guard for the save itself. Said as replaced, a job doing just that
+                    # read that the guard no longer saw SIGTERM, and then saw it save on it.
+                    continue
                 self._watched.discard(signum)
                 log.warning(
                     "forewarn: the %s handler was replaced after the guard installed its own "
@@ -240,6 +245,24 @@ class SignalHandling(GuardState):
                     getattr(current, "__qualname__", current),
                     signal.Signals(signum).name,
                 )
+
+
+def _calls_request(handler: object) -> bool:
+    """Whether `handler`'s own code calls a `request` (a job's handler that asks the guard,
+    `guard.request('signal', exit=True)`): read from its code's names, through a bound method,
+    a `functools.partial` or a callable object's `__call__`."""
+    for _ in range(4):
+        inner = getattr(handler, "func", None) or getattr(handler, "__func__", None)
+        if inner is None and not hasattr(handler, "__code__"):
+            # A callable object's method, its class's own or inherited.
+            inner = next(
+                (vars(k)["__call__"] for k in type(handler).__mro__ if "__call__" in vars(k)), None
+            )
+        if inner is None or inner is handler:
+            break
+        handler = inner
+    code = getattr(handler, "__code__", None)
+    return code is not None and "request" in getattr(code, "co_names", ())
 
 
 # The guards whose signal handlers are installed in this process (made, not closed).

@@ -160,6 +160,46 @@ def test_a_handler_that_calls_the_guards_is_not_reported(
         g.close()
 
 
+def test_a_handler_installed_after_the_guard_that_calls_its_request_is_not_reported(
+    handlers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The README's advice for a job's own handler: install it after the guard and have it
+    call `guard.request('signal', exit=True)`. Found: a torch job doing just that logged
+    `the SIGTERM handler was replaced ...: the guard no longer sees SIGTERM`, then saved and
+    exited 143 on the SIGTERM, as the guard did see it."""
+    g = guard()
+    seen: list[int] = []
+
+    def jobs_own(signum: int, frame: object) -> None:
+        seen.append(signum)
+        g.request("signal", exit=True)
+
+    try:
+        signal.signal(signal.SIGTERM, jobs_own)
+        with caplog.at_level("WARNING", logger="forewarn.clients"):
+            g._check_handlers()
+        assert "replaced" not in caplog.text
+        signal.raise_signal(signal.SIGTERM)
+        assert seen == [signal.SIGTERM] and g.should_exit
+    finally:
+        g.close()
+
+
+def test_a_replaced_handler_is_reported_with_what_would_let_the_guard_see_the_signal(
+    handlers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One that does not call the guard's request is still reported, with the way out."""
+    g = guard()
+    try:
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+        with caplog.at_level("WARNING", logger="forewarn.clients"):
+            g._check_handlers()
+        assert "the guard no longer sees SIGINT" in caplog.text
+        assert "guard.request('signal', exit=True)" in caplog.text
+    finally:
+        g.close()
+
+
 def test_a_guard_made_off_the_main_thread_says_it_does_not_see_signals(
     handlers: None, caplog: pytest.LogCaptureFixture
 ) -> None:
