@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import grp
 import logging
 import math
 import operator
 import os
+import pwd
 import queue
 import re
 import socket
@@ -152,6 +154,50 @@ def fields_refused_as_unknown(error: str, payload: dict[str, Any]) -> set[str]:
     `op`): an agent older than the client refuses an ack whole for a field it lacks."""
     named = set(_UNKNOWN_FIELD.findall(error))
     return {key for key in payload if key in named and key != "op"}
+
+
+def _closed_to_this_user(events: str) -> str | None:
+    """Why this process may not connect to the `ipc://` socket `events`, if that is why no
+    agent is heard: the socket is there but not writable for it (an agent run by root, or by
+    `forewarn`, whose sockets are 0660 with their directory's group, the job's user outside
+    it), or a directory on its way is closed to it. None otherwise (no socket: no agent)."""
+    if not events.startswith("ipc://") or events.startswith("ipc://@"):
+        return None
+    path = events[len("ipc://") :]
+    try:
+        found = os.stat(path)
+    except PermissionError:
+        return (
+            f"this user (uid {os.geteuid()}) may not reach {path}: a directory on its way is "
+            "closed to it; run the job as a user of the agent's group"
+        )
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(found.st_mode) or os.access(path, os.W_OK, effective_ids=True):
+        return None
+    return (
+        f"this user (uid {os.geteuid()}, groups {_group_names(os.getgroups() or [os.getegid()])}) "
+        f"may not connect to {path} (mode {stat.S_IMODE(found.st_mode):04o}, owner "
+        f"{_user_name(found.st_uid)}, group {_group_names([found.st_gid])}): an agent there is "
+        f"not heard; run the job as a member of group {_group_names([found.st_gid])}"
+    )
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group_names(gids: list[int]) -> str:
+    names = []
+    for gid in gids:
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.append(str(gid))
+    return ",".join(names)
 
 
 class Notices:
@@ -527,7 +573,14 @@ class Notices:
                         started, warned = now, False
                 if not alive and not warned and now - started >= self.heartbeat_timeout:
                     warned = True
-                    if last_beat is None:
+                    closed = _closed_to_this_user(self.events) if last_beat is None else None
+                    if closed is not None:
+                        log.warning(
+                            "forewarn: %s; only periodic checkpoints, signals and the flag "
+                            "file will trigger saves",
+                            closed,
+                        )
+                    elif last_beat is None:
                         log.warning(
                             "forewarn: no agent on %s; only periodic checkpoints, signals "
                             "and the flag file will trigger saves",
