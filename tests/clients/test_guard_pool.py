@@ -13,6 +13,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
+from support import eventually
 
 SCRIPT = Path(__file__).with_name("pool_job.py")
 
@@ -66,3 +67,44 @@ def test_a_pool_keeps_serving_the_loop_through_a_group_signal_until_the_save(
     assert int(checkpoint.read_text()) == saved[-1]
     assert f"exiting at step {saved[-1]} on {signal.Signals(signum).name}" in err
     assert not left, left
+
+
+WITHOUT_A_GUARD = """
+import json, multiprocessing, sys, time
+import forewarn.clients
+pool = multiprocessing.get_context("fork").Pool(1)
+print(json.dumps([p.pid for p in pool._pool]), flush=True)
+time.sleep(60)  # the scenario: the job waits while the test signals its worker
+"""
+
+
+def test_without_a_guard_a_fork_pool_worker_still_ends_on_a_sigterm_from_outside(
+    tmp_path: Path,
+) -> None:
+    """The protection is the guard's: with none handling SIGTERM, a pool's worker ends on a
+    job-wide SIGTERM as it would without forewarn."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", WITHOUT_A_GUARD],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
+        start_new_session=True,
+    )
+    try:
+        assert job.stdout is not None
+        (worker,) = json.loads(job.stdout.readline())
+        os.kill(worker, signal.SIGTERM)  # from the test, not the pool's main process
+        eventually(lambda: not alive(worker), timeout=15, what="the worker's end")
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie its parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
