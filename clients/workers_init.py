@@ -23,8 +23,13 @@ from .workers_preload import _preload_in_fork_server
 from .workers_protect import _protect
 
 TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
-POOL_WORKER = ("multiprocessing.pool", "worker")
-# Where a Pool's worker is given its initializer: worker(inqueue, outqueue, initializer, ...).
+# A process pool's worker loops: multiprocessing's Pool and concurrent.futures'
+# ProcessPoolExecutor. Each is given its initializer third: worker(inqueue, outqueue,
+# initializer, initargs, ...), _process_worker(call_queue, result_queue, initializer, ...).
+POOL_WORKERS = (
+    ("multiprocessing.pool", "worker"),
+    ("concurrent.futures.process", "_process_worker"),
+)
 POOL_INITIALIZER = 2
 
 
@@ -131,7 +136,8 @@ def _chain_torch_worker_init(process: Any) -> None:
 
 
 class _PoolInit(_Chained):
-    """What a fork `multiprocessing.Pool` worker runs as its initializer: protected as a fork
+    """What a fork `multiprocessing.Pool` (or `ProcessPoolExecutor`) worker runs as its
+    initializer: protected as a fork
     DataLoader worker is, then the pool's own initializer. Without its lifeline: the pool's
     finalizer stops its workers at the exit (its `terminate()`, which ends them), and a worker
     ended before it, while it held the lock of the pool's task queue, left that finalizer
@@ -145,13 +151,14 @@ class _PoolInit(_Chained):
 
 def _chain_pool_worker_init(process: Any) -> None:
     """Put `_PoolInit(its own initializer)` in place of the initializer a fork
-    `multiprocessing.Pool` worker about to be forked was given: a job-wide SIGTERM or Ctrl-C
-    ended the pool's idle workers, one of them holding the lock of the pool's task queue, and
-    the loop then hung in `pool.map` before its save, or after it in the pool's finalizer at
-    the exit, until the platform's SIGKILL."""
+    `multiprocessing.Pool` or `ProcessPoolExecutor` worker about to be forked was given: a
+    job-wide SIGTERM ended the pool's idle workers, one of them holding the lock of the pool's
+    task queue, and the loop then hung in `pool.map` before its save, or after it in the
+    pool's finalizer at the exit, until the platform's SIGKILL; an executor's next `map`
+    raised BrokenProcessPool before the save."""
     target = getattr(process, "_target", None)
     if not callable(target) or (
-        (getattr(target, "__module__", None), getattr(target, "__name__", None)) != POOL_WORKER
+        (getattr(target, "__module__", None), getattr(target, "__name__", None)) not in POOL_WORKERS
     ):
         return
     args = list(getattr(process, "_args", ()))

@@ -2,8 +2,10 @@
 start, made after the guard) at every step, as a data-prep pool does; prints one JSON line
 per step, `{"saved": N}` at each save, and ends with `sys.exit(guard.exit_code)`.
 
-    pool_job.py CHECKPOINT
+    pool_job.py CHECKPOINT [pool|executor]
 
+`executor`: a `concurrent.futures.ProcessPoolExecutor` (fork) in place of the Pool, with a
+pause before each map (a training step before the next step's data).
 The test sends the job's whole process group SIGTERM or SIGINT (systemd's control-group stop,
 a terminal's Ctrl-C) while it trains."""
 
@@ -13,6 +15,8 @@ import json
 import multiprocessing
 import os
 import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
 
 from forewarn.clients import CheckpointGuard
 
@@ -24,11 +28,18 @@ def square(x: int) -> int:
 def main() -> int:
     checkpoint = sys.argv[1]
     guard = CheckpointGuard(every_steps=1000, notices=False)
-    pool = multiprocessing.get_context("fork").Pool(2)
-    print(json.dumps({"workers": [p.pid for p in pool._pool]}), flush=True)  # type: ignore[attr-defined]
+    executor = sys.argv[2:] == ["executor"]
+    if executor:
+        pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+        mapped = pool.map
+    else:
+        pool = multiprocessing.get_context("fork").Pool(2)
+        mapped = pool.map
     step = 0
     while step < 100_000:
-        assert pool.map(square, range(8)) == [x * x for x in range(8)]
+        if executor:
+            time.sleep(0.3)  # the scenario: a training step before the next step's data
+        assert list(mapped(square, range(8))) == [x * x for x in range(8)]
         step += 1
         print(json.dumps({"step": step}), flush=True)
         if guard.due(step):

@@ -25,17 +25,26 @@ def session_processes(sid: int) -> list[str]:
     return [line for line in out.splitlines() if line.split()[1] == str(sid)]
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(
+    ("kind", "signum", "code"),
+    [
+        ("pool", signal.SIGTERM, 143),
+        ("pool", signal.SIGINT, 130),
+        ("executor", signal.SIGTERM, 143),
+    ],
+)
 def test_a_pool_keeps_serving_the_loop_through_a_group_signal_until_the_save(
-    tmp_path: Path, signum: signal.Signals, code: int
+    tmp_path: Path, kind: str, signum: signal.Signals, code: int
 ) -> None:
     """Found walking a loop that maps over a Pool at each step: the group's SIGTERM ended the
     pool's idle workers, one of them holding the lock of the pool's task queue, and the job
     saved and then hung in the pool's finalizer at its exit (or, mapping before its save, in
-    `pool.map`), until the platform's SIGKILL: exit 137, not 143, steps lost in the second."""
+    `pool.map`), until the platform's SIGKILL: exit 137, not 143, steps lost in the second.
+    A ProcessPoolExecutor's map after the SIGTERM raised BrokenProcessPool before the save:
+    exit 1, the steps since the last save lost."""
     checkpoint = tmp_path / "ckpt"
     job = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(checkpoint)],
+        [sys.executable, str(SCRIPT), str(checkpoint), kind],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
