@@ -5,6 +5,8 @@ from pathlib import Path
 
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.protocol import Report
+from hypothesis import given
+from hypothesis import strategies as st
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
 
@@ -1304,3 +1306,36 @@ def test_a_boot_clock_reading_past_any_time_in_a_state_file_does_not_stop_the_bo
     assert restarted.due() == ([], [])
     (held,) = restarted.manual()
     assert held.deadline is not None and held.deadline.year == 9999
+
+
+@given(
+    readings=st.tuples(*[st.floats(0.0, 1.7e308) | st.none() for _ in range(3)]),
+    step=st.sampled_from([timedelta(0), timedelta(minutes=30), timedelta(minutes=-30)]),
+)
+def test_any_boot_clock_readings_in_a_state_file_leave_the_board_running(
+    readings: tuple[float | None, float | None, float | None], step: timedelta
+) -> None:
+    """The state loader keeps any finite reading that is not negative (`_clock_readings`):
+    whatever they are, the restored board judges its notices and stops nothing."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    raised = report(
+        id="local/manual/1", provider="local", reason="manual", deadline=T0 + timedelta(minutes=15)
+    )
+    b.report(raised, manual=True, deadline_clock=900.0)
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: steady[0])
+    raised_at, deadline_at, reported_at = readings
+    restarted.restore(
+        b.manual(),
+        [],
+        [],
+        raised_clock={} if raised_at is None else {"local/manual/1": raised_at},
+        deadline_clock={} if deadline_at is None else {"local/manual/1": deadline_at},
+        reported_clock={} if reported_at is None else {"local/manual/1": reported_at},
+    )
+    steady[0] = 60.0
+    wall.now = T0 + timedelta(minutes=1) + step
+    restarted.due()
+    restarted.take_moved()
+    assert [notice.id for notice in restarted.manual()] == ["local/manual/1"]
