@@ -502,9 +502,17 @@ class ImdsSimulator(Simulator):
                         raise SimError(f"scheduled events have no field {key!r}")
                 event.update(changed)
                 return
-            if notice_id in ("spot", "rebalance", "asg") and self._present(notice_id):
-                if notice_id == "spot" and self.spot is not None:
-                    fields = {"action": self.spot[0], **fields}
+            if notice_id == "spot" and self.spot is not None:
+                # A change keeps what it does not name: the action, and the time unless a
+                # time, lead or drift is given (a PATCH of the action alone reset the time to
+                # two minutes from the PATCH, a terminate 8 minutes early for a 10-minute stop).
+                refuse_unknown_fields("spot", fields, NOTICE_FIELDS["spot"])
+                action, timed = self._spot({"action": self.spot[0], **fields})
+                if not fields.keys() & {"time", "lead", "drift"}:
+                    timed = self.spot[1]
+                self.spot = (action, timed)
+                return
+            if notice_id in ("rebalance", "asg") and self._present(notice_id):
                 self.raise_notice(notice_id, fields)
                 return
         raise SimError(f"no notice {notice_id!r}", 404)

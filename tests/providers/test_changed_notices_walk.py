@@ -52,6 +52,21 @@ def test_aws_instance_action_time_moved_is_one_terminate_per_move() -> None:
         assert _near(sent[0][1], 120) and _near(sent[1][1], 300), sent
 
 
+def test_aws_instance_action_stop_to_terminate_keeps_its_time() -> None:
+    # found: the simulator's PATCH of the spot notice's action alone reset its time to two
+    # minutes from the PATCH, so the agent sent a terminate 8 minutes early that AWS never
+    # moved (a spot `stop` 10 minutes ahead became a `terminate` 2 minutes ahead).
+    with start_agent("aws") as agent:
+        at = (utcnow() + timedelta(minutes=10)).replace(microsecond=0)
+        agent.aws.raise_notice("spot", action="stop", time=at.isoformat())
+        first = agent.wait_for_event(action="terminate", timeout=15)
+        agent.aws.change("spot", action="terminate")
+        _settled(agent, 2)
+        sent = [n for n in agent.events if n["id"] == first["id"]]
+        assert [n["detail"]["action"] for n in sent] == ["stop", "terminate"], sent
+        assert [parse_time(n["deadline"]) for n in sent] == [at, at], sent
+
+
 def test_aws_scheduled_not_before_moved_then_canceled() -> None:
     with start_agent("aws") as agent:
         event_id = agent.aws.scheduled(in_="1h")
