@@ -8,6 +8,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -24,8 +25,16 @@ from forewarn.providers.aws.imds import (
     TTL_HEADER,
     parse_aws_date,
 )
-from forewarn.providers.aws.simulate import COMMAND, ImdsSimulator, add_arguments, drill_script
+from forewarn.providers.aws.simulate import (
+    COMMAND,
+    SPOT_ACTIONS,
+    ImdsSimulator,
+    add_arguments,
+    drill_script,
+)
 from forewarn.providers.simulator import SimServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import agent_env, eventually, forewarn_cmd
 
 
@@ -278,3 +287,22 @@ def test_a_scheduled_event_state_or_code_imds_never_sends_is_a_400(
     assert answer.status_code == 400 and named in answer.json()["error"], answer.text
     (event,) = json.loads(get(http, SCHEDULED_PATH).text)
     assert event["State"] == "active" and event["Code"] == "system-reboot"
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    first=st.sampled_from(SPOT_ACTIONS),
+    then=st.sampled_from(SPOT_ACTIONS),
+    minutes=st.integers(min_value=1, max_value=600),
+)
+def test_a_spot_patch_keeps_what_it_does_not_name(first: str, then: str, minutes: int) -> None:
+    # A PATCH of the action alone reset the notice's time to two minutes from the PATCH.
+    sim = ImdsSimulator()
+    at = (sim.now() + timedelta(minutes=minutes)).replace(microsecond=0)
+    sim.raise_notice("spot", {"action": first, "time": at.isoformat()})
+    sim.change_notice("spot", {"action": then})
+    written = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert sim.state()["spot"] == {"action": then, "time": written}
+    sim.change_notice("spot", {"lead": 30})
+    spot = sim.state()["spot"]
+    assert spot["action"] == then and spot["time"] != written
