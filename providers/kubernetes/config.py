@@ -59,7 +59,9 @@ class Cluster:
     server: str
     token: TokenSource
     verify: ssl.SSLContext | bool
-    source: str  # for messages: "in-cluster" or "kubeconfig <path> (context <name>)"
+    # For messages: "in-cluster", "kubernetes.url <url> (token from <file>)" or
+    # "kubeconfig <path> (context <name>)".
+    source: str
 
 
 def node_name(settings: Settings, env: Mapping[str, str]) -> str:
@@ -170,7 +172,11 @@ def _no_token() -> str | None:
     return None
 
 
-def in_cluster(settings: Settings, env: Mapping[str, str]) -> Cluster:
+def in_cluster(
+    settings: Settings, env: Mapping[str, str], *, url_from: str = "kubernetes.url"
+) -> Cluster:
+    """The service account's API server and token, or `settings.url` (named `url_from` in
+    messages: the setting, or the drill's flag) with the token file when it exists."""
     server = settings.url
     if server is None:
         host = env.get("KUBERNETES_SERVICE_HOST", "").strip()
@@ -187,10 +193,16 @@ def in_cluster(settings: Settings, env: Mapping[str, str]) -> Cluster:
         server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     server = server.rstrip("/")
     token_source: TokenSource = TokenFile(settings.token_file)
+    # Where the server came from, for the log and the errors: a URL given outside a pod was
+    # called "in-cluster" too, which sent an operator looking for a service account.
+    source = "in-cluster" if settings.url is None else f"{url_from} {server}"
     if settings.url is not None and not settings.token_file.exists():
         # An explicit URL (kubectl proxy, a simulator) may need no token at all.
         token_source = _no_token
+        source += f" (no token: {settings.token_file} does not exist)"
     else:
+        if settings.url is not None:
+            source += f" (token from {settings.token_file})"
         token_source()  # fail now, with the path in the message, if it is unreadable
     verify: ssl.SSLContext | bool = True
     if server.startswith("https://"):
@@ -198,7 +210,7 @@ def in_cluster(settings: Settings, env: Mapping[str, str]) -> Cluster:
             verify = _context(cafile=str(settings.ca_file), what=f"CA {settings.ca_file}")
         else:
             verify = _context(what="system CAs")
-    return Cluster(server, token_source, verify, "in-cluster")
+    return Cluster(server, token_source, verify, source)
 
 
 class _ServerName(ssl.SSLContext):

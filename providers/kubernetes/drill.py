@@ -111,7 +111,9 @@ def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Confi
                 fields[key] = Path(value)
         settings = Settings.model_validate(fields)
         try:
-            cluster = in_cluster(settings, env)
+            cluster = in_cluster(
+                settings, env, url_from="--url" if _given(args.url) else "FOREWARN_KUBERNETES_URL"
+            )
             token = cluster.token()
         except ConfigError as error:
             raise UsageError(f"drill kubernetes: {error}") from None

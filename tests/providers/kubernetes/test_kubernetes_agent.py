@@ -850,3 +850,17 @@ def test_a_started_vm_event_names_the_clients_that_did_not_ack_its_terminate(
         (active,) = [n for n in again.control({"op": "status"})["active"] if n["id"] == reboot]
         assert parse_time(active["deadline"]) == deadline, active
     assert "Traceback" not in agent.output() + again.output()
+
+
+def test_the_log_says_the_api_server_came_from_the_url(tmp_path: Path, server: SimServer) -> None:
+    """An agent given `kubernetes.url` outside a pod (no KUBERNETES_SERVICE_HOST) logged
+    "watching node ... via in-cluster": the server came from the setting, not the pod."""
+    env = _kubernetes_env(tmp_path, server)
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        eventually(lambda: "watching node" in agent.output(), what="the watch's log line")
+    line = next(li for li in agent.output().splitlines() if "watching node" in li)
+    assert "in-cluster" not in line, line
+    assert f"kubernetes.url {server.url}" in line, line
+    assert env["FOREWARN_KUBERNETES_TOKEN_FILE"] in line, line

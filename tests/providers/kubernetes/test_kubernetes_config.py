@@ -120,6 +120,20 @@ def test_url_override_needs_no_token(tmp_path: Path) -> None:
     assert cluster.server == "http://127.0.0.1:8001"
     assert cluster.token() is None
     assert cluster.verify is True
+    # Messages say where the server came from (they said "in-cluster" outside any pod).
+    assert cluster.source == (
+        f"kubernetes.url http://127.0.0.1:8001 (no token: {tmp_path / 'absent'} does not exist)"
+    )
+
+
+def test_the_source_names_the_url_even_in_a_pod(tmp_path: Path) -> None:
+    settings = sa_dir(tmp_path).model_copy(update={"url": "http://127.0.0.1:8001"})
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+    assert in_cluster(settings, env).source == (
+        f"kubernetes.url http://127.0.0.1:8001 (token from {tmp_path / 'token'})"
+    )
+    assert in_cluster(settings, env, url_from="--url").source.startswith("--url http://")
+    assert in_cluster(sa_dir(tmp_path), env).source == "in-cluster"
 
 
 def test_node_name(tmp_path: Path) -> None:

@@ -60,6 +60,9 @@ def test_without_yes_only_prints(tmp_path: Path, server: SimServer) -> None:
     assert '{"spec": {"unschedulable": true}}' in done.stdout
     assert "application/strategic-merge-patch+json" in done.stdout
     assert "add --yes" in done.stdout
+    # The server came from FOREWARN_KUBERNETES_URL, outside any pod: not "in-cluster".
+    assert "in-cluster" not in done.stdout, done.stdout
+    assert f"through FOREWARN_KUBERNETES_URL {server.url} (token from " in done.stdout
     assert not unschedulable(server)
     assert server.sim.requests == {}
 
@@ -100,7 +103,7 @@ def test_refused_token_is_explained(tmp_path: Path, server: SimServer) -> None:
     )
     assert done.returncode == 1
     assert done.stderr.startswith("forewarn: drill kubernetes: 401 Unauthorized:"), done.stderr
-    assert "refused the credentials of in-cluster" in done.stderr
+    assert f"refused the credentials of FOREWARN_KUBERNETES_URL {server.url}" in done.stderr
     assert not unschedulable(server)
 
 
