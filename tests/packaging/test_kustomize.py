@@ -21,7 +21,7 @@ import yaml
 from forewarn.agent.config import load_settings
 from kustomize_render import COMPONENTS, KUSTOMIZE, OVERLAYS, containers, kubectl, render
 from status_probe import run_check, runs_status, silent_agent, status_timeout
-from support import agent_env
+from support import AgentProcess, agent_env
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.32.0"
@@ -522,3 +522,32 @@ def test_the_configmap_is_the_agents_one_configuration(
         assert file is None, f"the image's {file} is read beside the ConfigMap"
         if "metrics" in components:
             assert settings.metrics_listen() == ("::", 9464)
+
+
+def test_the_startup_probe_follows_the_runtime_dir_setting(tmp_path: Path) -> None:
+    """An operator who moves the agent's sockets (FOREWARN_RUNTIME_DIR in the ConfigMap, as
+    the docs invite) gets a startup probe that finds them: it hard-coded
+    `/run/forewarn/agent/control`, never passed, and the kubelet restarted the sidecar every
+    30 s while training never started. Run against a real agent whose directory is elsewhere."""
+    (job,) = [r for r in render("sidecar-job") if r["kind"] == "Job"]
+    probes = [
+        container["startupProbe"]["exec"]["command"]
+        for _, container in containers(job)
+        if "startupProbe" in container
+    ]
+    assert probes, "the sidecar has no startup probe"
+    elsewhere = tmp_path / "operator-sockets"
+    elsewhere.mkdir(mode=0o750)
+    env = agent_env(tmp_path, FOREWARN_RUNTIME_DIR=str(elsewhere))
+
+    def probe(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "forewarn":
+            return run_check(argv, env, 30)
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+
+    for argv in probes:
+        assert probe(argv).returncode != 0, f"{argv} passed with no agent running"
+    with AgentProcess(tmp_path, env=env, runtime=elsewhere):
+        for argv in probes:
+            done = probe(argv)
+            assert done.returncode == 0, f"{argv}: {done.returncode} {done.stdout}{done.stderr}"

@@ -142,8 +142,10 @@ def test_sidecar_shares_an_empty_dir_with_the_training_container() -> None:
     assert "emptyDir" in volumes[volume]
     # Both look for the sockets in the same place, below the shared mount.
     assert env_of(train, "FOREWARN_RUNTIME_DIR")["value"] == config_of(job, "FOREWARN_RUNTIME_DIR")
+    # The startup probe asks the agent where the settings put it (no path of its own).
     probe = agent["startupProbe"]["exec"]["command"]
-    assert probe[-1] == config_of(job, "FOREWARN_RUNTIME_DIR") + "/control"
+    assert probe[:2] == ["forewarn", "status"]
+    assert not any(config_of(job, "FOREWARN_RUNTIME_DIR") in word for word in probe)
     # The state directory is writable although the root filesystem is not.
     state = config_of(job, "FOREWARN_STATE_DIR")
     assert agent["securityContext"]["readOnlyRootFilesystem"] is True
