@@ -63,6 +63,17 @@ def _kustomize(overlay: str, components: tuple[str, ...], work: Path | None) -> 
     return result.stdout
 
 
+def render_example(name: str) -> list[Any]:
+    """`kubectl kustomize packaging/kubernetes/examples/<name>` as shipped."""
+    source = KUSTOMIZE / "examples" / name
+    assert (source / "kustomization.yaml").is_file(), f"{source}: no such example shipped"
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(source)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
 def containers(resource: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """(pod spec, container) for every container and init container of a workload."""
     spec = resource.get("spec", {}).get("template", {}).get("spec")

@@ -19,7 +19,15 @@ import kubernetes_validate
 import pytest
 import yaml
 from forewarn.agent.config import load_settings
-from kustomize_render import COMPONENTS, KUSTOMIZE, OVERLAYS, containers, kubectl, render
+from kustomize_render import (
+    COMPONENTS,
+    KUSTOMIZE,
+    OVERLAYS,
+    containers,
+    kubectl,
+    render,
+    render_example,
+)
 from status_probe import run_check, runs_status, silent_agent, status_timeout
 from support import AgentProcess, agent_env
 
@@ -551,3 +559,56 @@ def test_the_startup_probe_follows_the_runtime_dir_setting(tmp_path: Path) -> No
         for argv in probes:
             done = probe(argv)
             assert done.returncode == 0, f"{argv}: {done.returncode} {done.stdout}{done.stderr}"
+
+
+def _host_dir(pod: dict[str, Any], container: dict[str, Any], path: str) -> str:
+    """The node directory (a hostPath) under which `path` inside the container is."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for mount in container["volumeMounts"]:
+        inside = mount["mountPath"].rstrip("/")
+        if path == inside or path.startswith(inside + "/"):
+            host = volumes[mount["name"]]["hostPath"]["path"].rstrip("/")
+            return host + path[len(inside) :]
+    raise AssertionError(f"{container['name']}: nothing mounted at {path}")
+
+
+def test_the_daemonset_training_job_reaches_the_node_agent_as_documented() -> None:
+    """The DaemonSet mode's training pod was prose only (docs/kubernetes.md): the shipped
+    example mounts the node's socket directory where its client looks, runs with the agent's
+    group as a supplemental group, holds no API token, waits the documented grace period, and
+    passes the Kubernetes schemas."""
+    job_resources = render_example("daemonset-job")
+    for resource in job_resources:
+        kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
+    (job,) = [r for r in job_resources if r["kind"] == "Job"]
+    daemonset_resources = render("daemonset")
+    (daemonset,) = [r for r in daemonset_resources if r["kind"] == "DaemonSet"]
+    config = next(r for r in daemonset_resources if r["kind"] == "ConfigMap")["data"]
+    (sidecar,) = [r for r in render("sidecar-job") if r["kind"] == "Job"]
+    agent_pod, agent = next((p, c) for p, c in containers(daemonset) if c["name"] == "forewarn")
+    pod = job["spec"]["template"]["spec"]
+    (train,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in train["env"]}
+    # The client's directory is the agent's, on the node.
+    assert _host_dir(pod, train, env["FOREWARN_RUNTIME_DIR"]) == _host_dir(
+        agent_pod, agent, config["FOREWARN_RUNTIME_DIR"]
+    )
+    # Its uid is not the agent's; the agent's group is one of its groups (fsGroup does not
+    # apply to a hostPath).
+    context = pod["securityContext"]
+    assert context["runAsUser"] not in (0, AGENT_UID) and context["runAsNonRoot"] is True
+    assert agent["securityContext"]["runAsGroup"] in context["supplementalGroups"]
+    assert "fsGroup" not in context
+    assert restricted_violations(pod, train) == []
+    # The documented grace period, the sidecar Job's; no token; no agent of its own.
+    assert pod["terminationGracePeriodSeconds"] == 120
+    assert (
+        pod["terminationGracePeriodSeconds"]
+        == sidecar["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    )
+    assert pod["automountServiceAccountToken"] is False
+    assert job["spec"]["podFailurePolicy"] == sidecar["spec"]["podFailurePolicy"]
+    assert [c["name"] for _, c in containers(job)] == ["train"]
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    assert "examples/daemonset-job" in docs
+    assert "supplementalGroups: [10001]" in docs and "FOREWARN_RUNTIME_DIR=/run/forewarn" in docs

@@ -24,7 +24,7 @@ import pytest
 import zmq
 from forewarn.agent.config import load_settings
 from forewarn.protocol import request
-from kustomize_render import render
+from kustomize_render import render, render_example
 from other_user import ForkedAgent, call_as
 from support import eventually
 
@@ -252,6 +252,47 @@ def test_daemonset_hostpath_sockets_reach_a_non_root_training_pod(host: Path):
         assert reached == {"status": True, "heartbeat": "heartbeat"}, running.output()
         shut = as_trainer(runtime, groups=(), timeout=1.5)
         assert shut == {"status": None, "heartbeat": None}
+
+
+def test_the_daemonset_training_job_reaches_the_node_agent(host: Path):
+    """The shipped DaemonSet-mode training Job (examples/daemonset-job), with its own uid,
+    groups, mount and FOREWARN_RUNTIME_DIR, scheduled on a new node before the agent's pod:
+    its hostPath is made first (root's, 0755), the DaemonSet's init container then gives it
+    to the agent, and the training process answers to status, hears the heartbeat and may
+    write its flag file in the directory; without the supplemental group it reaches nothing."""
+    job = next(r for r in render_example("daemonset-job") if r["kind"] == "Job")
+    train_pod = dict(job["spec"]["template"]["spec"])
+    (train,) = train_pod["containers"]
+    context = train_pod["securityContext"]
+    uid, gid = int(context["runAsUser"]), int(context["runAsGroup"])
+    groups = tuple(int(g) for g in context["supplementalGroups"])
+    train_volumes = {}
+    for spec in train_pod["volumes"]:
+        if "hostPath" in spec:
+            assert spec["hostPath"]["type"] == "DirectoryOrCreate", spec
+            where = host / "node" / spec["hostPath"]["path"].lstrip("/")
+            where.mkdir(parents=True, mode=0o755)  # the kubelet, before the agent's pod
+            train_volumes[spec["name"]] = where
+    resources = render("daemonset")
+    pod = pod_of(resources, "DaemonSet")
+    agent = container(pod, "forewarn")
+    volumes = daemonset_pod(pod, host, "pod")
+    runtime = in_pod(config(resources)["FOREWARN_RUNTIME_DIR"], agent, volumes)
+    train_env = {e["name"]: e.get("value") for e in train["env"]}
+    assert in_pod(train_env["FOREWARN_RUNTIME_DIR"], train, train_volumes) == runtime
+
+    def reach(timeout: float) -> dict[str, Any]:
+        found = training_client(str(runtime), timeout)
+        found["writable"] = os.access(runtime, os.W_OK | os.X_OK)
+        return found
+
+    with agent_as(agent, runtime, host) as running:
+        reached = call_as(uid, gid, lambda: reach(10.0), timeout=30, groups=groups)
+        assert reached == {"status": True, "heartbeat": "heartbeat", "writable": True}, (
+            running.output()
+        )
+        shut = call_as(uid, gid, lambda: reach(1.5), timeout=30)
+        assert shut == {"status": None, "heartbeat": None, "writable": False}
 
 
 def test_daemonset_notices_outlive_the_agents_pod(host: Path):
