@@ -8,6 +8,7 @@ another uid subscribes and asks for status through the shared directory."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import os
 import re
@@ -15,18 +16,24 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import zmq
 from forewarn.agent.config import load_settings
 from forewarn.protocol import request
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.simulator import SimServer
 from kustomize_render import render, render_example
 from other_user import ForkedAgent, call_as
 from support import eventually
+
+TRAIN = Path(__file__).with_name("daemonset_train.py")
 
 # A training container's uid in the examples (sidecar-job.yaml's `train`), any non-root uid.
 TRAINER = 1000
@@ -88,6 +95,7 @@ def agent_as(
     host: Path,
     groups: tuple[int, ...] = (),
     state: Path | None = None,
+    extra: dict[str, str] | None = None,
 ) -> Iterator[ForkedAgent]:
     """The agent as its container runs it (uid, gid, supplementary groups, umask 022), its
     log in `host`, its state in `state` (else a directory of its own in `host`)."""
@@ -102,6 +110,7 @@ def agent_as(
         "FOREWARN_STATE_DIR": str(state),
         "FOREWARN_PROVIDERS": "local",
         "FOREWARN_TELEMETRY": "false",
+        **(extra or {}),
     }
     old = os.umask(0o022)  # the container runtime's default, inherited by the fork
     try:
@@ -293,6 +302,92 @@ def test_the_daemonset_training_job_reaches_the_node_agent(host: Path):
         )
         shut = call_as(uid, gid, lambda: reach(1.5), timeout=30)
         assert shut == {"status": None, "heartbeat": None, "writable": False}
+
+
+def test_a_torch_loop_in_the_daemonset_training_job_saves_on_drain_and_exits_on_terminate(
+    host: Path,
+):
+    """The walk of the DaemonSet mode: the shipped training Job's uid and groups, started on a
+    new node before the agent's pod (the kubelet makes the hostPath, root's), run a torch loop
+    with DataLoader workers and CheckpointGuard; the DaemonSet's agent comes, watches the node
+    in the simulator, and the job saves on the cordon's drain and trains on, then saves and
+    exits 143 on the graceful shutdown's terminate."""
+    pytest.importorskip("torch")
+    job = next(r for r in render_example("daemonset-job") if r["kind"] == "Job")
+    train_pod = dict(job["spec"]["template"]["spec"])
+    (train,) = train_pod["containers"]
+    context = train_pod["securityContext"]
+    uid, gid = int(context["runAsUser"]), int(context["runAsGroup"])
+    groups = ",".join(str(g) for g in context["supplementalGroups"])
+    train_volumes = {}
+    for spec in train_pod["volumes"]:
+        if "hostPath" in spec:
+            where = host / "node" / spec["hostPath"]["path"].lstrip("/")
+            where.mkdir(parents=True, mode=0o755)
+            train_volumes[spec["name"]] = where
+    train_env = {e["name"]: e.get("value") for e in train["env"]}
+    runtime = in_pod(train_env["FOREWARN_RUNTIME_DIR"], train, train_volumes)
+    home = host / "home"
+    home.mkdir()
+    os.chown(home, uid, gid)
+    log = host / "train.log"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "FOREWARN_RUNTIME_DIR": str(runtime),
+        "CKPT": str(home / "model.pt"),
+    }
+    with log.open("w") as out:
+        trainer = subprocess.Popen(
+            [
+                *("setpriv", f"--reuid={uid}", f"--regid={gid}", f"--groups={groups}"),
+                *(sys.executable, str(TRAIN)),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        eventually(lambda: "started" in log.read_text(), timeout=120, what="the torch loop")
+        resources = render("daemonset")
+        pod = pod_of(resources, "DaemonSet")
+        agent = container(pod, "forewarn")
+        volumes = daemonset_pod(pod, host, "pod")
+        assert in_pod(config(resources)["FOREWARN_RUNTIME_DIR"], agent, volumes) == runtime
+        # The forked agent (uid 10001) cannot read this interpreter's stdlib under /root:
+        # what its node watch imports is loaded here first, as other_user.PRELOAD does.
+        for name in ("importlib.readers", "forewarn.providers.kubernetes.watch", "certifi"):
+            importlib.import_module(name)
+        httpx.Client(trust_env=False).close()  # loads the TLS context's CA bundle
+        sim = KubernetesSimulator(node="gpu-1")
+        with SimServer(sim) as server:
+            kubernetes = {
+                "FOREWARN_PROVIDERS": "local,kubernetes",
+                "FOREWARN_KUBERNETES_URL": server.url,
+                "NODE_NAME": "gpu-1",
+            }
+            with agent_as(agent, runtime, host, extra=kubernetes) as running:
+
+                def watching() -> bool:
+                    with sim.lock:
+                        return sim.open_watches >= 1
+
+                eventually(watching, timeout=60, what="the agent's watch")
+                post = f"{server.url}/_sim/notices"
+                httpx.post(post, json={"kind": "cordon"}, trust_env=False, timeout=5)
+                eventually(
+                    lambda: "saved step" in log.read_text(), timeout=60, what="the drain's save"
+                )
+                assert trainer.poll() is None, log.read_text()  # a drain: it trains on
+                httpx.post(post, json={"kind": "shutdown"}, trust_env=False, timeout=5)
+                assert trainer.wait(timeout=60) == 143, log.read_text() + running.output()
+        text = log.read_text()
+        assert text.count("saved step") == 2, text
+        assert "on terminate kubernetes/gpu-1/shutdown" in text, text
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
 
 
 def test_daemonset_notices_outlive_the_agents_pod(host: Path):
