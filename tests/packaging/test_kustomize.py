@@ -612,3 +612,36 @@ def test_the_daemonset_training_job_reaches_the_node_agent_as_documented() -> No
     docs = (ROOT / "docs" / "kubernetes.md").read_text()
     assert "examples/daemonset-job" in docs
     assert "supplementalGroups: [10001]" in docs and "FOREWARN_RUNTIME_DIR=/run/forewarn" in docs
+
+
+def test_the_sidecars_runtime_dir_is_set_in_one_place(tmp_path: Path) -> None:
+    """Moving the sidecar's sockets takes one change, the ConfigMap's FOREWARN_RUNTIME_DIR
+    (where the docs send settings): the training container had a literal copy of it, and a
+    client looking in the old place found no agent while the agent served in the new one."""
+    tree = tmp_path / "kubernetes"
+    shutil.copytree(KUSTOMIZE, tree)
+    overlay = tree / "overlays" / "sidecar-job"
+    text = (overlay / "kustomization.yaml").read_text()
+    assert "FOREWARN_RUNTIME_DIR=/run/forewarn/agent" in text
+    text = text.replace(
+        "FOREWARN_RUNTIME_DIR=/run/forewarn/agent", "FOREWARN_RUNTIME_DIR=/run/forewarn/s"
+    )
+    (overlay / "kustomization.yaml").write_text(text)
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(overlay)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    resources = [r for r in yaml.safe_load_all(done.stdout) if r]
+    config_maps = {r["metadata"]["name"]: r["data"] for r in resources if r["kind"] == "ConfigMap"}
+    (job,) = [r for r in resources if r["kind"] == "Job"]
+    for _, container in containers(job):
+        found = {}
+        for source in container.get("envFrom", []):
+            found.update(config_maps[source["configMapRef"]["name"]])
+        for entry in container.get("env", []):
+            if "value" in entry:
+                found[entry["name"]] = entry["value"]
+            elif "configMapKeyRef" in entry.get("valueFrom", {}):
+                ref = entry["valueFrom"]["configMapKeyRef"]
+                found[entry["name"]] = config_maps[ref["name"]][ref["key"]]
+        assert found.get("FOREWARN_RUNTIME_DIR") == "/run/forewarn/s", container["name"]

@@ -171,8 +171,11 @@ def test_sidecar_emptydir_sockets_reach_a_non_root_training_container(host: Path
     mount = mount_path(agent, "forewarn-run")
     assert mount == mount_path(train, "forewarn-run")
     runtime_in_pod = config(resources)["FOREWARN_RUNTIME_DIR"]
-    train_env = {e["name"]: e.get("value") for e in train["env"]}
-    assert train_env["FOREWARN_RUNTIME_DIR"] == runtime_in_pod
+    # The training container reads the agent's own setting (one place to change it).
+    (setting,) = [e for e in train["env"] if e["name"] == "FOREWARN_RUNTIME_DIR"]
+    ref = setting["valueFrom"]["configMapKeyRef"]
+    config_map = next(r for r in resources if r["kind"] == "ConfigMap")
+    assert (ref["name"], ref["key"]) == (config_map["metadata"]["name"], "FOREWARN_RUNTIME_DIR")
     runtime = on_host(runtime_in_pod, mount, volume)
     # fsGroup is a supplementary group of every container in the pod.
     with agent_as(agent, runtime, host, groups=(fs_group,)) as running:

@@ -141,7 +141,10 @@ def test_sidecar_shares_an_empty_dir_with_the_training_container() -> None:
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert "emptyDir" in volumes[volume]
     # Both look for the sockets in the same place, below the shared mount.
-    assert env_of(train, "FOREWARN_RUNTIME_DIR")["value"] == config_of(job, "FOREWARN_RUNTIME_DIR")
+    # (the training container takes it from the agent's ConfigMap: one place to change it).
+    ref = env_of(train, "FOREWARN_RUNTIME_DIR")["valueFrom"]["configMapKeyRef"]
+    assert ref["key"] == "FOREWARN_RUNTIME_DIR"
+    assert ref["name"] == agent["envFrom"][0]["configMapRef"]["name"]
     # The startup probe asks the agent where the settings put it (no path of its own).
     probe = agent["startupProbe"]["exec"]["command"]
     assert probe[:2] == ["forewarn", "status"]
