@@ -896,3 +896,44 @@ def test_the_store_loop_as_pasted_resumes_past_a_newest_generation_that_does_not
         for guard in made:
             guard.close()
     assert resumed == [600]
+
+
+def test_every_option_with_a_default_says_it_in_its_help() -> None:
+    """`forewarn simulate gcp --help` said `--project`: "project/project-id" and `simulate
+    digitalocean --help` `--region`: "the region served", with no word of the `forewarn-sim`
+    and `nyc2` they serve when not given (the provider pages' tables had them): a user
+    pointing the agent's `gcp.project` or a check at the simulator from `--help` alone could
+    not tell what it answers. Found comparing each command's `--help` with the docs' tables;
+    `render cloud-init --training-dir` said nothing of `/srv/training` either."""
+    parser = build_parser()
+    silent = []
+    for path, option in _walk(parser):
+        if option is None:
+            continue
+        sub = parser
+        for name in path:
+            (choices,) = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+            sub = choices.choices[name]
+        (action,) = [a for a in sub._actions if option in a.option_strings]
+        if action.default in (None, False, [], "", argparse.SUPPRESS):
+            continue
+        if "default" not in (action.help or "") or str(action.default) not in _help_of(sub, action):
+            silent.append(f"{' '.join(path)} {option} ({action.default!r})")
+    assert not silent, f"a default --help does not give: {silent}"
+
+
+def _help_of(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """The help line as `--help` prints it (with `%(default)s` filled in), or, for a
+    duration or a share, its default written as the help writes one (`30s` for 30.0, `10%`
+    for 0.1)."""
+    text = parser._get_formatter()._expand_help(action)
+    if isinstance(action.default, float):
+        number = f"{action.default:g}"
+        if re.search(rf"(?<![\d.]){re.escape(number)}(?:s|m|h|d)?(?![\d.])", text):
+            return text + str(action.default)
+        minutes = action.default / 60
+        if minutes == int(minutes) and f"{int(minutes)}m" in text:
+            return text + str(action.default)
+        if f"{action.default * 100:g}%" in text:  # a share: `--warn-tax` (default 10%)
+            return text + str(action.default)
+    return text

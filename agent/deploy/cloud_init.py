@@ -675,7 +675,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--training-user", default="trainer", help="user of the job (default trainer)")
     p.add_argument(
-        "--training-dir", default="/srv/training", help="its working directory (created)"
+        "--training-dir",
+        default="/srv/training",
+        help="its working directory, created (default %(default)s)",
     )
     p.add_argument(
         "--training-command",
@@ -685,7 +687,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--training-dir (default: /opt/forewarn/venv/bin/python train.py)",
     )
     p.add_argument(
-        "--training-unit", default="training.service", help="its unit name (training.service)"
+        "--training-unit", default="training.service", help="its unit name (default %(default)s)"
     )
     from ..argtypes import path_arg
 

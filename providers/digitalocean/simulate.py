@@ -143,10 +143,15 @@ _droplet_id = whole_number(minimum=1, below="a droplet id is {minimum} or more, 
 
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--droplet-id", type=_droplet_id, default=424242424, help="the droplet id served"
+        "--droplet-id",
+        type=_droplet_id,
+        default=424242424,
+        help="the droplet id served (default %(default)s)",
     )
-    parser.add_argument("--hostname", default="gpu-spot-1", help="the droplet name served")
-    parser.add_argument("--region", default="nyc2", help="the region served")
+    parser.add_argument(
+        "--hostname", default="gpu-spot-1", help="the droplet name served (default %(default)s)"
+    )
+    parser.add_argument("--region", default="nyc2", help="the region served (default %(default)s)")
 
 
 COMMAND = SimulatorCommand(

@@ -673,10 +673,17 @@ def make_simulator(**options: Any) -> GcpSimulator:
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", default="forewarn-sim", help="project/project-id")
-    parser.add_argument("--zone", default="us-central1-a", help="zone in instance/zone")
     parser.add_argument(
-        "--instance-name", dest="instance", default="forewarn-sim-vm", help="instance/name"
+        "--project", default="forewarn-sim", help="project/project-id (default %(default)s)"
+    )
+    parser.add_argument(
+        "--zone", default="us-central1-a", help="zone in instance/zone (default %(default)s)"
+    )
+    parser.add_argument(
+        "--instance-name",
+        dest="instance",
+        default="forewarn-sim-vm",
+        help="instance/name (default %(default)s)",
     )
     parser.add_argument(
         "--machine-type",
