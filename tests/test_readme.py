@@ -937,3 +937,73 @@ def _help_of(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
         if f"{action.default * 100:g}%" in text:  # a share: `--warn-tax` (default 10%)
             return text + str(action.default)
     return text
+
+
+# The option tables of the docs, each by the page, the first cell of its first row and the
+# command whose options it lists.
+_OPTION_TABLES = [
+    ("README.md", "`--provider NAME`", ("agent",)),
+    *[("README.md", "`--host H`", ("simulate", name)) for name in ("aws", "gcp", "azure")],
+    ("README.md", "`--host H`", ("simulate", "kubernetes")),
+    ("docs/gcp.md", "`--project`, `--zone`, `--instance-name`", ("simulate", "gcp")),
+    ("docs/kubernetes.md", "`--node`", ("simulate", "kubernetes")),
+    ("docs/operations.md", "`--source URL`", ("render", "cloud-init")),
+    ("docs/plan.md", "`--telemetry PATH`", ("plan",)),
+]
+
+
+def _table_rows(page: str, first: str) -> list[list[str]]:
+    lines = (ROOT / page).read_text().splitlines()
+    (start,) = [i for i, line in enumerate(lines) if line.startswith(f"| {first} |")]
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]])
+    return rows
+
+
+def _seconds(text: str) -> float | None:
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)?", text)
+    if not found:
+        return None
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[found.group(2) or "s"]
+    return float(found.group(1)) * unit
+
+
+def test_the_defaults_the_docs_tables_give_are_the_commands_own() -> None:
+    """Each option table of the README and docs/*.md gives a default per option: the one
+    the option takes when not given (argparse's, or the one its `--help` names when that is
+    resolved later: `agent --exit-margin`, `30s`). The check that every option is documented
+    found the option's name anywhere; a table's default drifting from the code's passed."""
+    parsers = dict(_parsers(build_parser()))
+    checked, wrong = 0, []
+    for page, first, path in _OPTION_TABLES:
+        parser = parsers[path]
+        for cells in _table_rows(page, first):
+            names = re.findall(r"`(--[a-z0-9-]+)", cells[0])
+            if len(names) != 1 or len(cells) < 3:
+                continue
+            (action,) = [a for a in parser._actions if names[0] in a.option_strings]
+            said = re.sub(r"\s*\(.*", "", cells[1]).strip()
+            default = action.default
+            shown = parser._get_formatter()._expand_help(action) if action.help else ""
+            given = re.search(r"(?:\(|; )default:? ([^;)]*)", shown)
+            stated = given.group(1).strip() if given else None
+            literal = said.strip("`")
+            if said in ("off", "none", "unset"):
+                ok = default in (None, False, []) and stated in (None, "none", "off")
+            elif said == "required":
+                ok = action.required
+            elif _seconds(literal) is not None:
+                value = default if default is not None else stated and _seconds(stated)
+                ok = value is not None and float(value) == _seconds(literal)
+            elif said.startswith("`") and said.endswith("`") and "`" not in literal:
+                ok = literal in (str(default), stated)
+            else:
+                continue  # prose: `see [Sockets](#sockets)`, `size over --bandwidth, ...`
+            checked += 1
+            if not ok:
+                wrong.append(f"{page} {' '.join(path)} {names[0]}: {said!r}, code {default!r}")
+    assert checked > 30, checked
+    assert not wrong, wrong

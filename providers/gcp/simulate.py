@@ -711,7 +711,8 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--maintenance-kind",
         choices=("TERMINATE", "MIGRATE"),
-        help="the --maintenance-after event: TERMINATE_ (default) or MIGRATE_ON_HOST_MAINTENANCE",
+        help="the --maintenance-after event (default TERMINATE): TERMINATE_ON_HOST_MAINTENANCE "
+        "or MIGRATE_ON_HOST_MAINTENANCE",
     )
     parser.add_argument(
         "--maintenance-duration",
