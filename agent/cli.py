@@ -1996,7 +1996,9 @@ def build_parser(
     for spec in registry.with_simulator() if registry and wanted("simulate") else ():
         assert spec.simulate is not None
         simulate_face = spec.simulate()
-        sub = sims.add_parser(spec.name, help=f"a faithful simulator of {spec.summary}")
+        # A face's own HELP line where the contract's summary is not what it serves.
+        said = getattr(simulate_face, "HELP", None) or f"a faithful simulator of {spec.summary}"
+        sub = sims.add_parser(spec.name, help=said)
         simulate_face.add_arguments(sub)  # --host, --port, --ready-file ... from the sim base
         sub.set_defaults(func=simulate_face.run)
 
@@ -2054,7 +2056,8 @@ def build_parser(
     for spec in registry.with_drill() if registry and wanted("drill") else ():
         assert spec.drill is not None and registry is not None
         drill_face = spec.drill()
-        sub = drills.add_parser(spec.name, help=f"trigger {spec.name}'s real test path")
+        said = getattr(drill_face, "HELP", None) or f"trigger {spec.name}'s real test path"
+        sub = drills.add_parser(spec.name, help=said)
         drill_face.add_arguments(sub)
         sub.set_defaults(func=drill_face.run, load_settings=_section_loader(registry, spec.name))
 

@@ -1007,3 +1007,26 @@ def test_the_defaults_the_docs_tables_give_are_the_commands_own() -> None:
                 wrong.append(f"{page} {' '.join(path)} {names[0]}: {said!r}, code {default!r}")
     assert checked > 30, checked
     assert not wrong, wrong
+
+
+def _subcommand_help(command: str, name: str) -> str:
+    parser = dict(_parsers(build_parser()))[(command,)]
+    (choices,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    (line,) = [a.help for a in choices._choices_actions if a.dest == name]
+    return str(line)
+
+
+def test_the_digitalocean_lines_of_simulate_and_drill_help_say_what_the_docs_say() -> None:
+    """`forewarn simulate --help` called the DigitalOcean simulator "a faithful simulator of
+    DigitalOcean Spot reclaim email over IMAP, with droplet metadata", and `forewarn drill
+    --help` its drill "trigger digitalocean's real test path". The README and
+    docs/digitalocean.md say the simulator serves only droplet metadata (the mailbox is a
+    real IMAP server) and that DigitalOcean has no test path: its drill files a test reclaim
+    mail. A user reading `--help` looked for an IMAP port on the simulator."""
+    assert "serves only droplet metadata" in " ".join(README.split())
+    simulator = _subcommand_help("simulate", "digitalocean")
+    assert "droplet metadata" in simulator and "over IMAP" not in simulator, simulator
+    drill = _subcommand_help("drill", "digitalocean")
+    assert "real test path" not in drill and "mail" in drill, drill
+    for name in ("aws", "gcp", "azure", "kubernetes"):
+        assert _subcommand_help("drill", name) == f"trigger {name}'s real test path"

@@ -32,6 +32,10 @@ DEFAULT_FROM = "forewarn drill <forewarn-drill@digitalocean.com>"
 SUBJECT = "[forewarn drill] Spot Droplet reclaim notice"
 
 
+# `forewarn drill --help`'s line: DigitalOcean has no test path to trigger.
+HELP = "file a test reclaim mail into the mailbox the agent watches (DigitalOcean has no test path)"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "DigitalOcean has no reclaim drill API. This files a test reclaim mail into the "

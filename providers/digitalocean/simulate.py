@@ -162,6 +162,10 @@ COMMAND = SimulatorCommand(
     hints=lambda sim, url, args: [f"point the agent at it: FOREWARN_DIGITALOCEAN_URL={url}"],
     raises_notices=False,  # droplet metadata has no reclaim notice: that is an email
 )
+# `forewarn simulate --help`'s line: the reclaim mail itself goes to a real IMAP server.
+HELP = (
+    "a faithful simulator of DigitalOcean droplet metadata (the reclaim mail: a real IMAP server)"
+)
 add_arguments = COMMAND.add_arguments
 run = COMMAND.run
 
