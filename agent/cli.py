@@ -1774,9 +1774,11 @@ def build_parser(
     parser = Parser(
         prog="forewarn",
         description="Turn every provider's interruption notice into one event your job acts on.",
-        epilog="Exit codes: 0 done, 1 failed (notify and status: also no agent, or no answer), "
-        "2 bad input, 3 no agent heard (wait, watch), 130 interrupted. "
-        "--debug (anywhere) shows the traceback of an unexpected error.",
+        epilog="Exit codes: 0 done, 1 failed (notify, status and ack: also no agent, or no "
+        "answer; checkpoint verify: a corrupt generation), 2 bad input (drill: also missing "
+        "cloud credentials), 3 no agent heard (wait, watch; checkpoint: the store could not be "
+        "read, or prune could not delete), 130 interrupted (wait and watch end by the SIGINT "
+        "itself). --debug (anywhere) shows the traceback of an unexpected error.",
     )
     parser.add_argument("--version", action="version", version=f"forewarn {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

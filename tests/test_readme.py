@@ -1030,3 +1030,19 @@ def test_the_digitalocean_lines_of_simulate_and_drill_help_say_what_the_docs_say
     assert "real test path" not in drill and "mail" in drill, drill
     for name in ("aws", "gcp", "azure", "kubernetes"):
         assert _subcommand_help("drill", name) == f"trigger {name}'s real test path"
+
+
+def test_forewarn_help_s_exit_codes_name_the_commands_the_readme_s_list_names() -> None:
+    """`forewarn --help` ended "1 failed (notify and status: also no agent, or no answer),
+    2 bad input, 3 no agent heard (wait, watch)": the README's list has `ack` among the
+    commands exiting 1 for no agent, `checkpoint verify` 1 on a corrupt generation and
+    `checkpoint` 3 on a store it could not read. A restart script reading `--help` took a
+    `checkpoint get` exit 3 for "no agent"."""
+    epilog = " ".join((build_parser().epilog or "").split())
+    commands = {path[0] for path, option in _walk(build_parser()) if option is None}
+    clauses = dict(re.findall(r"(?<![\w-])(\d+) (.*?)(?=, \d+ |\. |$)", epilog))
+    missing = []
+    for code, words in _exit_code_words().items():
+        named = set(re.findall(r"`([a-z]+)", words)) & commands
+        missing += [f"{code}: {name}" for name in sorted(named) if name not in clauses[code]]
+    assert not missing, (missing, epilog)

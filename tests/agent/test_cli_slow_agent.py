@@ -145,9 +145,9 @@ def test_the_help_gives_the_exit_code_of_no_agent_that_status_exits_with(
     code = run(["status", "--runtime-dir", str(tmp_path)])
     assert code == 1
     epilog = build_parser().epilog or ""
-    said = re.search(r"(\d+) failed \(notify and status: also no agent", epilog)
+    said = re.search(r"(\d+) failed \(notify, status and ack: also no agent", epilog)
     assert said is not None and int(said.group(1)) == code, epilog
-    assert "3 no agent heard (wait, watch)" in epilog
+    assert "3 no agent heard (wait, watch;" in epilog
 
 
 @settings(max_examples=examples(60), deadline=None)
