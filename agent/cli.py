@@ -2074,7 +2074,9 @@ def build_parser(
         cloud_init_render.add_arguments(cloud_init)
         cloud_init.set_defaults(func=cloud_init_render.run)
 
-    checkpoint = commands.add_parser("checkpoint", help="list, verify and prune checkpoint stores")
+    checkpoint = commands.add_parser(
+        "checkpoint", help="list, inspect, verify, copy out and prune checkpoint stores"
+    )
     if wanted("checkpoint"):
         from . import checkpoint_cli
 

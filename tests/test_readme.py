@@ -1010,7 +1010,8 @@ def test_the_defaults_the_docs_tables_give_are_the_commands_own() -> None:
 
 
 def _subcommand_help(command: str, name: str) -> str:
-    parser = dict(_parsers(build_parser()))[(command,)]
+    """The line `forewarn COMMAND --help` gives subcommand NAME (`forewarn --help`'s: "")."""
+    parser = dict(_parsers(build_parser()))[(command,) if command else ()]
     (choices,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     (line,) = [a.help for a in choices._choices_actions if a.dest == name]
     return str(line)
@@ -1046,3 +1047,14 @@ def test_forewarn_help_s_exit_codes_name_the_commands_the_readme_s_list_names() 
         named = set(re.findall(r"`([a-z]+)", words)) & commands
         missing += [f"{code}: {name}" for name in sorted(named) if name not in clauses[code]]
     assert not missing, (missing, epilog)
+
+
+def test_forewarn_help_s_checkpoint_line_names_every_action_its_own_help_gives() -> None:
+    """`forewarn --help` said `checkpoint`: "list, verify and prune checkpoint stores", and
+    a user looking there for how to copy a generation out for a restart (`checkpoint get`,
+    the README's restart-script command) or to read a manifest (`show`) was not told."""
+    described = " ".join((dict(_parsers(build_parser()))[("checkpoint",)].description).split())
+    line = _subcommand_help("", "checkpoint")
+    for action in ("list", "inspect", "verify", "copy out", "prune"):
+        assert action in described.lower(), described
+        assert action in line, line
