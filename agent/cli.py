@@ -2012,7 +2012,7 @@ def build_parser(
         dest="source",
         type=_provider_name,
         default=None,  # local; None: not given (see _drill_local_options)
-        help="notice source: local (control socket) or a provider simulator "
+        help="notice source: local (default: the control socket) or a provider simulator "
         "(aws, gcp, azure, kubernetes)",
     )
     local.add_argument(

@@ -1058,3 +1058,26 @@ def test_forewarn_help_s_checkpoint_line_names_every_action_its_own_help_gives()
     for action in ("list", "inspect", "verify", "copy out", "prune"):
         assert action in described.lower(), described
         assert action in line, line
+
+
+def test_drill_local_s_help_gives_each_default_it_fills_in() -> None:
+    """`forewarn drill local --help` said `--provider`: "notice source: local (control
+    socket) or a provider simulator (aws, ...)" with no default, where the README's commands
+    table says `local`: the parser's default is None (an option a drill does not use is
+    refused), and the drill fills in its own, which the check on parser defaults misses."""
+    from forewarn.agent import cli
+
+    parser = dict(_parsers(build_parser()))[("drill", "local")]
+    silent = []
+    for table in (cli._QUICK_OPTIONS, cli._BACKGROUND_OPTIONS, cli._SCENARIO_OPTIONS):
+        for flag, (_dest, default) in table.items():
+            if default is None:
+                continue
+            (action,) = [a for a in parser._actions if flag in a.option_strings]
+            text = " ".join(parser._get_formatter()._expand_help(action).split())
+            number = f"{default:g}" if isinstance(default, float) else str(default)
+            if not re.search(
+                rf"default:? {re.escape(number)}|{re.escape(number)}s? \(default", text
+            ):
+                silent.append(f"{flag} ({default!r}): {text}")
+    assert not silent, silent
