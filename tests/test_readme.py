@@ -1081,3 +1081,16 @@ def test_drill_local_s_help_gives_each_default_it_fills_in() -> None:
             ):
                 silent.append(f"{flag} ({default!r}): {text}")
     assert not silent, silent
+
+
+def test_docs_gcp_s_simulator_table_lists_every_option_of_simulate_gcp() -> None:
+    """docs/gcp.md's simulator table gave the options "shared by every simulator" as
+    `--host`, `--port`, `--ready-file`, `--fault`, `--notice`: `--date-ahead`, shared by every
+    simulator too (the README's table), was missing from the page's list."""
+    parser = dict(_parsers(build_parser()))[("simulate", "gcp")]
+    own = {max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
+    first = "`--host`, `--port`, `--ready-file`, `--fault`, `--notice`, `--date-ahead`"
+    rows = _table_rows("docs/gcp.md", first)
+    listed = {name for cells in rows for name in re.findall(r"`(--[a-z0-9-]+)", cells[0])}
+    assert sorted(own - {"--help"} - listed) == []
+    assert sorted(listed - own) == []
