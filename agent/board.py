@@ -1188,8 +1188,11 @@ class NoticeBoard:
                 entry.flushed = True
             # Sent as drain before the restart and as terminate now (its deadline came within
             # the margin while the agent was down): who received the drain, or left before its
-            # ack, never received the terminate (as at an escalation within one run).
-            changed = entry.notice.action != notice.action
+            # ack, never received the terminate (as at an escalation within one run). A drain
+            # in `escalated` was sent as terminate (saved un-escalated): who received it, or
+            # left before its ack, did so for the terminate, and is kept.
+            was = "terminate" if notice.id in escalated_ids else notice.action
+            changed = entry.notice.action != was
             if not entry.flushed and received_by is None:
                 entry.receivers_unknown = True
             elif not entry.flushed and received_by is not None and not changed:
@@ -1198,7 +1201,6 @@ class NoticeBoard:
                 entry.gone = set((gone or {}).get(notice.id, ())) - entry.acked
             # A drain's failed saves are no answer to the terminate it came back as (as at an
             # escalation within one run), nor a terminate's to the drain it is again.
-            was = "terminate" if notice.id in escalated_ids else notice.action
             failed = (save_failed or {}).get(notice.id, {}) if was == entry.notice.action else {}
             entry.failed = {c: n for c, n in failed.items() if c not in entry.acked}
             held = set((held_by or {}).get(notice.id, ())) - entry.acked

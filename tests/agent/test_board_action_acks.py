@@ -307,3 +307,52 @@ def test_an_escalated_drains_failed_save_of_the_terminate_is_kept_across_a_resta
     )
     assert restarted.get(ID).action == "terminate"  # type: ignore[union-attr]
     assert restarted.failed_to_save() == {ID: {"a": "OSError: disk full"}}
+
+
+def test_a_client_gone_before_its_terminate_ack_is_kept_across_a_restart() -> None:
+    """`b` received the terminate the drain was escalated to and left before its ack: the
+    restarted agent still lists it gone and names it past the deadline. The saved notice is
+    the drain, un-escalated; compared with it, the terminate looked like a change and `b` was
+    forgotten (found: `gone_before_ack()` was {} after the restore)."""
+    b, _ = _escalated_after_acks()
+    b.record_ack(ID, "a", 1.0)
+    b.client_left("b")
+    assert b.gone_before_ack() == {ID: ["b"]}
+    restarted, later = board(margin=60)
+    later.now = T0 + timedelta(minutes=9)
+    restarted.restore(
+        [],
+        saved=b.saved(),
+        provider=b.provider_notices(),
+        escalated=b.escalated_ids(),
+        acked_by=b.acked_by(),
+        expected_by=b.expected_by(),
+        received_by=b.received_by(),
+        gone=b.gone_to_save(),
+        acked_for=b.acked_for(),
+    )
+    assert restarted.get(ID).action == "terminate"  # type: ignore[union-attr]
+    assert restarted.gone_before_ack() == {ID: ["b"]}
+    later.now = T0 + timedelta(minutes=10)
+    assert restarted.unacked_past_deadline() == {ID: ["b"]}
+
+
+def test_a_client_that_received_the_terminate_is_named_after_a_restart() -> None:
+    """`b` received the escalated terminate and has not acked it when the agent restarts:
+    named at the deadline as one that received it (not forgotten as a drain's receiver)."""
+    b, _ = _escalated_after_acks()
+    b.record_ack(ID, "a", 1.0)
+    restarted, later = board(margin=60)
+    later.now = T0 + timedelta(minutes=9)
+    restarted.restore(
+        [],
+        saved=b.saved(),
+        provider=b.provider_notices(),
+        escalated=b.escalated_ids(),
+        acked_by=b.acked_by(),
+        expected_by=b.expected_by(),
+        received_by=b.received_by(),
+        acked_for=b.acked_for(),
+    )
+    later.now = T0 + timedelta(minutes=10)
+    assert restarted.unacked_past_deadline() == {ID: ["b"]}
