@@ -223,7 +223,9 @@ class FlagFileRequests(GuardState):
         step = answered[1]
         self._handled.add(event.id)
         if self.notices is not None:
-            self.notices.ack(event.id, step=step)
+            # A drain's save, as the guard's own are acked: arriving after the agent made the
+            # drain a terminate (same id), it counts for no terminate.
+            self.notices.ack(event.id, step=step, action="drain")
         log.info(
             "forewarn: drain %s is the flag file this job saved for at step %d: acked, no "
             "second save",

@@ -10,6 +10,7 @@ import logging
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flag_guard import looked, save_for_flag
@@ -378,3 +379,50 @@ def test_a_record_nested_too_deep_neither_stops_the_watcher_nor_a_guard(tmp_path
         health = agent.control({"op": "status"})["health"]
         assert [h["state"] for h in health if h["name"] == "local"] == ["healthy"], health
     assert "RecursionError" not in agent.output(), agent.output()
+
+
+def test_a_job_that_saved_for_a_flag_alone_acks_the_agents_drain_for_it_as_a_drains(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job took the flag file itself (no agent ran) and saved for it; an agent started
+    since raises the kept deadline as a drain, which the job acks with that save, as its
+    own drain saves are acked: with `action="drain"`, so that the ack, arriving after the
+    agent escalated the drain, counts for no terminate (found: it was sent without one)."""
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    caplog.set_level(logging.INFO, logger="forewarn.clients")
+    agent = AgentProcess(tmp_path, env=env)
+    job = CheckpointGuard(
+        events=agent.events,
+        control=agent.control_endpoint,
+        flag_file=flag,
+        handle_signals=False,
+        exit_margin=1.0,
+        heartbeat_timeout=0.5,
+    )
+    notices = job.notices
+    assert notices is not None
+    sent: list[tuple[str | None, str | None]] = []
+    ack = notices.ack
+
+    def spied(notice_id: str | None, **kwargs: Any) -> bool:
+        sent.append((notice_id, kwargs.get("action")))
+        return ack(notice_id, **kwargs)
+
+    setattr(notices, "ack", spied)  # noqa: B010 - the guard looks it up on its Notices
+    try:
+        flag.write_text("1h\n")
+        save_for_flag(job)  # no agent heard from: the job took the flag itself
+        assert not flag.exists() and len(records(flag)) == 1
+        with agent, agent.subscriber() as sub:
+            drain = sub.notice(timeout=10)
+            assert drain["action"] == "drain", drain
+            eventually(
+                lambda: "the flag file this job saved for" in caplog.text,
+                timeout=10,
+                what="the job answering the drain with its save",
+            )
+            assert (drain["id"], "drain") in sent, sent
+            assert not job.due(2), "the job saved again for the flag it saved for"
+    finally:
+        job.close()
