@@ -369,6 +369,7 @@ class BackgroundSaves(GuardState):
         or record the failure for the next `due()` and ask for another save."""
         retry_in, failures, answered_exit = 0.0, 0, False
         exit_saving: int | None = None
+        periodic = ""
         with self._lock:
             if timing.step in self._unrecorded:
                 self._early[timing.step] = (timing, generation, error)  # see _recorded
@@ -388,6 +389,8 @@ class BackgroundSaves(GuardState):
                 retry_in = retry_delay(self._failures_in_row)
                 self._retry_at = time.monotonic() + retry_in
                 failures = self._failures_in_row
+                # Before the loop's next due() raises it: that due() is the step it said.
+                periodic = self._periodic_step()
                 if self._exit_saving not in (None, timing.step):
                     # The save in flight the exit's save waits for (`final()`): that one is
                     # under way and saves the state without it. "Saving again at the next
@@ -414,7 +417,7 @@ class BackgroundSaves(GuardState):
                 if answered_exit
                 else _exit_saves(exit_saving)
                 if exit_saving is not None
-                else _next_try(retry_in, failures, self._periodic_before(retry_in)),
+                else _next_try(retry_in, failures, self._periodic_before(retry_in, periodic)),
             )
         else:
             log.info(
@@ -442,13 +445,34 @@ class BackgroundSaves(GuardState):
                 action=None if notice_id is None else "drain",
             )
 
-    def _periodic_before(self, retry_in: float) -> str | None:
+    def _periodic_step(self) -> str:
+        """Under the lock, a failure just recorded: the step the schedule saves again at. The
+        loop's next `due()` raises the failure, and the step it raises it at saves nothing:
+        where that is the periodic step or past it, the step after it saves; otherwise the
+        periodic step does (the schedule counts from the failed save). Said as "the next
+        periodic step", the saves came steps later than a reader counted (at 37 and 42 after
+        a retry at 32, every 5 steps), or one step after it. Steps are taken one by one."""
+        every = self.every_steps
+        if not every or every == 1:
+            return ""
+        seen, due_at = self._seen_step, self._next_step
+        if seen is None:
+            return ""
+        if due_at > seen + 1:
+            return f"step {int(due_at)}, the next periodic step (every {every} steps)"
+        return (
+            "the step after the one that raises this failure (the periodic step, every "
+            f"{every} steps, is that one or past)"
+        )
+
+    def _periodic_before(self, retry_in: float, periodic: str = "") -> str | None:
         """When the schedule's next save comes, if it may come before the retry's wait is
-        over (which holds back only a save the retry alone asks for): said as the next try."""
+        over (which holds back only a save the retry alone asks for): said as the next try
+        (`periodic`: `_periodic_step()`, taken when the failure was recorded)."""
         if self.every_steps == 1:
             return "the next step (a periodic save at every step)"
         if self.every_steps:
-            return f"the next periodic step (every {self.every_steps} steps)"
+            return periodic or f"the next periodic step (every {self.every_steps} steps)"
         if self.every_seconds is not None:
             periodic_in = max(self._last_save + self.every_seconds - time.monotonic(), 0.0)
             if periodic_in < retry_in:

@@ -89,6 +89,8 @@ class Loop:
         self.guard = guard
         self.step = 0
         self.failed_at: list[float] = []  # when each failed save was raised by due()
+        self.raised_at: list[int] = []  # the step at which each was raised
+        self.saved_at: list[int] = []  # the steps saved at
 
     def one_step(self) -> bool:
         """One training step and its `due()`; whether it saved."""
@@ -98,13 +100,16 @@ class Loop:
             due = self.guard.due(self.step)
         except BackgroundSaveError:
             self.failed_at.append(time.monotonic())
+            self.raised_at.append(self.step)
             return False
         if due:
             try:
                 self.guard.save_state(self.step, _state(self.step))
             except BackgroundSaveError:  # the one before failed meanwhile
                 self.failed_at.append(time.monotonic())
+                self.raised_at.append(self.step)
                 return False
+            self.saved_at.append(self.step)
         return due
 
     def run_for(self, seconds: float) -> None:
@@ -346,3 +351,60 @@ def test_a_background_save_the_exits_save_waited_for_fails_without_a_false_next_
     assert "the exit's save of step 3" in said[0], said
     assert guard.durable_step == 3
     assert guard.exit_code != 1
+
+
+def test_the_step_a_failure_says_it_saves_again_at_is_the_step_that_saves(
+    proxy: RefusingProxy,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every 5 steps, on a store that refuses writes (found on a read-only tmpfs: the ERROR
+    said "saving again at the next periodic step (every 5 steps)" and the saves came at
+    steps 37 and 42, counted from the retry's save, or one step late where the `due()`
+    raising the failure was the periodic step itself). Each line now names the step that
+    saves: the periodic one, or the step after the one that raises the failure."""
+    monkeypatch.setattr(guard_background, "RETRY_FIRST_SECONDS", 30.0)
+    store = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+    guard = CheckpointGuard(
+        notices=False,
+        handle_signals=False,
+        flag_file=None,
+        store=store,
+        background=True,
+        every_steps=5,
+    )
+    loop = Loop(guard)
+
+    def lines() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "forewarn.clients" and "failed in a row" in r.getMessage()
+        ]
+
+    def answered(count: int) -> bool:
+        """`count` lines said, and a save made after the failure of each was raised."""
+        said = lines()
+        if len(said) < count:
+            return False
+        last = int(said[count - 1].split("checkpoint of step ")[1].split()[0])
+        raised = [step for step in loop.raised_at if step > last]
+        return bool(raised) and any(step > raised[0] for step in loop.saved_at)
+
+    try:
+        with caplog.at_level(logging.INFO, logger="forewarn.clients"):
+            loop.until(lambda: answered(4), "four failures in a row and their saves", timeout=60)
+    finally:
+        guard.close()
+        store.close()
+    for line in lines()[:4]:
+        failed = int(line.split("checkpoint of step ")[1].split()[0])
+        raised = min(step for step in loop.raised_at if step > failed)
+        saved = min(step for step in loop.saved_at if step > raised)
+        if "saving again at step " in line:
+            named = int(line.split("saving again at step ")[1].split(",")[0].split()[0])
+            assert named == saved, (line, loop.raised_at, loop.saved_at)
+        else:
+            assert "saving again at the step after the one that raises" in line, line
+            assert saved == raised + 1, (line, loop.raised_at, loop.saved_at)
