@@ -53,6 +53,7 @@ class BackgroundSaves(GuardState):
     _retry_at: float
     _skipped_for: int | None  # the save in flight a scheduled save was last skipped for
     _exit_saving: int | None  # the step of the exit's save while `final()` runs
+    _closing: bool  # close() waits for the save in flight: the loop has left
     every_steps: int | None  # CheckpointGuard's schedule, and when it last saved
     every_seconds: float | None
     _last_save: float
@@ -93,6 +94,7 @@ class BackgroundSaves(GuardState):
         self._retry_at = 0.0
         self._skipped_for = None
         self._exit_saving = None
+        self._closing = False
         self._awaiting = {}
         # Background saves started whose notices save_state has not recorded yet, and the
         # completions that came first (a save of a few bytes can commit that fast): acked
@@ -224,6 +226,8 @@ class BackgroundSaves(GuardState):
     def _close_background(self) -> None:
         """close(): wait for the save in flight, and say when the last one failed unsaved."""
         if self.saver is not None:
+            with self._lock:
+                self._closing = True  # a failure now is retried at no step (`_closed_on`)
             self._wait_for_background(self.saver)
             with self._lock:
                 # The last background save failed and the loop left before its retry: exit 0
@@ -369,7 +373,7 @@ class BackgroundSaves(GuardState):
         or record the failure for the next `due()` and ask for another save."""
         retry_in, failures, answered_exit = 0.0, 0, False
         exit_saving: int | None = None
-        periodic = ""
+        periodic, closing = "", False
         with self._lock:
             if timing.step in self._unrecorded:
                 self._early[timing.step] = (timing, generation, error)  # see _recorded
@@ -391,6 +395,7 @@ class BackgroundSaves(GuardState):
                 failures = self._failures_in_row
                 # Before the loop's next due() raises it: that due() is the step it said.
                 periodic = self._periodic_step()
+                closing = self._closing
                 if self._exit_saving not in (None, timing.step):
                     # The save in flight the exit's save waits for (`final()`): that one is
                     # under way and saves the state without it. "Saving again at the next
@@ -417,6 +422,8 @@ class BackgroundSaves(GuardState):
                 if answered_exit
                 else _exit_saves(exit_saving)
                 if exit_saving is not None
+                else _closed_on(self.durable_step)
+                if closing
                 else _next_try(retry_in, failures, self._periodic_before(retry_in, periodic)),
             )
         else:
@@ -564,6 +571,16 @@ def _no_retry(durable_step: int | None) -> str:
     return (
         "it answered the exit, so no later save will come: the process exits with 1 and the "
         f"job resumes from the last durable checkpoint ({last})"
+    )
+
+
+def _closed_on(durable_step: int | None) -> str:
+    """What the job is told when the failed save is the one close() waits for: the loop has
+    left, and "saving again at the next step" promised a step it never takes."""
+    last = f"step {durable_step}" if durable_step is not None else "none"
+    return (
+        "close() waits for it: no later save will come (the loop has left); the job resumes "
+        f"from the last durable checkpoint ({last})"
     )
 
 

@@ -408,3 +408,48 @@ def test_the_step_a_failure_says_it_saves_again_at_is_the_step_that_saves(
         else:
             assert "saving again at the step after the one that raises" in line, line
             assert saved == raised + 1, (line, loop.raised_at, loop.saved_at)
+
+
+def test_a_last_background_save_failing_while_close_waits_promises_no_next_step(
+    moto_endpoint: str, bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The loop ended with step 2's background save uploading, and close() waited for it: it
+    failed, and its ERROR said "saving again at the next step" for a loop that had left (the
+    line after it, close()'s, said it was not saved again). It now says close() waits for
+    it and no save comes after it, as close()'s own line then does."""
+    with HoldingProxy(moto_endpoint) as proxy:
+        store = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+        guard = CheckpointGuard(
+            notices=False, handle_signals=False, flag_file=None, store=store, background=True
+        )
+        saver = guard.saver
+        assert saver is not None
+        waiting = threading.Event()
+        wait = saver.wait
+
+        def waited(timeout: float | None = None) -> bool:
+            waiting.set()  # close() is waiting for the save in flight
+            return wait(timeout)
+
+        setattr(saver, "wait", waited)  # noqa: B010 - close() looks it up on the saver
+        closing = threading.Thread(target=guard.close)
+        try:
+            with caplog.at_level(logging.INFO, logger="forewarn.clients"):
+                guard.save_state(2, _state(2))
+                assert proxy.held.wait(60), "step 2's upload never reached the store"
+                closing.start()
+                assert waiting.wait(60), "close() never waited for the save in flight"
+                proxy.release.set()
+                closing.join(60)
+                assert not closing.is_alive()
+        finally:
+            proxy.release.set()
+            store.close()
+    said = [
+        r.getMessage() for r in caplog.records if "checkpoint of step 2 failed" in r.getMessage()
+    ]
+    assert len(said) == 1, said
+    assert "saving again" not in said[0], said
+    assert "close() waits for it: no later save will come" in said[0], said
+    assert guard.exit_code == 1
+    assert "was not saved again before close()" in caplog.text
