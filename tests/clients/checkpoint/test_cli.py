@@ -999,7 +999,7 @@ store.flush(30, lambda gen: gen.write_bytes("model.bin", b"x" * 1000))
 with store.save(40) as gen:
     gen.write_bytes("model.bin", b"y" * 1000)
     print("saving", flush=True)
-    time.sleep(300)
+    time.sleep(300)  # the scenario: a live writer mid-save until the test kills it
 """
 
 
@@ -1162,7 +1162,7 @@ store = CheckpointStore(sys.argv[1])
 with store.save(40) as gen:
     gen.write_bytes("model.bin", b"z" * 1000)
     print("saving", flush=True)
-    time.sleep(300)
+    time.sleep(300)  # the scenario: a live writer mid-save until the test kills it
 """
 
 
@@ -1222,7 +1222,7 @@ sys.stdin.readline()
 with store.save(40) as gen:
     gen.write_bytes("model.bin", b"z" * 1000)
     print("saving", flush=True)
-    time.sleep(300)
+    time.sleep(300)  # the scenario: a live writer mid-save until the test kills it
 """
 
 
