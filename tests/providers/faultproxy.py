@@ -76,20 +76,44 @@ class FaultProxy:
         self._stopped = False
         self.port = 0
         self._listener: socket.socket | None = None
+        self._placeholder: socket.socket | None = None  # holds the port while refused
         self._listen()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @staticmethod
+    def _bound(port: int) -> socket.socket:
+        # SO_REUSEPORT lets the proxy hand the port between its listener and a socket that
+        # is bound but not listening (connections to it are refused) without ever letting
+        # it go: a port closed for `refused` was taken by another test's server or by a
+        # connect's ephemeral port, and the heal failed with EADDRINUSE.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", port))
+        return sock
+
     def _listen(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener = self._bound(self.port)
         listener.listen(64)
         self.port = listener.getsockname()[1]
         self._listener = listener
+        if self._placeholder is not None:
+            self._placeholder.close()
+            self._placeholder = None
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _refuse(self) -> None:
+        if self._listener is None:
+            return
+        self._placeholder = self._bound(self.port)
+        # close() alone leaves a listener another thread is blocked in accept() on
+        # listening (the kernel's file stays open until accept returns): shutdown wakes it.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._listener = None
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -115,9 +139,8 @@ class FaultProxy:
             self._healed.clear()
         for conn in held:
             _reset(conn)
-        if fault in ("refused", "outage") and self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        if fault in ("refused", "outage"):
+            self._refuse()
         if fault not in ("refused", "outage") and previous in ("refused", "outage"):
             self._listen()
 
@@ -125,6 +148,8 @@ class FaultProxy:
         self._stopped = True
         self.set(None)
         if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
         self._healed.set()
 
