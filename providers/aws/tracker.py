@@ -96,6 +96,10 @@ class PathTracker:
     # Ids first seen before their deadline (`once_if_past`), for the watcher to remember
     # across a restart (`seen_in_time`).
     in_time: list[str] = field(default_factory=list)
+    # Ids of notices the agent restored after a restart that this tracker has not seen yet
+    # (`expect`): an explicit withdrawal of one (a scheduled event listed `canceled`) is
+    # sent, where one of a notice never seen is no news.
+    expected: set[str] = field(default_factory=set)
 
     def update(self, reports: list[Report]) -> list[Report]:
         """The reports to send after a successful poll that showed `reports`."""
@@ -109,7 +113,14 @@ class PathTracker:
                 if seen is not None:
                     out.append(self._clear(seen.report, report.detail))
                     del self.seen[slot]
+                elif report.id in self.expected:
+                    # Restored from before a restart and now listed canceled or completed:
+                    # held until every path had answered twice (6 s, its escalation armed),
+                    # though this answer proves it withdrawn.
+                    out.append(report)
+                self.expected.discard(report.id)
                 continue
+            self.expected.discard(report.id)
             present.add(slot)
             if seen is not None:
                 seen.missing = 0
@@ -172,6 +183,13 @@ class PathTracker:
         # Shown before the restart by the answers that raised it: not a stray one (`_stray`).
         self.seen["only"] = _Seen(report, moments, self.clock(), slept_at=self.slept(), shown=2)
         return report.id
+
+    def expect(self, report: Report) -> None:
+        """`report` is a notice the agent restored after a restart, on a path of several
+        notices (scheduled events, each by its id): an answer that lists it as withdrawn
+        (`canceled`, `completed`) clears it at once, as within one run."""
+        if not self.single and report.action != "clear":
+            self.expected.add(report.id)
 
     def restate(self, notice_id: str) -> Report | None:
         """After the path's first answer, the adopted notice `notice_id` as it stands, to be

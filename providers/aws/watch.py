@@ -426,15 +426,24 @@ class AwsWatcher:
         tracker takes its restored one for the notice it holds (`PathTracker.adopt`), and the
         path's first answer reports it again as it stands, so the agent does not withdraw it
         for want of a report while a change of it waits for its second answer (a rebalance
-        that answer does not show is let go: the agent withdraws it, as before)."""
+        that answer does not show is let go: the agent withdraws it, as before). A scheduled
+        event's tracker is told of it, so an answer that lists it `canceled` or `completed`
+        clears it at once (held, it waited for every path's second answer)."""
         if not any(path.answers for path in self.paths):
             mine = [report for report in reports if report.provider == self.name]
             self._ahead = resume_skew(mine, self.health, "IMDS")
-        by_reason = {"spot-interruption": "spot", "rebalance-recommendation": "rebalance"}
+        by_reason = {
+            "spot-interruption": "spot",
+            "rebalance-recommendation": "rebalance",
+            "scheduled-maintenance": "scheduled",
+        }
         for report in reports:
             name = by_reason.get(report.reason)
             path = next((p for p in self.paths if p.name == name), None)
             if report.provider != self.name or path is None or path.answers:
+                continue
+            if not path.tracker.single:
+                path.tracker.expect(report)  # a scheduled event: cleared when listed canceled
                 continue
             adopted = path.tracker.adopt(report)
             if adopted is not None:

@@ -325,3 +325,38 @@ def test_a_spot_interruption_across_a_restart_keeps_its_id_and_is_not_cleared(
             assert active["id"] == spot["id"], agent.output()
             expected = first_time if meanwhile == "withdrawn" else moved
             assert active["deadline"] == format_time(expected), agent.output()
+
+
+def test_a_restored_scheduled_event_listed_canceled_is_cleared_at_the_first_answer(
+    tmp_path: Path,
+) -> None:
+    """The agent restarted while a scheduled event was listed, and meanwhile AWS canceled it:
+    IMDS's first answer after the restart lists it with `State: canceled`. Within one run
+    that clears the notice at once; after the restart the watcher knew nothing of the event,
+    so the canceled one was no news to it, and the agent held the restored drain until
+    every path had answered twice (6 s at the default cadence), its escalation still armed.
+    An explicit `canceled` proves the withdrawal at its first answer."""
+    sim = ImdsSimulator()
+    with SimServer(sim) as server:
+        # Two seconds between the scheduled path's polls: the first answer and the second
+        # are told apart by the simulator's count.
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AWS_URL=server.url,
+            FOREWARN_AWS_SCHEDULED_INTERVAL="2",
+            FOREWARN_AWS_ASG_INTERVAL="2",
+            FOREWARN_HEARTBEAT_INTERVAL="0.1",
+        )
+        event_id = sim.raise_notice("scheduled", {"not_before": "2030-01-02T03:04:05Z"})
+        notice_id = f"aws/scheduled/{event_id}"
+        with (
+            AgentProcess(tmp_path, providers=("aws",), env=env) as first,
+            first.subscriber() as sub,
+        ):
+            assert next_notice(sub, id=notice_id)["action"] == "drain"
+        sim.change_notice(event_id, {"state": "canceled"})
+        polls = "GET " + SCHEDULED_PATH
+        before = sim.requests[polls]
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            eventually(lambda: not agent.control({"op": "status"})["active"], 10, "the clear")
+            assert sim.requests[polls] == before + 1, agent.output()

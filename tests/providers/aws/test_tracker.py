@@ -435,3 +435,22 @@ def test_a_restored_rebalance_not_shown_at_the_first_answer_is_let_go() -> None:
     gone.adopt(before)
     assert gone.update([]) == []
     assert gone.restate(before.id) is None and not gone.seen
+
+
+def test_a_restored_scheduled_event_listed_canceled_is_cleared_once() -> None:
+    """A scheduled event restored after an agent restart and listed `canceled` at the first
+    answer is cleared at once (a canceled event never seen is no news); listed active, it is
+    reported as any first sighting, and a later canceled clears it as within one run."""
+    tracker = PathTracker(single=False)
+    canceled = {**event(), "State": "canceled"}
+    assert tracker.update(parse_scheduled(json.dumps([canceled]))) == []  # never seen
+    (restored,) = parse_scheduled(json.dumps([event()]))
+    tracker.expect(restored)
+    (cleared,) = tracker.update(parse_scheduled(json.dumps([canceled])))
+    assert cleared.action == "clear" and cleared.id == restored.id
+    assert cleared.detail["State"] == "canceled"
+    assert tracker.update(parse_scheduled(json.dumps([canceled]))) == []  # once
+    other = PathTracker(single=False)
+    other.expect(restored)
+    assert [r.id for r in other.update(parse_scheduled(json.dumps([event()])))] == [restored.id]
+    assert [r.action for r in other.update(parse_scheduled(json.dumps([canceled])))] == ["clear"]
