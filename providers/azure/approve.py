@@ -48,8 +48,12 @@ RETRY_CEILING = 10.0
 # How long a refused approval is tried for when its event has no NotBefore to bound it: the
 # longest notice a Terminate event gives (PT15M).
 RETRY_WITHOUT_NOT_BEFORE = 15 * 60.0
-# Failures of one event logged as warnings; later ones at debug, until the outcome.
+# Failures of one event each logged as a WARNING. Past them a failure is a WARNING at the
+# 4th, 8th, 16th... try and once REPEAT_WARNING seconds have passed since the last one said,
+# DEBUG otherwise (`said_at`): the tries go on for up to 15 minutes, and at DEBUG an operator
+# saw three failures and then nothing, as if the fourth had gone through.
 LOUD_FAILURES = 3
+REPEAT_WARNING = 60.0
 APPROVED_FILE = "azure-approved.json"
 # Approvals kept in the file: events are few and leave the list within a day; the oldest go
 # first should a document ever list more.
@@ -95,6 +99,7 @@ class Approver:
         self._backoffs: dict[str, Backoff] = {}
         self._not_until: dict[str, float] = {}  # EventId -> monotonic time of its next try
         self._give_up_at: dict[str, float] = {}  # EventId -> time.time() past which it is not
+        self._said: dict[str, float] = {}  # EventId -> monotonic time of its last WARNING
         self.skipped: dict[str, str] = {}  # EventId -> why it was not approved
         # EventId -> (the NotBefore its tries ended at, why it was asked for): approvals given
         # up at NotBefore, tried again should Azure reschedule the event later (`resume`).
@@ -171,7 +176,8 @@ class Approver:
             self.stats.sent += 1
             self.stats.by_reason[why] = self.stats.by_reason.get(why, 0) + 1
             self._tell("sent")
-            log.info("azure: approved event %s (%s) in %.0f ms", event_id, why, elapsed)
+            failed = f" after {attempt - 1} failed tries, this one" if attempt > 1 else ""
+            log.info("azure: approved event %s (%s)%s in %.0f ms", event_id, why, failed, elapsed)
             return True
         self.stats.failed += 1
         self._tell("failed")
@@ -194,15 +200,22 @@ class Approver:
         if again:
             self.retry[event_id] = why
             self._not_until[event_id] = time.monotonic() + wait
-            level = logging.WARNING if attempt <= LOUD_FAILURES else logging.DEBUG
+            now = time.monotonic()
+            said = self._said.get(event_id)
+            loud = said_at(attempt, None if said is None else now - said)
+            if loud:
+                self._said[event_id] = now
             log.log(
-                level,
-                "azure: approving event %s failed (attempt %d, tried again in %.1f s, %s): %s",
+                logging.WARNING if loud else logging.DEBUG,
+                "azure: approving event %s failed (attempt %d, tried again in %.1f s, %s): %s%s",
                 event_id,
                 attempt,
                 wait,
                 limit,
                 problem,
+                "; later failures are said at the 4th, 8th, 16th... try and at least once a minute"
+                if attempt == LOUD_FAILURES
+                else "",
             )
             return False
         self._retire(event_id)
@@ -231,6 +244,7 @@ class Approver:
 
     def _retire(self, event_id: str) -> None:
         """No more tries for this event (approved, or given up)."""
+        self._said.pop(event_id, None)
         self.retry.pop(event_id, None)
         self._backoffs.pop(event_id, None)
         self._not_until.pop(event_id, None)
@@ -267,6 +281,17 @@ class Approver:
             return True
 
 
+def said_at(attempt: int, since_said: float | None) -> bool:
+    """Whether the failure of try `attempt` of an approval is a WARNING: each of the first
+    LOUD_FAILURES, then the 4th, 8th, 16th... and any REPEAT_WARNING seconds or more after
+    the last one said (`since_said`; None: none said yet). The others are DEBUG: a refused
+    approval is tried again about every 10 s until NotBefore, and each a WARNING flooded the
+    log."""
+    if attempt <= LOUD_FAILURES or attempt & (attempt - 1) == 0:
+        return True
+    return since_said is None or since_said >= REPEAT_WARNING
+
+
 def load_approved(path: Path) -> dict[str, float]:
     """The approvals saved in `path`, by EventId; none from a missing or unreadable file (an
     approval sent again is the harm, and a smaller one than refusing to start)."""
@@ -291,8 +316,10 @@ def load_approved(path: Path) -> dict[str, float]:
 __all__ = [
     "APPROVED_FILE",
     "MAX_ATTEMPTS",
+    "REPEAT_WARNING",
     "RETRY_CEILING",
     "ApprovalStats",
     "Approver",
     "load_approved",
+    "said_at",
 ]

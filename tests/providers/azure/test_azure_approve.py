@@ -13,7 +13,7 @@ import httpx
 import pytest
 import respx
 from azure_harness import running
-from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver, load_approved
+from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver, load_approved, said_at
 from forewarn.providers.azure.simulate import AzureSimulator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -409,3 +409,24 @@ def test_load_approved_never_raises_and_gives_event_ids_with_times(
     path.write_text(payload, encoding="utf-8", errors="surrogatepass")
     for event_id, at in load_approved(path).items():
         assert isinstance(event_id, str) and isinstance(at, float) and math.isfinite(at)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "since_said", "loud"),
+    [
+        (1, None, True),
+        (3, 0.1, True),
+        (4, 0.1, True),  # the 4th, 8th, 16th...
+        (5, 0.1, False),
+        (7, 59.9, False),
+        (7, 60.0, True),  # at least once a minute
+        (8, 0.1, True),
+        (9, None, True),  # none said yet for this event (a watcher built again)
+        (1000, 5.0, False),
+        (1024, 5.0, True),
+    ],
+)
+def test_a_failed_approval_is_a_warning_at_its_first_tries_and_then_rate_limited(
+    attempt: int, since_said: float | None, loud: bool
+) -> None:
+    assert said_at(attempt, since_said) is loud

@@ -137,3 +137,33 @@ def test_an_approval_tried_again_waits_for_a_client_that_joined_since(
             acked = time.monotonic()
             (approval,) = eventually(lambda: sim.approvals, timeout=20, what="the approval")
         assert approval["EventId"] == event_id and approval["monotonic"] >= acked
+
+
+def test_approvals_that_keep_failing_are_said_past_the_third_try(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """IMDS refused the approval POST (503) five times in a row: the first three failures
+    were WARNINGs, every later one DEBUG, so at the default log level an operator saw three
+    failures and then nothing while the tries went on for up to 15 minutes, the event
+    starting at NotBefore without them. Past the third, a failure is a WARNING at the
+    fourth, eighth, sixteenth... try and at least once a minute; the approval that finally
+    goes through says how many tries failed before it."""
+    sim, server = imds
+    sim.add_fault("status", path=EVENTS, method="POST", status=503, count=5)
+    agent = azure_agent(tmp_path, server)
+    with agent, Subscriber(agent.events, ("notice", "client/trainer-0")) as sub:
+        event_id, _, _ = flushed_terminate(sim, agent, sub)
+        approved = f"approved event {event_id} (after-ack) after 5 failed tries, this one in"
+        # Its 200 read, not only received: the line follows the answer.
+        eventually(lambda: approved in agent.output(), timeout=30, what="the approval")
+        assert posts(sim) == 6
+        output = agent.output()
+        failed = [line for line in output.splitlines() if "approving event" in line]
+        assert [line.split(" (attempt ")[1].split(",")[0] for line in failed] == [
+            "1",
+            "2",
+            "3",
+            "4",
+        ], output
+        assert all(" WARNING " in line for line in failed), output
+        assert "later failures are said at the 4th, 8th, 16th" in failed[2], output
