@@ -19,12 +19,14 @@ The board does no I/O: it returns the notices to publish, and the runner sends t
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from forewarn.protocol.fields import Action
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
@@ -199,6 +201,23 @@ class Remembered:
     action: Action | None = None
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _on_one_reading(
+    method: Callable[Concatenate[NoticeBoard, _P], _R],
+) -> Callable[Concatenate[NoticeBoard, _P], _R]:
+    """Run a `NoticeBoard` method on one reading of its clocks (`NoticeBoard._one_reading`)."""
+
+    @functools.wraps(method)
+    def on_one_reading(board: NoticeBoard, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with board._one_reading():
+            return method(board, *args, **kwargs)
+
+    return on_one_reading
+
+
 class NoticeBoard:
     def __init__(
         self,
@@ -251,6 +270,9 @@ class NoticeBoard:
         self.flushes_held_until: float | None = None
         # The wall clock's lead over `clock` when last looked at: a change is a step.
         self.wall_lead = self._wall_lead()
+        # The wall clock's and `clock`'s readings the call being made judges by, None between
+        # calls (`_one_reading`).
+        self._reading: tuple[datetime, float] | None = None
 
     # What is active.
 
@@ -311,7 +333,7 @@ class NoticeBoard:
         wall clock stepped since (NTP correcting a clock that ran ahead): a save for it read as
         begun before it, or a save begun before it as begun after. Not for notices restored
         without their reading of the clock (`restore`'s `raised_clock`)."""
-        now = self.clock()
+        now = self._clock()
         return {
             notice_id: max(0.0, now - entry.raised_clock)
             for notice_id, entry in self.entries.items()
@@ -387,7 +409,7 @@ class NoticeBoard:
         built next may never see one withdrawn meanwhile (it learns of withdrawals by what
         leaves its provider's list). As after a restart, those it does not report again once
         it has answered are withdrawn (`withdraw_restored`). `after` says what happened."""
-        now = self.clock()
+        now = self._clock()
         for entry in self.entries.values():
             if entry.manual or entry.report.provider != provider or entry.restored:
                 continue
@@ -516,6 +538,7 @@ class NoticeBoard:
 
     # Changes.
 
+    @_on_one_reading
     def report(
         self,
         report: Report,
@@ -529,8 +552,8 @@ class NoticeBoard:
         (it then follows a step of the wall clock)."""
         if report.action == "clear":
             return self.clear(report.id, detail=report.detail)
-        # A step since the board last looked is seen before this report is judged by it.
-        self._settle_after_a_step(self.now(), self.clock())
+        # A step since the board last looked was seen before this report is judged by it
+        # (`_on_one_reading`).
         entry = self.entries.get(report.id)
         if deadline_clock is None and report.deadline_is_duration and report.deadline:
             report, deadline_clock = self._on_clock(report, entry)
@@ -539,7 +562,7 @@ class NoticeBoard:
             # reported, and is held on `clock` from now, so that a step of the wall clock
             # before the next report moves it (`_follow_steps`) as the watcher will. Taken
             # for a moment, 90 minutes forward retired the hour's drain at once with a clear.
-            deadline_clock = self.clock() + (report.deadline - self.now()).total_seconds()
+            deadline_clock = self._clock() + (report.deadline - self._now()).total_seconds()
         action = self._action_for(report)
         if entry is not None:
             entry.deadline_clock = deadline_clock
@@ -552,10 +575,10 @@ class NoticeBoard:
             entry = Entry(
                 notice,
                 report,
-                raised_at=raised_at or self.now(),
+                raised_at=raised_at or self._now(),
                 manual=manual,
                 expected=set(self.clients),
-                raised_clock=self.clock(),
+                raised_clock=self._clock(),
                 deadline_clock=deadline_clock,
             )
             entry.reported_clock = self._reading_of(report, entry)
@@ -607,6 +630,7 @@ class NoticeBoard:
             entry.expected |= self.clients
         return entry.notice
 
+    @_on_one_reading
     def clear(self, notice_id: str, detail: dict[str, Any] | None = None) -> Notice | None:
         self.remembered.pop(notice_id, None)
         self.retired.pop(notice_id, None)
@@ -614,17 +638,18 @@ class NoticeBoard:
         if entry is None:
             return None
         cleared = entry.report.model_copy(
-            update={"action": "clear", "noticed_at": self.now(), "detail": detail or {}}
+            update={"action": "clear", "noticed_at": self._now(), "detail": detail or {}}
         )
         return self._stamp(cleared, "clear")
 
+    @_on_one_reading
     def due(self) -> tuple[list[Notice], list[Notice]]:
         """(escalations, expiries) that are due now: drains whose deadline came within the
         exit margin, re-sent as terminate; notices past their end, retired with a clear.
         A deadline given as a duration is first moved by any step of the wall clock: those
         moved and still drains are for `take_moved`."""
         self._follow_steps()
-        now = self.now()
+        now = self._now()
         expired = []
         for notice_id, entry in list(self.entries.items()):
             ends = self._ends(entry)
@@ -655,12 +680,13 @@ class NoticeBoard:
                 escalated.append(self._restamp(entry, "terminate"))
         return escalated, expired
 
+    @_on_one_reading
     def overdue(self) -> list[Overdue]:
         """The terminates whose deadline has passed since the last call while some client that
         received it (or holds it) had not acked: the operator's first question after a lost
         step is which job never answered, and the agent said nothing at the deadline. Each
         notice once per deadline (a deadline moved later is judged again when it passes)."""
-        now = self.now()
+        now = self._now()
         found = []
         for entry in self.entries.values():
             deadline = self._judged_deadline(entry)
@@ -703,7 +729,7 @@ class NoticeBoard:
         say which clients had received them (sorted): some may not have acked. Not flushed,
         or warned of so: the clients still there flushing it after the restart's hold does not
         name those that were not, and `status` dropped it then, seconds after the warning."""
-        now = self.now()
+        now = self._now()
         return sorted(
             notice_id
             for notice_id, entry in self.entries.items()
@@ -717,7 +743,7 @@ class NoticeBoard:
     def unacked_past_deadline(self) -> dict[str, list[str]]:
         """The clients that received each active terminate now past its deadline and have
         not acked it, by id (sorted): what `status` shows beside the notice."""
-        now = self.now()
+        now = self._now()
         found: dict[str, list[str]] = {}
         for notice_id, entry in self.entries.items():
             deadline = self._judged_deadline(entry)
@@ -804,6 +830,7 @@ class NoticeBoard:
             if not entry.flushed
         }
 
+    @_on_one_reading
     def next_due(self) -> datetime | None:
         """When `due` next has work, if ever."""
         margin = timedelta(seconds=self.exit_margin)
@@ -907,7 +934,7 @@ class NoticeBoard:
         asked for, or a drain escalated): its subscribers kept the deadline from before the
         step while escalation and expiry followed the move. A drain the move brings inside
         the exit margin is escalated by `due` instead."""
-        now, clock = self.now(), self.clock()
+        now, clock = self._now(), self._clock()
         self._settle_after_a_step(now, clock)
         for entry in self.entries.values():
             if entry.deadline_clock is None or entry.report.deadline is None:
@@ -930,6 +957,35 @@ class NoticeBoard:
 
     def _wall_lead(self) -> float:
         return self.now().timestamp() - self.clock()
+
+    @contextmanager
+    def _one_reading(self) -> Iterator[None]:
+        """Judge a whole call on one reading of the wall clock and `clock`, taken as it
+        starts, a step of the wall clock since the last call seen first
+        (`_settle_after_a_step`). Read afresh for each notice, a step landing in the middle of
+        a call was judged on by the notices after it and not seen by those before it, nor
+        settled: `due()` took the wall clock before the step for Karpenter's taint, after it
+        for the node's deletion, and sent the deletion as terminate, 90 min past by a clock
+        stepped 2 h forward, half an hour early. On one reading, a step after it is seen by
+        the next call, as a whole. A call made inside another takes the outer one's."""
+        if self._reading is not None:
+            yield
+            return
+        now, clock = self.now(), self.clock()
+        self._reading = (now, clock)
+        try:
+            self._settle_after_a_step(now, clock)
+            yield
+        finally:
+            self._reading = None
+
+    def _now(self) -> datetime:
+        """The wall clock, as the call being made read it (`_one_reading`)."""
+        return self.now() if self._reading is None else self._reading[0]
+
+    def _clock(self) -> float:
+        """`clock`, as the call being made read it (`_one_reading`)."""
+        return self.clock() if self._reading is None else self._reading[1]
 
     def _settle_after_a_step(self, now: datetime, clock: float) -> None:
         """After a forward step of the wall clock of more than STEP_SEEN, judge each provider
@@ -960,9 +1016,9 @@ class NoticeBoard:
     def _on_the_clock(self, reading: float) -> datetime:
         """The wall time at which `clock` will read `reading`."""
         try:
-            return _plus(self.now(), timedelta(seconds=reading - self.clock()))
+            return _plus(self._now(), timedelta(seconds=reading - self._clock()))
         except OverflowError:  # a reading past any timedelta
-            return datetime.max.replace(tzinfo=self.now().tzinfo)
+            return datetime.max.replace(tzinfo=self._now().tzinfo)
 
     def _on_clock(self, report: Report, entry: Entry | None) -> tuple[Report, float]:
         """A watcher's deadline given as a duration (the flag file's `5m`, counted from its
@@ -971,7 +1027,7 @@ class NoticeBoard:
         the time it first read, and a step since moved it); else the clock is set from now,
         as for a `forewarn notify --deadline`."""
         assert report.deadline is not None
-        now, clock = self.now(), self.clock()
+        now, clock = self._now(), self._clock()
         if entry is None or entry.deadline_clock is None:
             return report, clock + (report.deadline - now).total_seconds()
         held = _plus_seconds(now, entry.deadline_clock - clock)
@@ -997,10 +1053,10 @@ class NoticeBoard:
         `release_flushes` says which are flushed once the time has come. Timed on `clock`:
         on the wall clock, NTP's step forward ended the hold at once and a step back held
         every flush for as long as the step."""
-        self.flushes_held_until = self.clock() + seconds
+        self.flushes_held_until = self._clock() + seconds
 
     def _flushes_held(self) -> bool:
-        return self.flushes_held_until is not None and self.clock() < self.flushes_held_until
+        return self.flushes_held_until is not None and self._clock() < self.flushes_held_until
 
     def release_flushes(self) -> list[str]:
         """Once the hold has passed: the notices flushed by every client while it lasted."""
@@ -1050,6 +1106,7 @@ class NoticeBoard:
 
     # State.
 
+    @_on_one_reading
     def restore(
         self,
         notices: Iterable[Notice],
@@ -1111,7 +1168,7 @@ class NoticeBoard:
         deadline, unless they ack a saved flush."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
-        now = self.clock()
+        now = self._clock()
         for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
             report = Report(
                 id=notice.id,
@@ -1153,7 +1210,7 @@ class NoticeBoard:
             if entry is None:
                 continue
             entry.restored = not manual
-            entry.restored_clock = None if manual else self.clock()
+            entry.restored_clock = None if manual else self._clock()
             # The reading `report` just took is of the wall time a step may have made stale.
             entry.reported_clock = (
                 (reported_clock or {}).get(notice.id) if entry.reported_clock is not None else None
@@ -1261,9 +1318,9 @@ class NoticeBoard:
                 # Counted on `clock`, as of now: on the wall clock, NTP's step forward (first
                 # sync on a VM whose clock was behind) retired a drain at once, with a clear,
                 # before the job saved, and a step back kept it for as long as the step.
-                age = max(0.0, self.clock() - entry.raised_clock)
+                age = max(0.0, self._clock() - entry.raised_clock)
                 left = self.manual_lifetime - timedelta(seconds=age)
-                return _plus(self.now(), left)
+                return _plus(self._now(), left)
             return _plus(entry.raised_at, self.manual_lifetime)
         return self._awaited_until(entry)
 
@@ -1276,8 +1333,8 @@ class NoticeBoard:
             # the provider is heard reporting it). Counted on `clock`, as of now: on the wall
             # clock, NTP's step forward just after a restart withdrew it before its watcher
             # answered, and a step back kept it for as long as the step.
-            waited = max(0.0, self.clock() - entry.restored_clock)
-            return _plus(self.now(), self.grace - timedelta(seconds=waited))
+            waited = max(0.0, self._clock() - entry.restored_clock)
+            return _plus(self._now(), self.grace - timedelta(seconds=waited))
         return None
 
     def _stepped_forward(self, entry: Entry) -> timedelta:
@@ -1298,8 +1355,8 @@ class NoticeBoard:
         elif entry.raised_clock is None:
             return timedelta(0)
         else:
-            wall = self.now() - entry.raised_at
-            step = wall - timedelta(seconds=max(0.0, self.clock() - entry.raised_clock))
+            wall = self._now() - entry.raised_at
+            step = wall - timedelta(seconds=max(0.0, self._clock() - entry.raised_clock))
         return step if step >= DEADLINE_TOLERANCE else timedelta(0)
 
     def _reading_of(self, report: Report, entry: Entry) -> float | None:
@@ -1308,7 +1365,7 @@ class NoticeBoard:
         deadline = report.deadline
         if entry.manual or entry.deadline_clock is not None or deadline is None:
             return None
-        return self.clock() + (deadline - self.now()).total_seconds()
+        return self._clock() + (deadline - self._now()).total_seconds()
 
     def _judged_deadline(self, entry: Entry) -> datetime | None:
         """The deadline `entry` is escalated and retired by: its report's, except for a
@@ -1337,7 +1394,7 @@ class NoticeBoard:
         """Whether `entry` is judged on its boot-clock reading after a step (`step_settle`)."""
         if entry.step_settle is None:
             return False
-        if self.clock() < entry.step_settle:
+        if self._clock() < entry.step_settle:
             return True
         entry.step_settle = None
         return False
@@ -1383,7 +1440,7 @@ class NoticeBoard:
         if report.action != "drain" or deadline is None:
             return report.action
         # A difference of two times never overflows, where `deadline - margin` can.
-        left = (deadline - self.now()).total_seconds()
+        left = (deadline - self._now()).total_seconds()
         return "terminate" if left <= self.exit_margin else "drain"
 
     @staticmethod
@@ -1434,7 +1491,7 @@ class NoticeBoard:
             provider=report.provider,
             deadline=report.deadline,
             noticed_at=report.noticed_at,
-            sent_at=self.now(),
+            sent_at=self._now(),
             detail=report.detail,
         )
 

@@ -241,3 +241,69 @@ def test_after_any_step_an_unvouched_deadline_is_acted_on_when_the_wall_clock_sa
     assume(abs(wall_left - margin) > 0.01 and abs(wall_left + grace) > 0.01)  # microseconds
     assert bool(escalated or expired) == (wall_left <= margin), (step, left, escalated)
     assert bool(expired) == (wall_left + grace <= 0), (step, left, expired)
+
+
+class SteppingClocks(Clocks):
+    """`Clocks` whose wall clock steps by `seconds` as it is read the `at_read`-th time from
+    `arm` (0: at the next read): a step that lands while the board is in the middle of one
+    call, between two of its readings, as NTP's step lands between two instructions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.armed: tuple[int, float] | None = None
+
+    def arm(self, at_read: int, seconds: float) -> None:
+        self.reads, self.armed = 0, (at_read, seconds)
+
+    def now(self) -> datetime:
+        if self.armed is not None and self.reads >= self.armed[0]:
+            self.step(self.armed[1])
+            self.armed = None
+        self.reads += 1
+        return super().now()
+
+
+DELETING = "kubernetes/node-1/deleting"
+
+
+def _karpenters_two(deadline: datetime, **detail: object) -> list[Report]:
+    return [
+        _karpenter(deadline, **detail),
+        _karpenter(deadline, **detail).model_copy(update={"id": DELETING}),
+    ]
+
+
+@settings(max_examples=examples(60))
+@given(
+    at_read=st.integers(min_value=0, max_value=40),
+    step=st.floats(min_value=STEP_SEEN.total_seconds() + 1, max_value=86400 * 30, allow_nan=False),
+)
+def test_a_step_landing_inside_a_due_call_sends_no_terminate_and_no_clear(
+    at_read: int, step: float
+) -> None:
+    """Karpenter's two drains (its taint, the node's deletion), termination 30 min away on a
+    right clock; a forward step of the wall clock lands while `due()` runs, between two of
+    its readings of the wall clock. `due()` judged each notice on whichever reading it made
+    for it: the taint on the one before the step, the deletion on the one after it, unsettled
+    (the step not seen yet): the deletion went out as terminate 22 ms after the step, half an
+    hour early, and the taint stayed a drain (seen under load in
+    test_a_step_that_makes_a_right_clock_wrong_sends_karpenters_drains_once_and_no_clear).
+    Wherever the step lands, nothing is escalated or retired before the watcher speaks, and
+    its report of the moved deadline sends each a drain."""
+    clocks = SteppingClocks()
+    board = NoticeBoard(Sequencer(0), 30.0, now=clocks.now, clock=lambda: clocks.boot)
+    written = T0 + timedelta(minutes=30)
+    for report in _karpenters_two(written):
+        assert board.report(report) is not None
+    clocks.run(0.02)
+    clocks.arm(at_read, step)
+    for _ in range(3):
+        assert board.due() == ([], []), (at_read, step, clocks.reads)
+        assert board.take_moved() == []
+        clocks.run(1)
+    moved = written + timedelta(seconds=step)
+    for report in _karpenters_two(moved, clock_ahead_seconds=step):
+        resent = board.report(report)
+        assert resent is not None and (resent.action, resent.deadline) == ("drain", moved)
+    assert board.due() == ([], [])
