@@ -59,9 +59,16 @@ class Cluster:
     server: str
     token: TokenSource
     verify: ssl.SSLContext | bool
-    # For messages: "in-cluster", "kubernetes.url <url> (token from <file>)" or
-    # "kubeconfig <path> (context <name>)".
+    # For messages: "in-cluster", "kubernetes.url <url> (token from <file>)",
+    # "kubeconfig <path> (context <name>)" or, for a URL over a kubeconfig,
+    # "kubernetes.url <url> (credentials from kubeconfig <path>, context <name>)".
     source: str
+    names_server: bool = False  # `source` names `server` (a URL given)
+
+    @property
+    def where(self) -> str:
+        """`source` and the server, the server named once (the log's "watching node ... via")."""
+        return self.source if self.names_server else f"{self.source} at {self.server}"
 
 
 def node_name(settings: Settings, env: Mapping[str, str]) -> str:
@@ -210,7 +217,7 @@ def in_cluster(
             verify = _context(cafile=str(settings.ca_file), what=f"CA {settings.ca_file}")
         else:
             verify = _context(what="system CAs")
-    return Cluster(server, token_source, verify, source)
+    return Cluster(server, token_source, verify, source, names_server=settings.url is not None)
 
 
 class _ServerName(ssl.SSLContext):
@@ -277,14 +284,20 @@ def from_kubeconfig(
     *,
     credentials: bool = True,
     exec_timeout: float | None = None,
+    url_from: str = "kubernetes.url",
 ) -> Cluster:
     """The context's server and credentials, as the Kubernetes client library reads them
     (exec plugins, given `exec_timeout` seconds to answer, else kubeconfig.EXEC_TIMEOUT;
-    several files in one `os.pathsep`-separated `path`); `url` overrides the server."""
+    several files in one `os.pathsep`-separated `path`); `url` overrides the server (named
+    `url_from` in messages)."""
     with kubeconfig.exec_limit(exec_timeout):
         configuration, name = kubeconfig.load(str(path), context, credentials=credentials)
     source = f"kubeconfig {path} (context {name})"
     server = (url or configuration.host or "").rstrip("/")
+    if url:
+        # The server is the URL, only the credentials the kubeconfig's: named as the
+        # kubeconfig alone, the log and a 401 sent the operator to the kubeconfig's cluster.
+        source = f"{url_from} {server} (credentials from kubeconfig {path}, context {name})"
     if not server:
         raise ConfigError(f"{source}: the context's cluster has no server")
     verify: ssl.SSLContext | bool = True
@@ -316,7 +329,7 @@ def from_kubeconfig(
             return kubeconfig.bearer(configuration)
 
     token()  # fail now, naming the kubeconfig, if the credentials cannot be had
-    return Cluster(server, token, verify, source)
+    return Cluster(server, token, verify, source, names_server=bool(url))
 
 
 __all__ = [

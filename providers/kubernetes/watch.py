@@ -226,7 +226,7 @@ class KubernetesWatcher:
             cluster = await off_loop(lambda: resolve(self.settings, self.env))
             self.node_name = name
             self.api = NodeApi(cluster, name)
-            log.info("watching node %s via %s at %s", name, cluster.source, cluster.server)
+            log.info("watching node %s via %s", name, cluster.where)
         return self.api
 
     async def _pause(self, backoff: Backoff, retry_after: float | None = None) -> None:

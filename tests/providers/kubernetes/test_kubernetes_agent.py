@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -864,3 +865,37 @@ def test_the_log_says_the_api_server_came_from_the_url(tmp_path: Path, server: S
     assert "in-cluster" not in line, line
     assert f"kubernetes.url {server.url}" in line, line
     assert env["FOREWARN_KUBERNETES_TOKEN_FILE"] in line, line
+    # Once: "via kubernetes.url URL (token from FILE) at URL" said it twice.
+    assert line.count(server.url) == 1, line
+
+
+def test_the_log_names_a_url_given_over_a_kubeconfig_once_and_the_kubeconfig(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """`kubernetes.url` over a kubeconfig (its token, another cluster's server): the agent
+    watched the URL and logged "via kubeconfig FILE (context ops) at URL", which read as the
+    kubeconfig's cluster."""
+    config = tmp_path / "kubeconfig.json"
+    cluster = {"server": "https://k8s.example:6443"}  # not where the agent is to go
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "ops",
+                "contexts": [{"name": "ops", "context": {"cluster": "c1", "user": "u1"}}],
+                "clusters": [{"name": "c1", "cluster": cluster}],
+                "users": [{"name": "u1", "user": {"token": "t1"}}],
+            }
+        )
+    )
+    env = _kubernetes_env(tmp_path, server)
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env["FOREWARN_KUBERNETES_KUBECONFIG"] = str(config)
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        eventually(lambda: "watching node" in agent.output(), what="the watch's log line")
+    line = next(li for li in agent.output().splitlines() if "watching node" in li)
+    assert f"via kubernetes.url {server.url} (credentials from kubeconfig {config}" in line
+    assert line.count(server.url) == 1, line
+    assert "k8s.example" not in line, line

@@ -188,6 +188,23 @@ def test_kubeconfig_json_with_token_file(tmp_path: Path, pki: dict[str, str]) ->
     assert from_kubeconfig(path, "other", "http://127.0.0.1:9").server == "http://127.0.0.1:9"
 
 
+def test_a_url_over_a_kubeconfig_is_named_as_the_server_with_the_kubeconfigs_credentials(
+    tmp_path: Path,
+) -> None:
+    """`kubernetes.url` with a kubeconfig: the server is the URL, the credentials the
+    kubeconfig's. The source named the kubeconfig alone, and so did the log and every error
+    (a 401's "the API server refused the token of kubeconfig ..."): an operator looked at the
+    kubeconfig's cluster, which the agent was not talking to."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(kubeconfig({"token": "t1"})))
+    cluster = from_kubeconfig(path, None, "http://127.0.0.1:9/")
+    assert cluster.server == "http://127.0.0.1:9"
+    assert cluster.source == (
+        f"kubernetes.url http://127.0.0.1:9 (credentials from kubeconfig {path}, context ops)"
+    )
+    assert from_kubeconfig(path, None, None).source == f"kubeconfig {path} (context ops)"
+
+
 def test_kubeconfig_yaml_with_client_certificate(tmp_path: Path, pki: dict[str, str]) -> None:
     import yaml
 
