@@ -14,7 +14,9 @@
 - `GET`/`PATCH /api/v1/nodes/<node>` (merge or strategic-merge patch; what `kubectl cordon`
   and `forewarn drill kubernetes` send). Cordoning adds the `node.kubernetes.io/unschedulable`
   taint, as the node lifecycle controller does. A `metadata.uid` in the patch other than the
-  node's is 422 Invalid (the uid is immutable), as the API server answers.
+  node's is 422 Invalid (the uid is immutable), as the API server answers; so is a taint
+  the API server's validation refuses (a key that is no qualified name, a value that is no
+  label value, an unknown effect), whether patched or raised through `/_sim/notices`.
 - With a token set, requests without `Authorization: Bearer <token>` get 401.
 - `POST /apis/events.k8s.io/v1/namespaces/<ns>/events`: an Event, checked for the fields the
   API server requires (422 otherwise), kept in `GET /_sim/state` under `events`.
@@ -50,6 +52,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -70,6 +73,7 @@ from ..simulator import (
 )
 from .karpenter import TERMINATION_ANNOTATION
 from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
+from .settings import taint_key_problem
 
 DEFAULT_NODE = "forewarn-sim-node"
 DRILL_TOKEN = "forewarn-drill-token"
@@ -363,6 +367,9 @@ class KubernetesSimulator(Simulator):
         value = fields.get("value")
         if value is not None and not isinstance(value, str):
             raise SimError('"value" must be a string')
+        problem = _taint_problem({"key": fields.get("key"), "value": value, "effect": effect})
+        if problem is not None:
+            raise SimError(f"the API server refuses this taint: {problem}", 422)
 
     def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
         self.check_notice(kind, fields)
@@ -582,7 +589,7 @@ class KubernetesSimulator(Simulator):
                 raise SimError(f"no taint {key!r}", 404)
             refuse_unknown_fields(notice_id, fields, ("value", "effect"))
             effect = fields.get("effect", current[0].get("effect", "NoSchedule"))
-            self._check_taint(fields, effect)
+            self._check_taint({**fields, "key": key}, effect)
             self._set_taint(node, key, fields.get("value", current[0].get("value")), effect)
             self._commit("MODIFIED", node)
 
@@ -771,6 +778,16 @@ class KubernetesSimulator(Simulator):
             before = bool(self.node["spec"].get("unschedulable"))
             node = merge_patch(self.node, patch)
             node.setdefault("spec", {})
+            taints = node["spec"].get("taints") or []
+            problems = [
+                problem
+                for index, taint in enumerate(taints if isinstance(taints, list) else [taints])
+                if (problem := _taint_problem(taint, f"spec.taints[{index}]")) is not None
+            ]
+            if problems:
+                # As the API server validates the patched Node: 422, and nothing changes.
+                message = f'Node "{name}" is invalid: {"; ".join(problems)}'
+                return SimResponse.json(_status(422, "Invalid", message), 422)
             if bool(node["spec"].get("unschedulable")) != before:
                 self._sync_cordon_taint(node)
             self._commit("MODIFIED", node)
@@ -967,6 +984,35 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="answer like RBAC: allow only these (repeatable; e.g. list:nodes, watch:nodes, "
         "get:nodes, patch:nodes, create:events); others get 403 (default: allow all)",
     )
+
+
+# A taint's value is a label value (IsValidLabelValue): empty, or at most 63 alphanumerics,
+# '-', '_' or '.', alphanumeric at both ends.
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def _taint_problem(taint: Any, where: str = "taint") -> str | None:
+    """What the API server's validation of a Node's taint (key a qualified name, value a
+    label value, a known effect) says of `taint` at `where`, or None when it takes it."""
+    if not isinstance(taint, dict):
+        return f"{where}: Invalid value: {json.dumps(taint)}: must be an object"
+    key, value, effect = taint.get("key"), taint.get("value"), taint.get("effect")
+    if not isinstance(key, str) or not key:
+        return f"{where}.key: Required value"
+    problem = taint_key_problem(key)
+    if problem is not None:
+        return f"{where}.key: Invalid value: {json.dumps(key)}: {problem}"
+    if value is not None and not (
+        isinstance(value, str) and len(value) <= 63 and _LABEL_VALUE.fullmatch(value)
+    ):
+        return (
+            f"{where}.value: Invalid value: {json.dumps(value)}: a label value must be empty "
+            "or 1-63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
+        )
+    if effect not in EFFECTS:
+        supported = ", ".join(json.dumps(e) for e in EFFECTS)
+        return f"{where}.effect: Unsupported value: {json.dumps(effect)}: supported: {supported}"
+    return None
 
 
 def _node_name(text: str) -> str:

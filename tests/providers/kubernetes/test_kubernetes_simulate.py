@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from forewarn.providers.kubernetes.simulate import (
     drill_script,
     merge_patch,
 )
-from forewarn.providers.simulator import SimServer
+from forewarn.providers.simulator import SimError, SimServer
 from hypothesis import given
 from hypothesis import strategies as st
 from support import agent_env, forewarn_cmd, run_forewarn
@@ -343,3 +344,107 @@ def test_a_taint_change_names_a_field_it_does_not_have(api: httpx.Client) -> Non
     for fields, named in (({"efect": "NoExecute"}, "efect"), ({"value": 5}, "value")):
         answer = api.patch(f"/_sim/notices/{notice}", json=fields)
         assert answer.status_code == 400 and named in answer.json()["error"], answer.text
+
+
+def _qualified_name(key: str) -> bool:
+    """Kubernetes' IsQualifiedName, as its docs say it: an optional prefix, a DNS subdomain of
+    at most 253 characters, and "/"; a name of 1-63 alphanumerics, '-', '_' or '.' that starts
+    and ends alphanumeric."""
+    parts = key.split("/")
+    if len(parts) > 2:
+        return False
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+        if not (len(prefix) <= 253 and re.fullmatch(rf"{label}(\.{label})*", prefix)):
+            return False
+    return len(name) <= 63 and bool(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", name))
+
+
+REFUSED_KEYS = [
+    "bad key",
+    "-starts-with-a-dash",
+    "ends-with-a-dot.",
+    "a/b/c",
+    "/no-prefix",
+    "Example.com/upper-case-prefix",
+    "example.com/",
+    "x" * 64,
+    f"{'a' * 250}.com/k",  # a prefix of 254
+    "k=v:NoSchedule",
+]
+TAKEN_KEYS = ["k", "example.com/MyName_1.x", "x" * 63, f"{'a' * 249}.com/k"]
+
+
+@pytest.mark.parametrize("key", REFUSED_KEYS)
+def test_a_taint_key_the_api_server_refuses_is_422_from_the_control_api(
+    api: httpx.Client, key: str
+) -> None:
+    """A taint key is a qualified name (the API server's validation; `kubectl taint`'s help):
+    the simulator took any string, so a test could raise a taint no cluster can have and
+    see the agent handle it."""
+    assert not _qualified_name(key), key
+    refused = api.post("/_sim/notices", json={"kind": "taint", "key": key})
+    assert refused.status_code == 422, refused.text
+    assert key in refused.text, refused.text
+    assert api.get("/_sim/state").json()["node"]["spec"].get("taints") is None
+
+
+@pytest.mark.parametrize("key", REFUSED_KEYS)
+def test_a_patch_with_a_taint_key_the_api_server_refuses_is_422_invalid(
+    api: httpx.Client, key: str
+) -> None:
+    headers = {**AUTH, "Content-Type": "application/merge-patch+json"}
+    patch = {"spec": {"taints": [{"key": key, "effect": "NoSchedule"}]}}
+    refused = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(patch), headers=headers)
+    assert refused.status_code == 422, refused.text
+    status = refused.json()
+    assert status["reason"] == "Invalid" and "spec.taints[0].key" in status["message"], status
+    assert api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()["spec"].get("taints") is None
+
+
+@pytest.mark.parametrize("key", TAKEN_KEYS)
+def test_a_taint_key_the_api_server_takes_is_taken(api: httpx.Client, key: str) -> None:
+    assert _qualified_name(key), key
+    assert api.post("/_sim/notices", json={"kind": "taint", "key": key}).status_code == 201
+    headers = {**AUTH, "Content-Type": "application/merge-patch+json"}
+    patch = {"spec": {"taints": [{"key": key, "effect": "NoExecute"}]}}
+    done = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(patch), headers=headers)
+    assert done.status_code == 200, done.text
+    assert [t["key"] for t in done.json()["spec"]["taints"]] == [key]
+
+
+@given(
+    st.text(
+        alphabet=st.sampled_from("aZ09-_./=: é"),
+        min_size=1,
+        max_size=70,
+    )
+    | st.builds(
+        lambda p, n: f"{p}/{n}",
+        st.from_regex(r"[a-z0-9.-]{0,260}", fullmatch=True),
+        st.text("aZ9-_.", max_size=66),
+    )
+)
+def test_the_simulator_takes_a_taint_key_exactly_when_it_is_a_qualified_name(key: str) -> None:
+    sim = KubernetesSimulator(node=NODE, token="secret")
+    try:
+        sim.check_notice("taint", {"key": key})
+    except SimError as error:
+        assert error.status == 422 and not _qualified_name(key), (key, error)
+    else:
+        assert _qualified_name(key), key
+
+
+def test_a_taint_value_the_api_server_refuses_is_422(api: httpx.Client) -> None:
+    """A taint's value is a label value (63 characters at most, alphanumeric at both ends),
+    raised or changed."""
+    for value in ("has space", "x" * 64, "-dash"):
+        raised = api.post("/_sim/notices", json={"kind": "taint", "key": "k", "value": value})
+        assert raised.status_code == 422 and "value" in raised.json()["error"], raised.text
+    notice = api.post("/_sim/notices", json={"kind": "taint", "key": "k", "value": "v1"})
+    changed = api.patch(f"/_sim/notices/{notice.json()['id']}", json={"value": "not ok"})
+    assert changed.status_code == 422, changed.text
+    [taint] = api.get("/_sim/state").json()["node"]["spec"]["taints"]
+    assert taint["value"] == "v1"
