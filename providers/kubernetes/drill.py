@@ -128,7 +128,31 @@ def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Confi
         raise _no_credentials()
     if url is not None:
         configuration.host = url.rstrip("/")
+        _keep_host(configuration)
+        if paths is not None:
+            # The server is the URL, the credentials the kubeconfig's (as the agent says it).
+            flag = "--url" if _given(args.url) else "FOREWARN_KUBERNETES_URL"
+            source = (
+                f"{flag} {configuration.host} (credentials from kubeconfig {paths}, context {name})"
+            )
     return configuration, source
+
+
+def _keep_host(configuration: Configuration) -> None:
+    """Keep `configuration.host` through the kubeconfig's credential refresh: the client
+    library's hook (a token user's, an exec plugin's) sets the kubeconfig's own server again
+    before each request, and `--url` over a kubeconfig printed the URL and patched the
+    kubeconfig's cluster (a node of another cluster cordoned, or its server unreachable)."""
+    hook = configuration.refresh_api_key_hook
+    if hook is None:
+        return
+    host = configuration.host
+
+    def refresh(client_configuration: Configuration) -> None:
+        hook(client_configuration)
+        client_configuration.host = host
+
+    configuration.refresh_api_key_hook = refresh
 
 
 def _patch(configuration: Configuration, source: str, node: str, unschedulable: bool) -> bool:

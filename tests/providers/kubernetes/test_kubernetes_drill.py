@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -191,3 +192,43 @@ def test_the_node_is_the_one_the_agent_watches(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"  PATCH {server.url}/api/v1/nodes/{NODE}\n" in done.stdout
+
+
+def test_a_url_over_a_kubeconfig_is_named_as_the_server(
+    tmp_path: Path, server: SimServer, run_kubernetes_drill_forked: Forked
+) -> None:
+    """`--url` with a kubeconfig: the drill patches the URL with the kubeconfig's token, and
+    said "through kubeconfig FILE (context C)", which named the kubeconfig's cluster."""
+    config = tmp_path / "kubeconfig.json"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "ops",
+                "contexts": [{"name": "ops", "context": {"cluster": "c1", "user": "u1"}}],
+                "clusters": [{"name": "c1", "cluster": {"server": "https://127.0.0.2:1"}}],
+                "users": [{"name": "u1", "user": {"token": "op-token"}}],
+            }
+        )
+    )
+    environment = env(tmp_path, server)
+    environment.pop("FOREWARN_KUBERNETES_URL")
+    done = run_kubernetes_drill_forked(
+        "drill",
+        "kubernetes",
+        "--node",
+        NODE,
+        "--kubeconfig",
+        str(config),
+        "--url",
+        server.url,
+        "--yes",
+        env=environment,
+        timeout=DRILL_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert unschedulable(server)
+    assert f"through --url {server.url} (credentials from kubeconfig {config}, context ops)" in (
+        done.stdout
+    ), done.stdout
