@@ -632,7 +632,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_parsed(parse_bandwidth),
         metavar="RATE",
         help="measured write/upload rate: 500MB/s (500MBps), 1.2GiB/s, 10Gbit/s (10Gbps); "
-        "B is a byte, b a bit",
+        "B is a byte, b a bit; the size over it is the flush, so not with --checkpoint",
     )
     money = parser.add_argument_group(
         "prices (per hour unless named otherwise; write 12.50, not $12.50, which the shell "
@@ -877,6 +877,16 @@ def resolve(args: argparse.Namespace) -> Resolved:
             "--bandwidth", "needs a size: --checkpoint-size, --checkpoint-gb or --params"
         )
     checkpoint = args.checkpoint
+    if checkpoint is not None and size is not None and args.bandwidth is not None:
+        # Two flushes: the one given and the size over the bandwidth. The plan took the
+        # first and printed the second beside it ("at 1000 MB/s: 14 s a checkpoint").
+        raise PlanError(
+            "--checkpoint and --bandwidth",
+            f"give one: --checkpoint {seconds_text(checkpoint)} is the flush, and "
+            f"{size.source} over --bandwidth is another "
+            f"({seconds_text(size.bytes / args.bandwidth)}); a size without --bandwidth "
+            "still prices storage and I/O",
+        )
     if checkpoint is not None:
         sources["checkpoint_seconds"] = "flag"
     elif size is not None and args.bandwidth is not None:

@@ -1608,3 +1608,26 @@ def test_the_cost_table_keeps_its_columns_for_any_price(
     for row in rows:
         cells = [match.end() for match in re.finditer(r"(?<=\s)[-\d.e+]+(?=\s|$)", row)]
         assert cells and set(cells) <= set(ends), row
+
+
+@pytest.mark.parametrize(
+    "size", [["--checkpoint-size", "14GB"], ["--checkpoint-gb", "14"], ["--params", "7B"]]
+)
+def test_a_flush_and_a_bandwidth_together_are_refused_naming_both(
+    capsys: pytest.CaptureFixture[str], size: list[str]
+) -> None:
+    """`--checkpoint 10s --checkpoint-size 14GB --bandwidth 1GB/s` planned on the 10 s and
+    printed "at 1000 MB/s: 14 s a checkpoint" beside it: two flushes, one used in silence."""
+    err = fails(capsys, "--checkpoint", "10s", *size, "--bandwidth", "1GB/s", "--tax", "3%")
+    assert "--checkpoint" in err and "--bandwidth" in err, err
+    assert "give one" in err, err
+
+
+def test_a_flush_with_a_size_alone_still_prices_storage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A measured flush and the size, with no bandwidth, is no contradiction: the size
+    prices storage and I/O."""
+    plan = plan_json(capsys, "--checkpoint", "10s", "--checkpoint-size", "14GB", "--tax", "3%")
+    assert plan["inputs"]["checkpoint_seconds"] == {"value": 10.0, "source": "flag"}
+    assert plan["checkpoint_size"]["gb"] == pytest.approx(14.0)
