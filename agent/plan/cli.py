@@ -101,15 +101,27 @@ PRICE_FLAGS = (
 )
 
 
+# A number written with a comma inside a duration: `1,5h`, `1h 2,5m`.
+_COMMA_NUMBER = re.compile(r"[0-9.]*,[0-9.,]*")
+
+
 def _duration(text: str) -> float:
+    """A duration, its numbers written with a decimal comma too (`1,5h`), as every other
+    number of the plan is read (`1,5h` was 'not a duration' where `--tax 3,5%` was 3.5 %).
+    The agent's durations (its flags, the config, the wire) take the point only."""
     if text.strip().startswith("-"):
         raise argparse.ArgumentTypeError(f"must not be negative (got {text!r})")
     try:
-        seconds = parse_duration(text)
+        pointed = _COMMA_NUMBER.sub(lambda number: decimal_point(number.group()), text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r}: {error}") from None
+    try:
+        seconds = parse_duration(pointed)
     except ValueError as error:
         # Enough digits to read as infinity, which every figure of the plan would then carry,
-        # are refused there too ("too large a duration").
-        raise argparse.ArgumentTypeError(str(error)) from None
+        # are refused there too ("too large a duration"). Said of the text as written.
+        said = str(error).replace(repr(pointed), repr(text))
+        raise argparse.ArgumentTypeError(said) from None
     return seconds
 
 
@@ -467,7 +479,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "files (one per machine, e.g. a `forewarn drill local --dir`); repeatable (default: "
         "telemetry.jsonl in the state directory)",
     )
-    job = parser.add_argument_group("job and capacity (durations: 10s, 5m, 2h, 1d, 1w, 1h30m)")
+    job = parser.add_argument_group(
+        "job and capacity (durations: 10s, 5m, 2h, 1d, 1w, 1h30m, 1,5h)"
+    )
     job.add_argument(
         "--checkpoint",
         "--flush",

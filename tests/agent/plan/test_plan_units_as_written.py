@@ -534,3 +534,64 @@ def test_the_cost_table_names_the_currency_the_prices_were_written_in(
     assert "Cost per useful hour\n" in capsys.readouterr().out
     assert plan_cli.main([*plain, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["currency"] is None
+
+
+@given(
+    whole=st.integers(min_value=0, max_value=999),
+    fraction=st.from_regex(r"\A[0-9]{1,2}\Z|\A[0-9]{4,6}\Z"),
+    form=st.sampled_from(["{}", "{}s", "{}h", "{} min", "1h{}m", "2d {}h", "{}ms"]),
+)
+@example(whole=1, fraction="5", form="{}h")
+@example(whole=0, fraction="25", form="{}s")
+def test_a_duration_of_the_plan_takes_a_decimal_comma_as_its_point(
+    whole: int, fraction: str, form: str
+) -> None:
+    """`--notice-lead 1,5h` was 'not a duration' where `--tax 3,5%` and `--spot-price 2,50`
+    were read: every number of the plan takes the decimal comma, its durations too."""
+
+    def read(text: str) -> float | str:
+        try:
+            return plan_cli._duration(text)
+        except argparse.ArgumentTypeError as error:
+            return type(error).__name__
+
+    pointed = read(form.format(f"{whole}.{fraction}"))
+    assert read(form.format(f"{whole},{fraction}")) == pointed
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("1,500s", "'1,500' is 1500 with a thousands comma or 1.500 with a decimal one"),
+        ("1,5,5h", "write a number with one decimal mark"),
+        ("1.5,5h", "write a number with one decimal mark"),
+    ],
+)
+def test_a_duration_whose_comma_may_be_either_is_refused_naming_it(written: str, said: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        plan_cli._duration(written)
+    assert repr(written) in str(refused.value) and said in str(refused.value)
+
+
+def test_the_command_takes_a_lead_of_1_5_hours_written_with_a_comma(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--checkpoint", "0,5m", "--interruptions-per-day", "1", "--json"]
+    assert plan_cli.main([*argv, "--notice-lead", "1,5h"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["inputs"]["notice_lead_seconds"]["value"] == 5400.0
+    assert plan["inputs"]["checkpoint_seconds"]["value"] == 30.0
+
+
+@given(st.text(alphabet="0123456789.,smhd +-", max_size=40))
+@example("1,5x")
+@example("1h, 30m")
+def test_a_plan_duration_with_a_comma_is_seconds_or_refused_as_written(text: str) -> None:
+    """Any text: seconds, or a refusal that names the text as it was written (never the
+    text with its comma turned into a point)."""
+    try:
+        seconds = plan_cli._duration(text)
+    except argparse.ArgumentTypeError as error:
+        assert repr(text) in str(error), (text, str(error))
+    else:
+        assert seconds >= 0
