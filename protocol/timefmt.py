@@ -136,6 +136,9 @@ class TooLargeError(UsageError):
 # e.g. 90s ...)" and "unknown unit 'e'" did not say which part of the value was refused.
 _SIGN = re.compile(r"^\s*[-+]")
 _EXPONENT = re.compile(r"[\d.][eE][-+]?\d")
+# `1,5m`: a decimal comma, which `forewarn plan` reads; the agent's durations (its flags,
+# TOML, whose numbers take a point, the environment, the wire) take the point only.
+_DECIMAL_COMMA = re.compile(r"[0-9],[0-9]")
 
 
 def _odd_digits(text: str) -> bool:
@@ -158,6 +161,11 @@ def _duration_seconds(text: str) -> float:
         raise ValueError(
             f"not a duration: {text!r} has digits other than 0-9; write it in the digits 0-9 "
             f"({_EXAMPLES})"
+        )
+    if _DECIMAL_COMMA.search(text):
+        raise ValueError(
+            f"not a duration: {text!r} has a decimal comma; write its decimal mark as a point "
+            f"(1.5m), or in a smaller unit (90s) ({_EXAMPLES})"
         )
     parts: list[tuple[float, str]] = []
     position = 0
@@ -224,7 +232,12 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
     except TooLargeError:
         raise ValueError(f"{text!r} is past the last time a date can hold") from None
     except ValueError as error:
-        if _SIGN.match(text) or _EXPONENT.search(text) or _odd_digits(text):
+        if (
+            _SIGN.match(text)
+            or _EXPONENT.search(text)
+            or _odd_digits(text)
+            or _DECIMAL_COMMA.search(text)
+        ):
             # Said as every duration flag says it: "not an RFC 3339 time or a duration such
             # as 90s" named neither the sign of `+15m` nor the exponent of `1e3`.
             reason = str(error).removeprefix("not a duration: ")

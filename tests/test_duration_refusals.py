@@ -38,6 +38,11 @@ def test_a_duration_is_finite_seconds_or_a_value_error_naming_it(text: str) -> N
         # `\d` took them: `status --timeout ١٢` waited 12 s, `exit_margin = "١٢"` was 12 s.
         ("١٢", "not a duration: '١٢' has digits other than 0-9; write it in the digits 0-9"),
         ("\uff15m", "not a duration: '\uff15m' has digits other than 0-9"),
+        # `exit_margin = "1,5m"` said only "not a duration (use e.g. 90s ...)", where
+        # `forewarn plan --notice-lead 1,5h` reads the comma: the agent's durations take
+        # the point, as its TOML numbers and flags do, and say so.
+        ("1,5m", "not a duration: '1,5m' has a decimal comma; write its decimal mark as a point"),
+        ("1h 2,5m", "not a duration: '1h 2,5m' has a decimal comma"),
     ],
 )
 def test_a_refused_duration_says_which_part_is_wrong(text: str, said: str) -> None:
@@ -58,6 +63,7 @@ def test_a_deadline_too_far_in_digits_is_past_the_last_time_a_date_can_hold() ->
         ("1e3", "'1e3' has an exponent"),
         ("2.5E2s", "'2.5E2s' has an exponent"),
         ("\u0661\u0662m", "'\u0661\u0662m' has digits other than 0-9"),
+        ("1,5h", "'1,5h' has a decimal comma"),
     ],
 )
 def test_a_refused_deadline_says_which_part_is_wrong_as_a_duration_does(
