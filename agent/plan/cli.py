@@ -540,7 +540,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "until the agent sends the terminate at the exit margin before the deadline: "
         "DigitalOcean's reclaim mail, GCP host maintenance); default: drain for a --notice-lead "
         f"over {DRAIN_LEAD_SECONDS / 60:g} min (Azure's scale-set Terminate, up to 15 min, is a "
-        "terminate), else terminate",
+        "terminate), else terminate. A drain's training between the drain and the terminate "
+        "is not counted as progress: its overhead errs high, by about (1 - the share without "
+        "notice) x (lead - margin) / MTBI of itself (3%% for a 60-minute drain a day)",
     )
     job.add_argument(
         "--exit-margin",
