@@ -736,6 +736,37 @@ def test_every_option_the_docs_give_a_command_is_one_of_its_own() -> None:
     assert not wrong, wrong
 
 
+PROVIDER_PAGES = ("aws", "azure", "gcp", "digitalocean", "kubernetes")
+
+
+@pytest.mark.parametrize("provider", PROVIDER_PAGES)
+def test_each_provider_page_s_synopses_list_every_option_of_their_command(provider: str) -> None:
+    """docs/gcp.md's `forewarn simulate gcp` synopsis left out `--ready-file`, `--fault`,
+    `--notice` and `--date-ahead`, which its table and `--help` have: a reader who copies the
+    synopsis never learns the options the rest of the page's examples use. Each provider
+    page has a synopsis block for `forewarn simulate <provider>` and `forewarn drill
+    <provider>`, and each names every option of that command's `--help`."""
+    parsers = {path: parser for path, parser in _parsers(build_parser())}
+    page = (ROOT / "docs" / f"{provider}.md").read_text()
+    seen, wrong = set(), []
+    for block in re.findall(r"^ *```[a-z]*\n(.*?)^ *```", page, re.S | re.M):
+        match = re.match(rf"forewarn (simulate|drill) {provider} ", block)
+        if not match or not re.search(r"[\[(]--", block):  # an example, not a synopsis
+            continue
+        path = (match.group(1), provider)
+        seen.add(path)
+        written = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", block))
+        options = {
+            name
+            for action in parsers[path]._actions
+            for name in action.option_strings
+            if name.startswith("--") and name != "--help"
+        }
+        wrong += [f"forewarn {' '.join(path)}: {flag}" for flag in sorted(options - written)]
+    assert seen == {("simulate", provider), ("drill", provider)}, seen
+    assert not wrong, wrong
+
+
 def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
     yield path, parser
     for action in parser._actions:
