@@ -767,6 +767,19 @@ def test_each_provider_page_s_synopses_list_every_option_of_their_command(provid
     assert not wrong, wrong
 
 
+def test_no_help_gives_a_default_as_a_bare_value_in_parentheses() -> None:
+    """`forewarn simulate gcp --help` said of --upcoming-after "it starts --upcoming-in after
+    that (7d)", where every other help says "(default 7d)": a bare value in parentheses reads
+    as a fixed 7 days, not a default --upcoming-in changes."""
+    bare = [
+        f"forewarn {' '.join(path)} {'/'.join(action.option_strings)}: {found.group()}"
+        for path, parser in _parsers(build_parser())
+        for action in parser._actions
+        for found in re.finditer(r"\([0-9][0-9.]*[a-z]*\)", action.help or "")
+    ]
+    assert bare == []
+
+
 def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
     yield path, parser
     for action in parser._actions:

@@ -765,8 +765,8 @@ COMMAND = SimulatorCommand(
         Scripted(
             "upcoming",
             "upcoming",
-            "a window appears in upcoming-maintenance S after the start; it starts "
-            "--upcoming-in after that (7d): a window 1h out is "
+            "a window appears in upcoming-maintenance S after the start, to start "
+            "--upcoming-in (default 7d) later: a window 1h out is "
             "--upcoming-after 0 --upcoming-in 1h",
             options={"start_in": "upcoming_in"},
         ),
