@@ -101,8 +101,9 @@ PRICE_FLAGS = (
 )
 
 
-# A number written with a comma inside a duration: `1,5h`, `1h 2,5m`.
-_COMMA_NUMBER = re.compile(r"[0-9.]*,[0-9.,]*")
+# A number written with a comma inside a duration: `1,5h`, `1h 2,5m`. Not a comma after a
+# unit, which separates parts (`1h,30m` was read as 1h.30m, 3618 s): refused as it was.
+_COMMA_NUMBER = re.compile(r"(?<![A-Za-z])[0-9.]*,[0-9.,]*")
 
 
 def _duration(text: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 import pytest
@@ -595,3 +596,30 @@ def test_a_plan_duration_with_a_comma_is_seconds_or_refused_as_written(text: str
         assert repr(text) in str(error), (text, str(error))
     else:
         assert seconds >= 0
+
+
+def test_a_comma_between_the_parts_of_a_duration_is_no_decimal_mark() -> None:
+    """`--mtbi 1h,30m` was read as 1h.30m, an hour and 18 seconds (3618 s): a comma after a
+    unit separates parts, and the plan refuses it as the agent does; after a digit it is the
+    decimal mark (`1h2,5m`)."""
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        plan_cli._duration("1h,30m")
+    assert "'1h,30m'" in str(refused.value)
+    assert plan_cli._duration("1h2,5m") == 3750.0
+    assert plan_cli._duration("1h 2,5m") == 3750.0
+
+
+@given(st.text(alphabet="0123456789.,smhd ", max_size=30))
+@example("1h,30m")
+@example("1h2,5m")
+def test_a_plan_duration_s_comma_is_a_point_only_where_a_number_has_it(text: str) -> None:
+    """What the plan reads with a comma is what the agent reads with the comma as a point; a
+    comma right after a unit is refused, not read."""
+    from forewarn.protocol.timefmt import parse_duration
+
+    try:
+        seconds = plan_cli._duration(text)
+    except argparse.ArgumentTypeError:
+        return
+    assert not re.search(r"[a-z],", text), (text, seconds)
+    assert seconds == parse_duration(text.replace(",", "."))
