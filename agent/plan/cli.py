@@ -969,6 +969,19 @@ def resolve(args: argparse.Namespace) -> Resolved:
         lead = response
         sources["notice_lead_seconds"] = "telemetry (every notice saved on)"
     action = _notice_action(args, lead, sources, summary)
+    if lead is None:
+        # Every interruption is one without a notice: a share of those, given, changed
+        # nothing but the line that printed it.
+        for flag, given in (
+            ("--no-notice-share", args.no_notice_share),
+            ("--no-notice-per-day", args.no_notice_per_day),
+        ):
+            if given is not None:
+                raise PlanError(
+                    flag,
+                    "only used with a notice lead (--notice-lead, or the telemetry's): "
+                    "without one every interruption comes without a usable notice",
+                )
     _lead_within_mtbi(args, lead, mtbi, sources)
     timing = Timing(
         checkpoint_seconds=checkpoint,

@@ -1631,3 +1631,19 @@ def test_a_flush_with_a_size_alone_still_prices_storage(
     plan = plan_json(capsys, "--checkpoint", "10s", "--checkpoint-size", "14GB", "--tax", "3%")
     assert plan["inputs"]["checkpoint_seconds"] == {"value": 10.0, "source": "flag"}
     assert plan["checkpoint_size"]["gb"] == pytest.approx(14.0)
+
+
+@pytest.mark.parametrize("share", [["--no-notice-share", "20%"], ["--no-notice-per-day", "0.5"]])
+def test_a_share_without_notice_is_refused_where_no_notice_lead_is_known(
+    capsys: pytest.CaptureFixture[str], share: list[str]
+) -> None:
+    """`--no-notice-share 20%` with no notice lead printed "20.00 % (flag)" among the inputs
+    and planned every interruption as one without a notice: a share of those without a
+    usable notice means nothing where none has one. Refused naming the lead it needs, as
+    --notice-action is."""
+    err = fails(capsys, "--checkpoint", "10s", "--interruptions-per-day", "1", *share)
+    assert f"{share[0]}: only used with a notice lead" in err, err
+    plan = plan_json(
+        capsys, "--checkpoint", "10s", "--interruptions-per-day", "1", "--notice-lead", "2m", *share
+    )
+    assert plan["inputs"]["no_notice_share"]["source"] == "flag"
