@@ -458,7 +458,8 @@ _count = whole_number(
 
 # argparse takes `-10s` for an option and answers "expected one argument"; letting negative
 # durations through as values lets the type check say what is wrong with them.
-_NEGATIVE_VALUE = re.compile(r"^-(\d+\.?\d*|\.\d+)[\w .%]*$")
+# A decimal comma too: `--tax -3,5%` was "expected one argument".
+_NEGATIVE_VALUE = re.compile(r"^-(\d+[.,]?\d*|[.,]\d+)[\w .,%]*$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -33,7 +33,9 @@ _PER_SECOND = re.compile(
 )
 _COUNT = re.compile(rf"^{_NUMBER}\s*([kmbt]?)\Z")
 # A number written with a comma (`2,50`, `14,5GB`, `1,234`) at the start of the text.
-_LEADING_COMMA = re.compile(r"^(\s*)([0-9.]*,[0-9.,]*)(.*)\Z", re.DOTALL)
+# A sign is kept before it (`-2,50` was "could not convert string to float", where `-2.50`
+# is refused as negative).
+_LEADING_COMMA = re.compile(r"^(\s*[-+]?)([0-9.]*,[0-9.,]*)(.*)\Z", re.DOTALL)
 _DECIMAL_COMMA = re.compile(r"^([0-9]*),([0-9]+)\Z")
 
 

@@ -1647,3 +1647,26 @@ def test_a_share_without_notice_is_refused_where_no_notice_lead_is_known(
         capsys, "--checkpoint", "10s", "--interruptions-per-day", "1", "--notice-lead", "2m", *share
     )
     assert plan["inputs"]["no_notice_share"]["source"] == "flag"
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--checkpoint", "-1,5h", "--tax", "3%"], "--checkpoint/--flush: must not be negative"),
+        (["--checkpoint", "10s", "--tax", "-3,5%"], "--tax"),
+        (["--checkpoint", "10s", "--mtbi", "1d", "--spot-price", "-2,50"], "--spot-price"),
+        (
+            ["--checkpoint", "10s", "--mtbi", "1d", "--spot-price", "1", "--on-demand-price=-3,9"],
+            "--on-demand-price: must be zero or more (got '-3,9')",
+        ),
+        (["--checkpoint", "10s", "--interruptions-per-day", "-0,5"], "must be positive"),
+    ],
+)
+def test_a_negative_number_with_a_decimal_comma_is_refused_as_negative(
+    capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    """`--checkpoint -1,5h` and `--tax -3,5%` were taken for options: "expected one
+    argument", where `-1.5h` is refused as negative, naming its value."""
+    err = fails(capsys, *argv)
+    assert named in err and "expected one argument" not in err, err
+    assert "could not convert" not in err, err
