@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import import_timeouts
 import private_tmp
 import pytest
 from forewarn.agent.config import SYSTEM_STATE_DIR
@@ -101,6 +102,8 @@ def _use_private_tmp() -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         _use_private_tmp()
+    # A test's timeout never cuts an import short (tests/import_timeouts.py).
+    config.pluginmanager.register(import_timeouts, "import_timeouts")
     config.addinivalue_line(
         "markers",
         "slow(seconds): the test takes about this much wall time on the 2-core machine; "
