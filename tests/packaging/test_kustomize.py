@@ -29,7 +29,7 @@ from kustomize_render import (
     render_example,
 )
 from status_probe import run_check, runs_status, silent_agent, status_timeout
-from support import AgentProcess, agent_env
+from support import AgentProcess, agent_env, requires
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.32.0"
@@ -414,13 +414,14 @@ print(json.dumps({
 """
 
 
+# Found, not imported: the pytest worker has no use for torch (2 CPU-s), the child computes.
+@requires("torch")
+@requires("huggingface_hub")
 def test_the_sidecar_training_container_has_a_writable_home_for_caches(tmp_path: Path):
     """The training container runs on a read-only root with no HOME: its uid has no home in
     most images, so the runtime sets HOME=/, and torch hub, Hugging Face datasets and triton
     failed to write ~/.cache. Each library's own cache path, computed with the container's
     environment, is on a writable emptyDir of the container."""
-    pytest.importorskip("torch")
-    pytest.importorskip("huggingface_hub")
     job = next(r for r in render("sidecar-job") if r["kind"] == "Job")
     pod = job["spec"]["template"]["spec"]
     train = next(c for c in pod["containers"] if c["name"] == "train")

@@ -31,7 +31,7 @@ from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from kustomize_render import render, render_example
 from other_user import ForkedAgent, call_as
-from support import eventually
+from support import eventually, requires
 
 TRAIN = Path(__file__).with_name("daemonset_train.py")
 
@@ -307,6 +307,7 @@ def test_the_daemonset_training_job_reaches_the_node_agent(host: Path):
         assert shut == {"status": None, "heartbeat": None, "writable": False}
 
 
+@requires("torch")  # found, not imported: the job imports it, not the pytest worker
 def test_a_torch_loop_in_the_daemonset_training_job_saves_on_drain_and_exits_on_terminate(
     host: Path,
 ):
@@ -315,7 +316,6 @@ def test_a_torch_loop_in_the_daemonset_training_job_saves_on_drain_and_exits_on_
     with DataLoader workers and CheckpointGuard; the DaemonSet's agent comes, watches the node
     in the simulator, and the job saves on the cordon's drain and trains on, then saves and
     exits 143 on the graceful shutdown's terminate."""
-    pytest.importorskip("torch")
     job = next(r for r in render_example("daemonset-job") if r["kind"] == "Job")
     train_pod = dict(job["spec"]["template"]["spec"])
     (train,) = train_pod["containers"]

@@ -16,7 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 from other_user import call_as
-from support import AgentProcess, eventually, forewarn_cmd, free_port, run_forewarn
+from support import (
+    AgentProcess,
+    eventually,
+    forewarn_cmd,
+    free_port,
+    requires,
+    run_forewarn,
+)
 
 Tool = Callable[[str], str]
 
@@ -405,12 +412,13 @@ def _torchrun(tmp_path: Path, mode: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+# Found, not imported (torch ships torch.distributed.run): torchrun imports it, not the worker.
+@requires("torch")
 def test_torchrun_as_the_training_unit_exits_1_on_a_stop_as_it_says(tmp_path: Path):
     """The unit said a stop leaves it inactive with torchrun as its main process too: torchrun
     exits 1 on its own SIGTERM (torch raises SignalException) even though the rank exited 143,
     so the unit is left failed. And it exits 1 when a rank exits 143 by itself, which is why
     1 must not be a success exit: Restart=on-failure resumes the job after a reclaim."""
-    pytest.importorskip("torch.distributed.run")
     stopped = _torchrun(tmp_path, "wait")
     try:
         eventually(lambda: (tmp_path / "ready").exists(), timeout=60, what="the rank")
