@@ -269,6 +269,9 @@ _BUSY_WAIT = 0.01
 # Linux's struct flock on 64-bit machines: l_type, l_whence, l_start, l_len, l_pid.
 _FLOCK = "hhqqi4x"
 _WRITER_PID = re.compile(r"pid ([0-9]+) on ")
+# How a claim's lock file held by a delete (`delete_unclaimed`) begins: never as a writer's
+# name (`_WRITER_PID`), so a writer finding it waits for the delete, up to `_SETTLE`.
+_DELETE_OF = "a delete of "
 
 
 def _lock_holder(fd: int) -> int | None:
@@ -524,7 +527,8 @@ class LocalBackend(Backend):
 
     def _claim(self, prefix: str, path: Path) -> Callable[[], None]:
         busy = 0
-        deadline = time.monotonic() + _SETTLE
+        started = time.monotonic()
+        deadline = started + _SETTLE
         while True:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -572,6 +576,17 @@ class LocalBackend(Backend):
                     time.sleep(_BUSY_WAIT)
                     continue
                 os.close(fd)
+                if holder.startswith(_DELETE_OF):
+                    # The delete's own file: said as "another process (pid N on HOST) is
+                    # saving", with the killed writer's name the file held before the delete
+                    # took it, it named a process long gone and a save nobody was making.
+                    raise CommitError(
+                        f"cannot save {prefix} in {self.url}: {holder} holds its claim, and "
+                        f"this save waited {time.monotonic() - started:.0f}s for it to end "
+                        "(`forewarn checkpoint prune`, or a job's retention, deleting a "
+                        "killed writer's leftover or an old generation); it left the step "
+                        "alone: save it again once the delete has ended"
+                    ) from exc
                 raise CommitError(
                     f"another process ({holder}) is saving {prefix} in {self.url}; "
                     "this save left it alone"
@@ -686,6 +701,14 @@ class LocalBackend(Backend):
             held = os.fstat(fd)
             key = (held.st_dev, held.st_ino)
             _HELD.files.add(key)  # the sweep leaves it alone, as a claim's
+            # Named as the delete it is: a writer waiting for it names it if it gives up.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(
+                    fd,
+                    f"{_DELETE_OF}{prefix} (pid {os.getpid()} on {os.uname().nodename})".encode(),
+                    0,
+                )
         try:
             self.delete_tree(prefix)
         finally:

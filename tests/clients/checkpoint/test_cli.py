@@ -1281,3 +1281,80 @@ def test_prune_spares_a_step_a_writer_claims_as_prune_deletes_it(
         writer.kill()
         writer.wait(30)
     assert code == 0 and out.out == "deleted step-000000000040\n", out
+
+
+# READY_TO_SAVE_AGAIN that prints the error its save raised instead of saving on.
+READY_TO_SAVE_AGAIN_OR_SAY = """
+import sys
+from forewarn.clients.checkpoint import CheckpointStore, CommitError
+
+store = CheckpointStore(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    with store.save(40) as gen:
+        gen.write_bytes("model.bin", b"z" * 1000)
+except CommitError as error:
+    print(f"refused: {error}", flush=True)
+else:
+    print("saved", flush=True)
+"""
+
+
+def test_a_writer_waiting_out_a_slow_delete_says_it_waited_for_a_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A delete holding the step's claim for longer than the 5 s a writer waits for it (a
+    large killed save on a slow disk or NFS) failed the writer with `another process (pid
+    N on HOST) is saving step-000000000040 ...`, naming the killed writer whose lock file the
+    delete held: a process long gone, and nobody saving. The error now says the step's
+    delete held it and what the writer waited."""
+    import select
+
+    from forewarn.agent.cli import main
+    from forewarn.clients.checkpoint.local import LocalBackend
+
+    store_url = str(tmp_path / "store")
+    killed = subprocess.Popen(
+        [sys.executable, "-c", SAVING_WRITER, store_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert killed.stdout is not None and killed.stdout.readline() == "saving\n"
+    finally:
+        killed.kill()  # the platform's SIGKILL
+        killed.wait(30)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", READY_TO_SAVE_AGAIN_OR_SAY, store_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdin is not None and writer.stdout is not None
+    said: list[str] = []
+    real = LocalBackend.delete_tree
+
+    def a_slow_delete(self: LocalBackend, prefix: str) -> None:
+        if prefix == "step-000000000040" and not said:
+            writer.stdin.write("go\n")  # type: ignore[union-attr]
+            writer.stdin.flush()  # type: ignore[union-attr]
+            # The delete outlasts the writer's wait: it ends once the writer has given up.
+            ready, _, _ = select.select([writer.stdout], [], [], 60.0)
+            said.append(writer.stdout.readline() if ready else "")  # type: ignore[union-attr]
+        real(self, prefix)
+
+    try:
+        assert writer.stdout.readline() == "ready\n"
+        monkeypatch.setattr(LocalBackend, "delete_tree", a_slow_delete)
+        code = main(["checkpoint", "prune", store_url, "--keep", "1"])
+        out = capsys.readouterr()
+        monkeypatch.undo()
+    finally:
+        writer.kill()
+        writer.wait(30)
+    assert code == 0 and out.out == "deleted step-000000000040\n", out
+    assert len(said) == 1 and said[0].startswith("refused: "), said
+    refusal = said[0]
+    assert f"pid {killed.pid} " not in refusal, refusal
+    assert "is saving" not in refusal, refusal
+    assert f"a delete of step-000000000040 (pid {os.getpid()} on " in refusal, refusal
+    assert "waited 5s" in refusal, refusal
