@@ -458,7 +458,11 @@ class BackgroundSaves(GuardState):
         where that is the periodic step or past it, the step after it saves; otherwise the
         periodic step does (the schedule counts from the failed save). Said as "the next
         periodic step", the saves came steps later than a reader counted (at 37 and 42 after
-        a retry at 32, every 5 steps), or one step after it. Steps are taken one by one."""
+        a retry at 32, every 5 steps), or one step after it. The loop's next step is not
+        known: a counter may rise by more than one a step (micro-batches, samples, a
+        DataLoader that skips), so the periodic step is said as the first step from it on:
+        said as `step 40`, a loop counting in threes saved at 42, or, its step raising the
+        failure at 42 already, at 45."""
         every = self.every_steps
         if not every or every == 1:
             return ""
@@ -466,7 +470,10 @@ class BackgroundSaves(GuardState):
         if seen is None:
             return ""
         if due_at > seen + 1:
-            return f"step {int(due_at)}, the next periodic step (every {every} steps)"
+            return (
+                f"the first step from step {int(due_at)} on (the next periodic step, every "
+                f"{every} steps) after the one that raises this failure"
+            )
         return (
             "the step after the one that raises this failure (the periodic step, every "
             f"{every} steps, is that one or past)"

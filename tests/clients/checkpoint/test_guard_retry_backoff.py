@@ -85,17 +85,21 @@ def _notice(action: str, notice_id: str) -> Event:
 class Loop:
     """The README's background-save loop, catching a failed save's error to carry on."""
 
-    def __init__(self, guard: CheckpointGuard) -> None:
+    def __init__(
+        self, guard: CheckpointGuard, stride: int = 1, step_seconds: float = STEP_SECONDS
+    ) -> None:
         self.guard = guard
         self.step = 0
+        self.stride = stride  # how far each step moves the step counter
+        self.step_seconds = step_seconds
         self.failed_at: list[float] = []  # when each failed save was raised by due()
         self.raised_at: list[int] = []  # the step at which each was raised
         self.saved_at: list[int] = []  # the steps saved at
 
     def one_step(self) -> bool:
         """One training step and its `due()`; whether it saved."""
-        self.step += 1
-        time.sleep(STEP_SECONDS)
+        self.step += self.stride
+        time.sleep(self.step_seconds)  # the scenario: a training step that takes a moment
         try:
             due = self.guard.due(self.step)
         except BackgroundSaveError:
@@ -402,8 +406,8 @@ def test_the_step_a_failure_says_it_saves_again_at_is_the_step_that_saves(
         failed = int(line.split("checkpoint of step ")[1].split()[0])
         raised = min(step for step in loop.raised_at if step > failed)
         saved = min(step for step in loop.saved_at if step > raised)
-        if "saving again at step " in line:
-            named = int(line.split("saving again at step ")[1].split(",")[0].split()[0])
+        if "saving again at the first step from step " in line:
+            named = int(line.split("the first step from step ")[1].split()[0])
             assert named == saved, (line, loop.raised_at, loop.saved_at)
         else:
             assert "saving again at the step after the one that raises" in line, line
@@ -453,3 +457,66 @@ def test_a_last_background_save_failing_while_close_waits_promises_no_next_step(
     assert "close() waits for it: no later save will come" in said[0], said
     assert guard.exit_code == 1
     assert "was not saved again before close()" in caplog.text
+
+
+def test_a_failures_next_save_is_named_right_when_steps_rise_by_more_than_one(
+    proxy: RefusingProxy,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A loop whose step counter rises by 3 a step (gradient accumulation counted in micro
+    batches; a DataLoader that skips samples) saving every 10 steps: the ERROR named `step
+    40, the next periodic step`, a step the loop never takes (its steps are 3, 6, ... 39,
+    42), or one the step raising the failure had already passed. Each line now says which
+    step saves in terms that hold for any counter: the first from the periodic step on, past
+    the step that raises the failure."""
+    monkeypatch.setattr(guard_background, "RETRY_FIRST_SECONDS", 30.0)
+    store = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+    guard = CheckpointGuard(
+        notices=False,
+        handle_signals=False,
+        flag_file=None,
+        store=store,
+        background=True,
+        every_steps=10,
+    )
+    # Steps long enough that a refused save fails within a step or two of its own, before
+    # its periodic step: the line then names that step (with 5 ms steps a busy machine had
+    # the failure come past it, the other form of the line).
+    loop = Loop(guard, stride=3, step_seconds=0.1)
+
+    def lines() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "forewarn.clients" and "failed in a row" in r.getMessage()
+        ]
+
+    def answered(count: int) -> bool:
+        said = lines()
+        if len(said) < count:
+            return False
+        last = int(said[count - 1].split("checkpoint of step ")[1].split()[0])
+        raised = [step for step in loop.raised_at if step > last]
+        return bool(raised) and any(step > raised[0] for step in loop.saved_at)
+
+    try:
+        with caplog.at_level(logging.INFO, logger="forewarn.clients"):
+            loop.until(lambda: answered(3), "three failures in a row and their saves", timeout=60)
+    finally:
+        guard.close()
+        store.close()
+    for line in lines()[:3]:
+        failed = int(line.split("checkpoint of step ")[1].split()[0])
+        raised = min(step for step in loop.raised_at if step > failed)
+        saved = min(step for step in loop.saved_at if step > raised)
+        assert "saving again at step " not in line, (line, loop.raised_at, loop.saved_at)
+        if "the first step from step " in line:
+            periodic = int(line.split("the first step from step ")[1].split()[0])
+            # The first of the loop's steps from the periodic one on, past the raising one.
+            first = min(s for s in range(raised + 3, saved + 1, 3) if s >= periodic)
+            assert saved == first, (line, loop.raised_at, loop.saved_at)
+        else:
+            assert "saving again at the step after the one that raises" in line, line
+            assert saved == raised + 3, (line, loop.raised_at, loop.saved_at)
