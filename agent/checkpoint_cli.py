@@ -307,22 +307,42 @@ def _age(created_at: str, now: datetime) -> str:
         seconds = (now - parse_time(created_at)).total_seconds()
     except ValueError:
         return "?"
+    return _seconds(seconds)
+
+
+def _seconds(seconds: float) -> str:
     for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= length:
             return f"{seconds / length:.0f}{unit}"
     return f"{max(seconds, 0):.0f}s"
 
 
+def _uploads(store: CheckpointStore) -> dict[int, list[dict[str, Any]]]:
+    """The files of each step still in unfinished uploads (S3), oldest first. A save killed
+    while its only files were uploads left no object under its generation: `ls` listed no
+    such step, and only `prune --abort-uploads` found its bytes."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for upload in store.backend.unfinished_uploads():
+        step = parse_generation_name(upload.generation)
+        if step is not None:
+            found.setdefault(step, []).append(
+                {"file": upload.file, "size": upload.size, "age_seconds": upload.age_seconds}
+            )
+    return found
+
+
 def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
     hinted = store.latest_hint()
+    uploads = _uploads(store)
     rows: list[dict[str, Any]] = []
-    for step in store.steps():
+    for step in sorted(set(store.steps()) | set(uploads)):
         generation, problems = read_generation(store.backend, step)
         row: dict[str, Any] = {
             "step": step,
             "generation": generation_name(step),
             "latest": step == hinted,
             "writer": None,
+            "uploads": uploads.get(step, []),
         }
         if generation is None:
             state = "partial" if problems == ["not committed"] else "corrupt"
@@ -330,7 +350,9 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
             row.update(state=state, problems=[] if state == "partial" else problems)
             if state == "partial":
                 # The bytes it holds, unfinished files too: what deleting it would free.
-                row["size"] = store.backend.usage(generation_name(step))
+                row["size"] = store.backend.usage(generation_name(step)) + sum(
+                    upload["size"] for upload in row["uploads"]
+                )
                 # A save under way (a live claim holds its step) or a killed writer's leftover:
                 # `latest()` tells them apart in the job's log, and `ls` listed both alike.
                 # "gone" only where the backend proves it, as `prune` deletes by (on NFS
@@ -365,6 +387,15 @@ def _state_words(row: dict[str, Any]) -> str:
     writer = {"saving": "being saved", "gone": "writer gone", "unknown": "no live claim seen"}.get(
         row.get("writer") or ""
     )
+    uploads = row.get("uploads") or []
+    if writer and uploads:
+        # Its bytes in uploads S3 lists apart from objects: under way, or left by a kill.
+        kind = {"saving": "in flight", "gone": "abandoned"}.get(row["writer"], "unfinished")
+        count = f"{len(uploads)} upload" if len(uploads) == 1 else f"{len(uploads)} uploads"
+        ages = [u["age_seconds"] for u in uploads if u["age_seconds"] is not None]
+        oldest = "" if len(uploads) == 1 else " the oldest"
+        started = f",{oldest} started {_seconds(max(ages))} ago" if ages else ""
+        writer = f"{writer}; {count} {kind}{started}"
     return f"{row['state']} ({writer})" if writer else row["state"]
 
 

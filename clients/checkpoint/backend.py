@@ -7,6 +7,7 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -178,6 +179,17 @@ def _caused_by(exc: BaseException | None, error: BaseException) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class UnfinishedUpload:
+    """A file of a generation still in an unfinished multipart upload (S3): bytes the store
+    holds that no listing of its objects shows (a save under way, or one killed mid-file)."""
+
+    generation: str  # the generation's name (`step-000000000040`)
+    file: str  # the file's name within it
+    size: int  # the bytes of its parts uploaded so far
+    age_seconds: float | None  # since the upload began, by the service's clock; None: unknown
+
+
 class Backend(ABC):
     """Keys are `/`-separated and relative to the store's root."""
 
@@ -271,6 +283,11 @@ class Backend(ABC):
         (by the service's clock) unless they are under `dead_prefix`; returns how many.
         Nothing to do on most backends."""
         return 0
+
+    def unfinished_uploads(self) -> list[UnfinishedUpload]:
+        """The generations' files still in unfinished uploads, oldest first. None on most
+        backends, whose unfinished files are listed as files."""
+        return []
 
     def note_writer(self) -> None:
         """Called by a save of rank 0 (the committer) before it claims its step: say, once,

@@ -27,7 +27,15 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from . import s3claim
-from .backend import NO_CLAIM, RANK_CLAIM, Backend, ObjectWriter, OnDone, Progress
+from .backend import (
+    NO_CLAIM,
+    RANK_CLAIM,
+    Backend,
+    ObjectWriter,
+    OnDone,
+    Progress,
+    UnfinishedUpload,
+)
 from .errors import CheckpointError, StoreConfigError, StoreNotFoundError
 from .hashing import Buffer, digest_stream
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
@@ -844,6 +852,41 @@ class S3Backend(Backend):
         )
         with open(destination, "rb") as handle:
             return digest_stream(handle, like)[1]
+
+    def unfinished_uploads(self) -> list[UnfinishedUpload]:
+        # A save killed while its only files were multipart uploads left no object under its
+        # generation: `ls` did not list it at all, and only `prune --abort-uploads` found it.
+        root = self._dir("")
+        found: list[UnfinishedUpload] = []
+        uploads = self.client.get_paginator("list_multipart_uploads")
+        with self.bucket_named():
+            pages = list(uploads.paginate(Bucket=self.bucket, Prefix=root))
+        for page in pages:
+            now = _service_time(page)
+            for upload in page.get("Uploads", []):
+                top, slash, name = upload["Key"][len(root) :].partition("/")
+                if not slash or not name or parse_generation_name(top) is None:
+                    continue
+                initiated = upload.get("Initiated")
+                age = (
+                    max((now - initiated).total_seconds(), 0.0)
+                    if isinstance(initiated, datetime)
+                    else None
+                )
+                size = 0
+                parts = self.client.get_paginator("list_parts")
+                try:
+                    for listed in parts.paginate(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    ):
+                        size += sum(int(part.get("Size", 0)) for part in listed.get("Parts", []))
+                except Exception as exc:
+                    if _error_code(exc) != "NoSuchUpload":
+                        raise
+                    continue  # completed or aborted since it was listed
+                found.append(UnfinishedUpload(top, name, size, age))
+        found.sort(key=lambda upload: -(upload.age_seconds or 0.0))
+        return found
 
     def abort_stale_uploads(
         self, keep_prefix: str | None, *, older_than: float = 0.0, dead_prefix: str | None = None

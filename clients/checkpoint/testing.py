@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from .backend import Backend, ObjectWriter
+from .backend import Backend, ObjectWriter, UnfinishedUpload
 
 
 def free_port() -> int:
@@ -199,6 +199,9 @@ class DelegatingBackend(Backend):
 
     def usage(self, prefix: str) -> int:
         return self.inner.usage(prefix)
+
+    def unfinished_uploads(self) -> list[UnfinishedUpload]:
+        return self.inner.unfinished_uploads()
 
     def remove_stale_claims(self) -> int:
         return self.inner.remove_stale_claims()

@@ -6,6 +6,7 @@ really created (the test backdates one to play a writer killed long ago)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -256,3 +257,76 @@ def test_a_later_save_aborts_an_upload_the_first_one_spared_once_it_is_stale(
     store.flush(3, lambda gen: gen.write_bytes("state.pt", b"three"))
     assert uploads(client, bucket) == []
     store.close()
+
+
+# A save of step 40 killed while its only file is a multipart upload: one 8 MiB part sent,
+# the rest of the file still being written.
+KILLED_IN_AN_UPLOAD = textwrap.dedent(
+    """
+    import os, sys, time
+    from forewarn.clients.checkpoint import CheckpointStore, S3Options
+
+    store = CheckpointStore(sys.argv[1], s3=S3Options(endpoint_url=sys.argv[2]))
+    store.flush(30, lambda gen: gen.write_bytes("model.bin", b"x" * 1000))
+    with store.save(40) as gen:
+        with gen.open("model.bin") as stream:
+            stream.write(os.urandom(9 << 20))  # one part and a bit: a multipart upload
+            print("writing", flush=True)
+            time.sleep(300)  # the scenario: a save under way until the test kills it
+    """
+)
+
+
+def test_ls_shows_a_save_whose_bytes_are_only_in_an_upload_with_its_age(
+    proxy: InitiatedProxy, bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A save SIGKILLed while its only file was a multipart upload left no object under its
+    generation: `ls` listed step 30 alone, `verify` and `prune --dry-run` said nothing of it,
+    and only `prune --abort-uploads` found (and aborted) it, 8 MiB held in the bucket. Found:
+    a 9 MiB model.bin killed after its first part, `ls` printed only `30  1000 B ... LATEST`.
+    `ls` now lists the step as partial, with its uploads, their age and bytes."""
+    import boto3
+    from forewarn.agent.cli import main
+
+    url = f"s3://{bucket}/run"
+    client = boto3.client("s3", endpoint_url=proxy.url)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_IN_AN_UPLOAD, url, proxy.url],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def part_sent() -> bool:
+        listed = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+        return bool(listed) and bool(
+            client.list_parts(
+                Bucket=bucket, Key=listed[0]["Key"], UploadId=listed[0]["UploadId"]
+            ).get("Parts")
+        )
+
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+        eventually(part_sent, timeout=60)
+        assert main(["checkpoint", "ls", url, "--endpoint-url", proxy.url]) == 0
+        live = capsys.readouterr().out.splitlines()
+    finally:
+        writer.kill()  # the platform's SIGKILL
+        writer.wait(30)
+    assert len(live) == 3, live
+    assert live[2].split()[:3] == ["40", "8.0", "MiB"], live
+    assert "partial (being saved; 1 upload in flight, started " in live[2], live
+    for upload in proxy.initiated:
+        proxy.initiated[upload] -= timedelta(minutes=3)  # the kill, 3 minutes ago
+    assert main(["checkpoint", "ls", url, "--endpoint-url", proxy.url]) == 0
+    dead = capsys.readouterr().out.splitlines()
+    assert "partial (writer gone; 1 upload abandoned, started 3m ago)" in dead[2], dead
+    assert main(["checkpoint", "ls", url, "--endpoint-url", proxy.url, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["step"], r["state"], r["writer"], r["size"]) for r in rows] == [
+        (30, "ok", None, 1000),
+        (40, "partial", "gone", 8 << 20),
+    ]
+    assert [(u["file"], u["size"], round(u["age_seconds"] / 60)) for u in rows[1]["uploads"]] == [
+        ("model.bin", 8 << 20, 3)
+    ]
+    assert rows[0]["uploads"] == []
