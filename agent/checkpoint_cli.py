@@ -353,17 +353,7 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
                 row["size"] = store.backend.usage(generation_name(step)) + sum(
                     upload["size"] for upload in row["uploads"]
                 )
-                # A save under way (a live claim holds its step) or a killed writer's leftover:
-                # `latest()` tells them apart in the job's log, and `ls` listed both alike.
-                # "gone" only where the backend proves it, as `prune` deletes by (on NFS
-                # another node's live save looks unclaimed here): else no claim was seen.
-                name = generation_name(step)
-                if store.backend.claimed(name):
-                    row["writer"] = "saving"
-                elif store.backend.writer_gone(name):
-                    row["writer"] = "gone"
-                else:
-                    row["writer"] = "unknown"
+                row["writer"] = _writer(store, step)
         else:
             check = _verified(store, generation, checksums)
             if check is None:
@@ -378,6 +368,20 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
             )
         rows.append(row)
     return rows
+
+
+def _writer(store: CheckpointStore, step: int) -> str:
+    """Who writes the uncommitted generation of `step`: "saving", "gone" or "unknown"."""
+    # A save under way (a live claim holds its step) or a killed writer's leftover: `latest()`
+    # tells them apart in the job's log, and `ls` listed both alike. "gone" only where the
+    # backend proves it, as `prune` deletes by (on NFS another node's live save looks
+    # unclaimed here): else no claim was seen.
+    name = generation_name(step)
+    if store.backend.claimed(name):
+        return "saving"
+    if store.backend.writer_gone(name):
+        return "gone"
+    return "unknown"
 
 
 def _state_words(row: dict[str, Any]) -> str:
@@ -506,7 +510,8 @@ def run_show(args: argparse.Namespace, store: CheckpointStore) -> int:
 
 
 def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
-    steps = [args.step] if args.step is not None else store.steps()
+    uploads = _uploads(store) if args.step is None else {}
+    steps = [args.step] if args.step is not None else sorted(set(store.steps()) | set(uploads))
     failed = 0
     checked = 0
     for step in steps:
@@ -516,7 +521,17 @@ def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
                 raise GenerationNotFoundError(
                     f"no committed generation for step {step} in {store.url}"
                 )
-            continue  # a save in progress or a dead writer's leftover: not a generation
+            # A save in progress or a dead writer's leftover: not a generation, so not
+            # counted, but said: after a kill mid-save `verify` said only that the
+            # committed ones verify, and the lost save was in `ls` alone.
+            row = {
+                "state": "partial",
+                "problems": [],
+                "writer": _writer(store, step),
+                "uploads": uploads.get(step, []),
+            }
+            print(f"{generation_name(step)}: {_state_words(row)}: not committed, not counted")
+            continue
         if generation is not None:
             check = _verified(store, generation, not args.sizes_only)
             if check is None:
