@@ -864,9 +864,10 @@ class S3Backend(Backend):
         for page in pages:
             now = _service_time(page)
             for upload in page.get("Uploads", []):
-                top, slash, name = upload["Key"][len(root) :].partition("/")
-                if not slash or not name or parse_generation_name(top) is None:
+                named = generation_file(root, upload["Key"])
+                if named is None:
                     continue
+                top, name = named
                 initiated = upload.get("Initiated")
                 age = (
                     max((now - initiated).total_seconds(), 0.0)
@@ -928,6 +929,17 @@ class S3Backend(Backend):
                     )
                     aborted += 1
         return aborted
+
+
+def generation_file(root: str, key: str) -> tuple[str, str] | None:
+    """The generation and the file within it that the bucket's `key` names in the store whose
+    keys begin with `root`; None for any other key (another store's, a claim, `outputs/`)."""
+    if not key.startswith(root):
+        return None
+    top, slash, name = key[len(root) :].partition("/")
+    if not slash or not name or parse_generation_name(top) is None:
+        return None
+    return top, name
 
 
 def resolve_upload_checksums(endpoint_url: str | None) -> bool:

@@ -1384,3 +1384,31 @@ def test_verify_names_a_killed_writers_leftover_it_does_not_count(tmp_path: Path
         "step-000000000040: partial (writer gone): not committed, not counted",
         "1 of 1 generations verify (checksums)",
     ], checked.stdout
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(
+    root=st.sampled_from(["", "runs/job-1/", "runs/job-1/sub/"]),
+    head=st.sampled_from(["", "runs/job-1/", "runs/other/", "outputs/", ".step-000000000040"]),
+    top=st.text(max_size=20) | st.integers(0, 10**13).map(lambda step: f"step-{step:012d}"),
+    rest=st.text(max_size=20),
+)
+def test_an_upload_key_is_a_generations_file_only_under_the_stores_generations(
+    root: str, head: str, top: str, rest: str
+) -> None:
+    """`ls` lists a step from the keys of the bucket's unfinished uploads: only a file under
+    one of this store's generations names one (never another store's under the same
+    bucket, a claim, `outputs/`), and never raises."""
+    from forewarn.clients.checkpoint.manifest import generation_name, parse_generation_name
+    from forewarn.clients.checkpoint.s3 import generation_file
+
+    key = f"{head}{top}/{rest}"
+    named = generation_file(root, key)
+    if named is None:
+        step = parse_generation_name(top)
+        assert not (key.startswith(root) and head == root and step is not None and rest), key
+        return
+    generation, name = named
+    step = parse_generation_name(generation)
+    assert step is not None and generation == generation_name(step), key
+    assert name and f"{root}{generation}/{name}" == key, key
