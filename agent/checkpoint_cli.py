@@ -322,7 +322,18 @@ def _uploads(store: CheckpointStore) -> dict[int, list[dict[str, Any]]]:
     while its only files were uploads left no object under its generation: `ls` listed no
     such step, and only `prune --abort-uploads` found its bytes."""
     found: dict[int, list[dict[str, Any]]] = {}
-    for upload in store.backend.unfinished_uploads():
+    try:
+        listed = store.backend.unfinished_uploads()
+    except Exception as error:
+        # Credentials without s3:ListBucketMultipartUploads (a common narrow bucket policy)
+        # read the store fine: said, and the generations listed without them.
+        print(
+            f"forewarn: checkpoint: cannot list the unfinished uploads in {store.url} "
+            f"({error}): a save whose files are only uploads is not shown",
+            file=sys.stderr,
+        )
+        return found
+    for upload in listed:
         step = parse_generation_name(upload.generation)
         if step is not None:
             found.setdefault(step, []).append(

@@ -284,9 +284,10 @@ class Backend(ABC):
         Nothing to do on most backends."""
         return 0
 
-    def unfinished_uploads(self) -> list[UnfinishedUpload]:
-        """The generations' files still in unfinished uploads, oldest first. None on most
-        backends, whose unfinished files are listed as files."""
+    def unfinished_uploads(self, *, sizes: bool = True) -> list[UnfinishedUpload]:
+        """The generations' files still in unfinished uploads, oldest first (without
+        `sizes`, each `size` is 0, not asked for). None on most backends, whose unfinished
+        files are listed as files."""
         return []
 
     def note_writer(self) -> None:

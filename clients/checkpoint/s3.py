@@ -853,7 +853,7 @@ class S3Backend(Backend):
         with open(destination, "rb") as handle:
             return digest_stream(handle, like)[1]
 
-    def unfinished_uploads(self) -> list[UnfinishedUpload]:
+    def unfinished_uploads(self, *, sizes: bool = True) -> list[UnfinishedUpload]:
         # A save killed while its only files were multipart uploads left no object under its
         # generation: `ls` did not list it at all, and only `prune --abort-uploads` found it.
         root = self._dir("")
@@ -875,6 +875,9 @@ class S3Backend(Backend):
                     else None
                 )
                 size = 0
+                if not sizes:
+                    found.append(UnfinishedUpload(top, name, size, age))
+                    continue
                 parts = self.client.get_paginator("list_parts")
                 try:
                     for listed in parts.paginate(

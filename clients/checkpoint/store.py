@@ -1125,6 +1125,19 @@ class CheckpointStore:
             and self._backend.writer_gone(generation_name(s))
         ]
 
+    def _upload_steps(self) -> set[int]:
+        """The steps of saves whose files are unfinished uploads (S3): one killed while its
+        only files were uploads lists no object, and `prune` spared it for good."""
+        try:
+            found = self._backend.unfinished_uploads(sizes=False)
+        except Exception as exc:
+            # Credentials without s3:ListBucketMultipartUploads (a common narrow policy):
+            # retention by hand goes on with the generations it lists, as before.
+            log.info("forewarn: %s: cannot list unfinished uploads: %s", self.url, exc)
+            return set()
+        steps = (parse_generation_name(upload.generation) for upload in found)
+        return {step for step in steps if step is not None}
+
     def delete(self, step: int) -> None:
         """Remove one generation (its marker first)."""
         self._hashed.discard(step)
@@ -1165,7 +1178,11 @@ class CheckpointStore:
         # By hand, also the unfinished saves whose writers are provably gone, whatever their
         # step (a final save SIGKILLed at a reclaim's deadline is newer than every generation
         # kept, and retention spared it for good unless the job saved that step again).
-        gone = [] if fresh is not None else self._killed_saves(steps, writing, kept)
+        gone = (
+            []
+            if fresh is not None
+            else self._killed_saves(sorted(set(steps) | self._upload_steps()), writing, kept)
+        )
         if len(kept) < self.keep:
             doomed = gone
         else:
@@ -1173,7 +1190,11 @@ class CheckpointStore:
             # `fresh` can be older than `floor` when a job restarted from an older
             # checkpoint: it is still the generation that job just made durable and will
             # resume from.
-            doomed = [s for s in steps if (s < floor or s in gone) and s not in writing]
+            doomed = [
+                s
+                for s in sorted(set(steps) | set(gone))
+                if (s < floor or s in gone) and s not in writing
+            ]
             doomed = [s for s in doomed if s != fresh]
         if doomed:
             hinted = self.latest_hint()

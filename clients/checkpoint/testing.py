@@ -200,8 +200,8 @@ class DelegatingBackend(Backend):
     def usage(self, prefix: str) -> int:
         return self.inner.usage(prefix)
 
-    def unfinished_uploads(self) -> list[UnfinishedUpload]:
-        return self.inner.unfinished_uploads()
+    def unfinished_uploads(self, *, sizes: bool = True) -> list[UnfinishedUpload]:
+        return self.inner.unfinished_uploads(sizes=sizes)
 
     def remove_stale_claims(self) -> int:
         return self.inner.remove_stale_claims()

@@ -89,3 +89,26 @@ def test_saves_commit_without_permission_to_list_unfinished_uploads(
     warned = [r.getMessage() for r in caplog.records if "unfinished uploads" in r.getMessage()]
     assert warned and all("AccessDenied" in message for message in warned), warned
     store.close()
+
+
+@pytest.mark.usefixtures("narrow_env")
+def test_ls_verify_and_prune_read_the_store_without_permission_to_list_uploads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`ls` and `verify` list the steps held only in unfinished uploads too: under such a
+    policy they still list the generations (exit 0), `ls` saying once on standard error that
+    uploads could not be listed, and `prune` deletes as before."""
+    from forewarn.agent.cli import main
+
+    url = f"s3://{BUCKET}/narrow-cli"
+    with CheckpointStore(url) as store:
+        for step in (1, 2):
+            store.flush(step, lambda gen: gen.write_bytes("model.bin", b"w" * 10))
+    assert main(["checkpoint", "ls", url]) == 0
+    listed = capsys.readouterr()
+    assert [line.split()[0] for line in listed.out.splitlines()[1:]] == ["1", "2"], listed
+    assert "cannot list the unfinished uploads" in listed.err and "AccessDenied" in listed.err
+    assert main(["checkpoint", "verify", url]) == 0
+    assert "2 of 2 generations verify" in capsys.readouterr().out
+    assert main(["checkpoint", "prune", url, "--keep", "1"]) == 0
+    assert capsys.readouterr().out == "deleted step-000000000001\n"

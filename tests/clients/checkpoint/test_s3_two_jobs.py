@@ -330,3 +330,33 @@ def test_ls_shows_a_save_whose_bytes_are_only_in_an_upload_with_its_age(
         ("model.bin", 8 << 20, 3)
     ]
     assert rows[0]["uploads"] == []
+
+
+def test_prune_removes_a_killed_save_whose_bytes_are_only_in_an_upload(
+    proxy: InitiatedProxy, bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ls` lists such a save `partial (writer gone; 1 upload abandoned, ...)`, which for a
+    save with objects means `prune` removes it; `prune --keep 1` listed generations by their
+    objects alone and said `deleted nothing`, the 8 MiB part left for `--abort-uploads`."""
+    import boto3
+    from forewarn.agent.cli import main
+
+    url = f"s3://{bucket}/run"
+    client = boto3.client("s3", endpoint_url=proxy.url)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_IN_AN_UPLOAD, url, proxy.url],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+        eventually(lambda: bool(uploads(client, bucket)), timeout=60)
+    finally:
+        writer.kill()  # the platform's SIGKILL
+        writer.wait(30)
+    assert main(["checkpoint", "prune", url, "--endpoint-url", proxy.url, "--keep", "1"]) == 0
+    assert capsys.readouterr().out == "deleted step-000000000040\n"
+    assert uploads(client, bucket) == []
+    assert main(["checkpoint", "ls", url, "--endpoint-url", proxy.url, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["step"], r["state"]) for r in rows] == [(30, "ok")]
