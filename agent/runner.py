@@ -903,7 +903,7 @@ class Agent:
         if problem is not None:
             log.error("%s reported a notice with a bad id: %s; dropped", report.provider, problem)
             return
-        fresh = self.board.get(report.id) is None
+        before = self.board.get(report.id)
         notice = self.board.report(report)
         if notice is None:
             return
@@ -913,7 +913,12 @@ class Agent:
             self._save_now()
             self._send(notice, escalated=False)
             return
-        self._send(notice, escalated=self.board.escalated(notice.id), fresh=fresh)
+        if _asks_less(before, notice):
+            # As a clear: a terminate back to a drain, or a deadline moved later, restored as
+            # it was went out again before the watcher's first answer (a job told to go on
+            # exited for it). Nothing waits on it as on a new notice or an escalation.
+            self._save_now()
+        self._send(notice, escalated=self.board.escalated(notice.id), fresh=before is None)
         # Raised again after its expiry, with every client's ack in (the last one came in
         # between): its provider is told now, as at the ack that completes a notice.
         for notice_id in self.board.take_flushed():
@@ -1383,6 +1388,10 @@ class Agent:
             # after the state is on disk (`_handle` waits for the writer), so an accepted notify
             # survives a crash (unless the write failed and its retry has not succeeded yet).
             escalated = self.board.escalated(notice_id)
+            if _asks_less(existing, notice):
+                # On disk first, as for a provider's notice (`_emit`): no watcher corrects a
+                # manual one after a restart, and one restored as it was stayed until its end.
+                self._save_now()
             self._send(notice, escalated=escalated, fresh=existing is None)
             self._save()
         current = self.board.get(notice_id)
@@ -1748,6 +1757,29 @@ class Agent:
             self._reserve_seq(self.sequencer.reserved)
         if "state" in self._unsaved:
             self._save()
+
+
+# What each action asks of a client: a clear nothing, a drain a save, a terminate a save and
+# an exit.
+_ASKS = {"clear": 0, "drain": 1, "terminate": 2}
+
+
+def _asks_less(before: Notice | None, after: Notice) -> bool:
+    """Whether `after`, sent in place of `before` (the same id), asks less of clients: a
+    lesser action, or the same one with its deadline later (or gone). Such a notice is saved
+    before it goes out, a clear's rule: a crash between its publish and a save after it left
+    the state that asks more on disk, and the restarted agent sent that again (a terminate
+    to jobs told to go on; a drain whose old deadline came within the exit margin meanwhile,
+    as terminate). One that asks more goes out first: clients wait on the clock, and a crash
+    before its save leaves less on disk, which its provider (or the clients that heard it)
+    still has."""
+    if before is None:
+        return False
+    if _ASKS[after.action] != _ASKS[before.action]:
+        return _ASKS[after.action] < _ASKS[before.action]
+    if before.deadline is None:
+        return False
+    return after.deadline is None or after.deadline > before.deadline
 
 
 def _stop_listen(watcher: Watcher) -> float:

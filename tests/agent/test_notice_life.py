@@ -4,12 +4,14 @@ deadlines and state that belongs to one runtime directory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
 import socket
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.boot import machine_started
 from forewarn.providers.simulator import SimServer
 from other_user import ForkedAgent, other_user, shared_tmp
+from slow_state_disk import slow_state_disk
 from support import (
     DEAD_LOOPBACK,
     AgentProcess,
@@ -1024,3 +1027,44 @@ def test_a_spot_notice_raised_again_after_it_expired_is_flushed_by_every_client_
         assert agent.control({**ack, "step": 2})["ok"]
         eventually(lambda: "from job: step=2" in agent.output(), 5, "the second ack")
         assert agent.output().count(flushed) == 1, agent.output()
+
+
+def _control_quietly(agent: AgentProcess, request: dict[str, Any]) -> None:
+    with contextlib.suppress(TimeoutError, OSError):
+        agent.control(request, timeout=10)
+
+
+def test_a_manual_terminate_back_to_a_drain_is_on_disk_before_clients_hear_it(
+    tmp_path: Path,
+) -> None:
+    """Seen before: `notify` moved an escalated drain's deadline 2 h out; the drain went out
+    first and the state was written after it. An agent SIGKILLed between the two (0.5 s on a
+    state disk busy with a checkpoint) restored the terminate, and no watcher corrects a
+    manual notice: clients that had been told to go on were told to exit, for good."""
+    slow, trigger = slow_state_disk(tmp_path)
+    env = agent_env(tmp_path, **slow)
+    state = tmp_path / "state" / "state.json"
+    args = ("--exit-margin", "300s")
+    first = AgentProcess(tmp_path, args=args, env=env).start()
+    try:
+        with first.subscriber() as sub:
+            request = {"op": "notify", "action": "drain", "id": "local/m", "deadline": later(100)}
+            assert first.control(request)["notice"]["action"] == "terminate"
+            next_notice(sub, id="local/m", action="terminate")
+            eventually(
+                lambda: state.exists() and "local/m" in state.read_text(), 10, "the terminate saved"
+            )
+            trigger.touch()
+            # The reply waits for the state on disk: sent from a thread, lost with the agent.
+            moved = threading.Thread(
+                target=_control_quietly, args=(first, {**request, "deadline": later(7200)})
+            )
+            moved.start()
+            next_notice(sub, id="local/m", action="drain")
+            first.kill()  # at once on the subscriber's receipt
+            moved.join()
+    finally:
+        first.kill()
+    trigger.unlink()
+    with AgentProcess(tmp_path, args=args, env=env) as second, second.subscriber() as sub:
+        assert next_notice(sub, id="local/m")["action"] == "drain", second.output()

@@ -25,7 +25,7 @@ from forewarn.agent.state import load_state
 from forewarn.providers import Emit, PollHealth
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import eventually_async, examples, free_port
+from support import eventually_async, examples, free_port, wire_notice
 
 
 class Crashing:
@@ -795,3 +795,34 @@ async def test_without_a_boot_id_a_clock_step_since_the_last_save_is_saved(
         assert load_state(agent.state_path).booted == booted[0]
     finally:
         agent.state_writer.close()
+
+
+_SOON = "2026-11-30T03:12:00.000Z"
+_LATER = "2026-11-30T05:12:00.000Z"
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "less"),
+    [
+        (None, ("terminate", _SOON), False),  # a new notice goes out first
+        (("terminate", _SOON), ("drain", _SOON), True),
+        (("drain", _SOON), ("terminate", _SOON), False),  # an escalation
+        (("drain", _SOON), ("drain", _LATER), True),
+        (("drain", _LATER), ("drain", _SOON), False),
+        (("terminate", _SOON), ("terminate", None), True),
+        (("terminate", None), ("terminate", _SOON), False),
+        (("drain", _SOON), ("drain", _SOON), False),  # a detail's change
+        (("terminate", _SOON), ("clear", None), True),
+    ],
+)
+def test_what_asks_less_of_jobs_is_saved_before_it_goes_out(
+    before: tuple[str, str | None] | None, after: tuple[str, str | None], less: bool
+) -> None:
+    """`_asks_less` picks the notices written before their publish: a crash between the two
+    must not leave on disk a state that asks more than what the jobs were last told."""
+
+    def notice(action: str, deadline: str | None) -> Notice:
+        return Notice.model_validate(wire_notice(action=action, deadline=deadline))
+
+    was = notice(*before) if before is not None else None
+    assert runner._asks_less(was, notice(*after)) is less
