@@ -428,3 +428,48 @@ def test_a_client_gone_before_its_ack_stays_named_after_a_restart_past_the_deadl
             shown
         )
         assert WARNING not in agent.output(), agent.output()
+
+
+def test_a_client_gone_before_its_ack_of_an_escalated_drain_is_named_after_a_sigkill(
+    tmp_path: Path,
+) -> None:
+    """A drain sent as terminate (its deadline inside the exit margin) is saved as the drain
+    it was asked for: the restarted agent compared the terminate it restores with that
+    drain, took it for a change, and forgot the job that had left before its terminate ack
+    (H173's fix, 5f206fc8, tested at the board only). Across a real agent SIGKILLed once the
+    job's leaving was saved, the restarted agent still names it, in `status` and at the
+    deadline."""
+    env = agent_env(tmp_path)
+    args = ("--exit-margin", "60s", "--set", "notice_grace=60")
+    saved = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+    agent = AgentProcess(tmp_path, args=args, env=env).start()
+    try:
+        with Subscriber(agent.events, ("notice", "client/saver")).ready() as saver:
+            trainer = Subscriber(agent.events, ("notice", "client/trainer")).ready()
+            deadline = datetime.now(timezone.utc) + timedelta(seconds=4)
+            request = {"op": "notify", "action": "drain", "deadline": format_time(deadline)}
+            notice = agent.control(request)["notice"]
+            notice_id = notice["id"]
+            assert notice["action"] == "terminate"  # escalated: inside the 60 s margin
+            assert trainer.notice()["action"] == saver.notice()["action"] == "terminate"
+            trainer.close()  # gone before its ack
+            ack = {"op": "ack", "notice_id": notice_id, "client": "saver", "flush_seconds": 0.1}
+            assert agent.control(ack)["ok"]
+            eventually(
+                lambda: (
+                    json.loads(saved.read_text()).get("gone_before_ack") == {notice_id: ["trainer"]}
+                ),
+                10,
+                "the trainer's leaving saved",
+            )
+    finally:
+        agent.kill()
+    with AgentProcess(tmp_path, args=args, env=env) as agent:
+        reply = agent.control({"op": "status"})
+        (active,) = reply["active"]
+        assert (active["id"], active["action"]) == (notice_id, "terminate"), reply
+        assert reply["gone_before_ack"] == {notice_id: ["trainer"]}, reply
+        line = _warned(agent, notice_id).group(0)
+        assert "trainer (gone before its ack)" in line and "saver" not in line, line
+        reply = agent.control({"op": "status"})
+        assert reply["unacked_past_deadline"] == {notice_id: ["trainer"]}, reply
