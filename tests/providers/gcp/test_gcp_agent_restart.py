@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forewarn.clients import CheckpointGuard
+from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
 from slow_state_disk import slow_state_disk
@@ -78,3 +80,94 @@ def test_a_terminate_back_to_a_drain_is_on_disk_before_clients_hear_it(
             assert sub.drain(0.5) == []  # the watcher confirms the drain: nothing new
     finally:
         first.kill()
+
+
+def _terminate_past_while_down(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """A TERMINATE_ON_HOST_MAINTENANCE with a 2 s notice, published and saved; the agent is
+    SIGKILLed and the deadline passes while it is down. Its environment and the notice."""
+    env = agent_env(
+        tmp_path, FOREWARN_GCP_URL=server.url, FOREWARN_GCP_MAINTENANCE_NOTICE="2", **FAST_ENV
+    )
+    state = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+    first = AgentProcess(tmp_path, providers=("gcp",), env=env).start()
+    try:
+        with Subscriber(first.events).ready() as sub:
+            sim.raise_notice("maintenance", {"type": "TERMINATE"})
+            notice = _next_notice(sub)
+            assert notice["action"] == "terminate", notice
+            eventually(
+                lambda: state.exists() and notice["id"] in state.read_text(), 10, "the state"
+            )
+    finally:
+        first.kill()
+    deadline = parse_time(notice["deadline"])
+    eventually(lambda: utcnow() > deadline, 10, "the deadline passed, the agent down")
+    return env, notice
+
+
+def _guard(agent: AgentProcess) -> CheckpointGuard:
+    guard = CheckpointGuard(
+        events=agent.events, control=agent.control_endpoint, flag_file=None, handle_signals=False
+    )
+    eventually(lambda: guard.notices is not None and guard.notices.alive, 10, "the guard")
+    return guard
+
+
+@pytest.mark.usefixtures("forked_agents")
+def test_a_restored_terminate_past_its_deadline_and_still_in_force_stops_the_job_at_once(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    """The machine may go at any moment: the restarted agent sends the terminate it restored
+    before its watcher's first answer (the metadata server answers 503 here), and the job
+    saves and exits. Held until the watcher confirms it (an IMAP login, a Kubernetes list, a
+    slow metadata server), the job trained on unsaved into the stop."""
+    env, notice = _terminate_past_while_down(tmp_path, server, sim)
+    fault = sim.add_fault("status", status=503)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent:
+        guard = _guard(agent)
+        try:
+            eventually(lambda: guard.due(7), 10, "the restored terminate")
+            assert agent.control({"op": "status"})["health"][0]["state"] != "healthy"
+            result = guard.saved(7, 0.1)
+            assert result.exit and result.notices == (notice["id"],), result
+            assert guard.exit_code == 143
+        finally:
+            guard.close()
+            sim.remove_fault(fault)
+
+
+@pytest.mark.usefixtures("forked_agents")
+def test_a_restored_terminate_withdrawn_while_the_agent_was_down_lets_the_job_go_on(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    """The maintenance ended while the agent was down: the restored terminate still goes out
+    first (nothing tells it from one in force before the watcher answers), the job begins
+    its save, and the watcher's first answer clears it: the save ends the job only if it
+    ended before that clear. Here the clear comes during the save: the job goes on."""
+    env, notice = _terminate_past_while_down(tmp_path, server, sim)
+    sim.withdraw("maintenance-event")
+    fault = sim.add_fault("status", status=503)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent:
+        guard = _guard(agent)
+        try:
+            eventually(lambda: guard.due(7), 10, "the restored terminate")
+            # The save: meanwhile the metadata server answers again, and the watcher's first
+            # answer withdraws the terminate.
+            sim.remove_fault(fault)
+            eventually(
+                lambda: notice["id"] in agent.control({"op": "status"})["ended"],
+                15,
+                "the clear at the watcher's first answer",
+            )
+            eventually(
+                lambda: guard.notices is not None and notice["id"] not in guard.notices.active,
+                10,
+                "the guard's clear",
+            )
+            result = guard.saved(7, 0.1)
+            assert not result.exit, result
+            assert not guard.due(8)
+        finally:
+            guard.close()
