@@ -136,12 +136,21 @@ def _chain_torch_worker_init(process: Any) -> None:
 
 
 class _PoolInit(_Chained):
-    """What a fork `multiprocessing.Pool` (or `ProcessPoolExecutor`) worker runs as its
-    initializer: protected as a fork
-    DataLoader worker is, then the pool's own initializer. Without its lifeline: the pool's
-    finalizer stops its workers at the exit (its `terminate()`, which ends them), and a worker
-    ended before it, while it held the lock of the pool's task queue, left that finalizer
-    waiting for the lock for ever."""
+    """What a `multiprocessing.Pool` (or `ProcessPoolExecutor`) worker runs as its initializer,
+    under every start method: protected as a DataLoader worker is, then the pool's own
+    initializer. Without its lifeline: the pool's finalizer stops its workers at the exit (its
+    `terminate()`, which ends them), and a worker ended before it, while it held the lock of
+    the pool's task queue, left that finalizer waiting for the lock for ever. Picklable: a
+    spawn or forkserver worker gets the guard byte, as a DataLoader worker does."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if context.get_spawning_popen() is None:
+            return (_PoolInit, (self.then,))
+        guarded = self.guarded
+        byte: Any = None
+        if guarded is not None:
+            byte = guarded.map[0] if guarded.fd is None else reduction.DupFd(guarded.fd)
+        return (_in_pool_worker, (self.then, byte))
 
     def __call__(self, *initargs: Any) -> None:
         _protect(None, self.guarded)
@@ -149,13 +158,24 @@ class _PoolInit(_Chained):
             self.then(*initargs)
 
 
+def _in_pool_worker(then: Callable[..., object] | None, guarded: Any = None) -> _PoolInit:
+    # Unpickled in a spawn or forkserver pool worker being started: it keeps SIGTERM blocked
+    # until _protect, as a DataLoader worker does (_in_worker).
+    _forkserver.protected_worker = True
+    chained = _PoolInit(then)
+    chained.guarded = _received_guard_byte(guarded)
+    return chained
+
+
 def _chain_pool_worker_init(process: Any) -> None:
-    """Put `_PoolInit(its own initializer)` in place of the initializer a fork
-    `multiprocessing.Pool` or `ProcessPoolExecutor` worker about to be forked was given: a
-    job-wide SIGTERM ended the pool's idle workers, one of them holding the lock of the pool's
-    task queue, and the loop then hung in `pool.map` before its save, or after it in the
-    pool's finalizer at the exit, until the platform's SIGKILL; an executor's next `map`
-    raised BrokenProcessPool before the save."""
+    """Put `_PoolInit(its own initializer)` in place of the initializer a
+    `multiprocessing.Pool` or `ProcessPoolExecutor` worker about to be started was given (as
+    it is forked, or pickled for spawn and forkserver): a job-wide SIGTERM ended the pool's
+    workers, an idle one holding the lock of the pool's task queue or a busy one its task, and
+    the loop then hung in `pool.map` before its save, or after it in the pool's finalizer at
+    the exit, until the platform's SIGKILL; an executor's next `map` raised BrokenProcessPool
+    before the save. One given `initializer=ignore_job_signals` runs it after: protected with
+    or without a guard, as asked."""
     target = getattr(process, "_target", None)
     if not callable(target) or (
         (getattr(target, "__module__", None), getattr(target, "__name__", None)) not in POOL_WORKERS

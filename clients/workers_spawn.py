@@ -14,7 +14,13 @@ from typing import Any, cast
 
 from . import _terminate_again
 from .workers_fork import _forking
-from .workers_init import _chain_torch_worker_init, _Chained, _protected_by_init, ignore_job_signals
+from .workers_init import (
+    _chain_pool_worker_init,
+    _chain_torch_worker_init,
+    _Chained,
+    _protected_by_init,
+    ignore_job_signals,
+)
 from .workers_preload import FORK_SERVER_PRELOAD, _preload_in_fork_server
 from .workers_protect import IGNORED_IN_WORKERS, _EarlyStart
 
@@ -28,6 +34,7 @@ def _preparation_data(name: str) -> dict[str, Any]:
         return data
     process = copy.copy(sys._getframe(1).f_locals.get("process_obj"))
     _chain_torch_worker_init(process)  # as it will be pickled (_reduce_started_process)
+    _chain_pool_worker_init(process)
     for arg in getattr(process, "_args", ()):
         if isinstance(arg, _Chained) or arg is ignore_job_signals:
             data["forewarn_early_start"] = _EarlyStart()
@@ -53,11 +60,13 @@ spawn.get_preparation_data = _preparation_data
 
 def _reduce_started_process(process: Any) -> tuple[Any, ...]:
     """How multiprocessing pickles a spawn or forkserver process it starts: as it would, with a
-    torch DataLoader worker's init chained as a fork worker's is (_chain_torch_worker_init)."""
+    torch DataLoader worker's init, and a process pool worker's initializer, chained as a fork
+    worker's is (_chain_torch_worker_init, _chain_pool_worker_init)."""
     popen = context.get_spawning_popen()
     if popen is not None:
         process = copy.copy(process)  # the caller's keeps its own arguments
         _chain_torch_worker_init(process)
+        _chain_pool_worker_init(process)
         if _protected_by_init(process):
             _terminate_again.mark(popen)
             # Pickled before its program is started (util.spawnv_passfds): a spawn worker

@@ -1,11 +1,12 @@
 """A training loop with a CheckpointGuard that hands work to a `multiprocessing.Pool` (fork
-start, made after the guard) at every step, as a data-prep pool does; prints one JSON line
-per step, `{"saved": N}` at each save, and ends with `sys.exit(guard.exit_code)`.
+start unless told, made after the guard) at every step, as a data-prep pool does; prints one
+JSON line per step, `{"saved": N}` at each save, and ends with `sys.exit(guard.exit_code)`.
 
-    pool_job.py CHECKPOINT [pool|executor]
+    pool_job.py CHECKPOINT [pool|executor] [fork|spawn|forkserver]
 
 `executor`: a `concurrent.futures.ProcessPoolExecutor` (fork) in place of the Pool, with a
-pause before each map (a training step before the next step's data).
+pause before each map (a training step before the next step's data). The start method is
+`fork` unless given (`forkserver` is Python 3.14's default on Linux).
 The test sends the job's whole process group SIGTERM or SIGINT (systemd's control-group stop,
 a terminal's Ctrl-C) while it trains."""
 
@@ -28,12 +29,13 @@ def square(x: int) -> int:
 def main() -> int:
     checkpoint = sys.argv[1]
     guard = CheckpointGuard(every_steps=1000, notices=False)
-    executor = sys.argv[2:] == ["executor"]
+    executor = sys.argv[2:3] == ["executor"]
+    context = multiprocessing.get_context(sys.argv[3] if len(sys.argv) > 3 else "fork")
     if executor:
-        pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+        pool = ProcessPoolExecutor(2, mp_context=context)
         mapped = pool.map
     else:
-        pool = multiprocessing.get_context("fork").Pool(2)
+        pool = context.Pool(2)
         mapped = pool.map
     step = 0
     while step < 100_000:

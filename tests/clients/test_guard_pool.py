@@ -19,10 +19,17 @@ SCRIPT = Path(__file__).with_name("pool_job.py")
 
 
 def session_processes(sid: int) -> list[str]:
+    """The session's processes still running: not a zombie, one that ended as the job's
+    orphan (a spawn or forkserver start's resource tracker and fork server end once the job
+    has exited) and that init has not reaped yet."""
     out = subprocess.run(
-        ["ps", "-eo", "pid=,sid=,args="], capture_output=True, text=True, check=True
+        ["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True, check=True
     ).stdout
-    return [line for line in out.splitlines() if line.split()[1] == str(sid)]
+    return [
+        line
+        for line in out.splitlines()
+        if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -42,9 +49,29 @@ def test_a_pool_keeps_serving_the_loop_through_a_group_signal_until_the_save(
     `pool.map`), until the platform's SIGKILL: exit 137, not 143, steps lost in the second.
     A ProcessPoolExecutor's map after the SIGTERM raised BrokenProcessPool before the save:
     exit 1, the steps since the last save lost."""
+    stop_by_a_group_signal(tmp_path, [kind], signum, code)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("kind", ["pool", "executor"])
+def test_a_spawn_or_forkserver_pool_keeps_serving_the_loop_through_a_group_sigterm(
+    tmp_path: Path, kind: str, method: str
+) -> None:
+    """Found walking the same loop with `get_context("spawn").Pool(2)` (and "forkserver",
+    Python 3.14's default on Linux, and a ProcessPoolExecutor given either as its mp_context),
+    the group sent SIGTERM after step 5: the Pool's map hung, no save, still running 30 s
+    later (the SIGTERM had ended its workers mid-task); the executor spawn one raised
+    BrokenProcessPool before the save, exit 1. Only fork pools' workers were protected: the
+    README told users to pass `initializer=ignore_job_signals`."""
+    stop_by_a_group_signal(tmp_path, [kind, method], signal.SIGTERM, 143)
+
+
+def stop_by_a_group_signal(
+    tmp_path: Path, args: list[str], signum: signal.Signals, code: int
+) -> None:
     checkpoint = tmp_path / "ckpt"
     job = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(checkpoint), kind],
+        [sys.executable, str(SCRIPT), str(checkpoint), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -64,6 +91,9 @@ def test_a_pool_keeps_serving_the_loop_through_a_group_signal_until_the_save(
             out, err = job.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             out, err = "", "the job did not exit 60 s after the signal"
+        # The resource tracker and the fork server end once the job has exited, not before.
+        with suppress(AssertionError):
+            eventually(lambda: not session_processes(job.pid), timeout=10, what="no process")
         left = session_processes(job.pid)
     finally:
         with suppress(ProcessLookupError):
@@ -81,19 +111,21 @@ def test_a_pool_keeps_serving_the_loop_through_a_group_signal_until_the_save(
 WITHOUT_A_GUARD = """
 import json, multiprocessing, sys, time
 import forewarn.clients
-pool = multiprocessing.get_context("fork").Pool(1)
+pool = multiprocessing.get_context(sys.argv[1]).Pool(1)
 print(json.dumps([p.pid for p in pool._pool]), flush=True)
 time.sleep(60)  # the scenario: the job waits while the test signals its worker
 """
 
 
-def test_without_a_guard_a_fork_pool_worker_still_ends_on_a_sigterm_from_outside(
-    tmp_path: Path,
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_without_a_guard_a_pool_worker_still_ends_on_a_sigterm_from_outside(
+    tmp_path: Path, method: str
 ) -> None:
     """The protection is the guard's: with none handling SIGTERM, a pool's worker ends on a
-    job-wide SIGTERM as it would without forewarn."""
+    job-wide SIGTERM as it would without forewarn, whatever its start method (a spawn or
+    forkserver one sent it while it starts, too)."""
     job = subprocess.Popen(
-        [sys.executable, "-c", WITHOUT_A_GUARD],
+        [sys.executable, "-c", WITHOUT_A_GUARD, method],
         stdout=subprocess.PIPE,
         text=True,
         env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
@@ -117,3 +149,52 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+THE_USERS_INITIALIZER = """
+import json, multiprocessing, sys
+from concurrent.futures import ProcessPoolExecutor
+from forewarn.clients import CheckpointGuard
+
+seen = None
+
+
+def remember(*args):
+    global seen
+    seen = args
+
+
+def report(_):
+    return seen
+
+
+if __name__ == "__main__":
+    guard = CheckpointGuard(every_steps=1000, notices=False)
+    context = multiprocessing.get_context(sys.argv[1])
+    with context.Pool(1, initializer=remember, initargs=("pool", 1)) as pool:
+        print(json.dumps(pool.map(report, [0])), flush=True)
+    with ProcessPoolExecutor(1, mp_context=context, initializer=remember, initargs=("x",)) as ex:
+        print(json.dumps(list(ex.map(report, [0]))), flush=True)
+    guard.close()
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_spawn_or_forkserver_pool_still_runs_the_users_initializer_with_its_arguments(
+    tmp_path: Path, method: str
+) -> None:
+    """The protection is chained before the pool's own initializer, which still gets its
+    initargs, in a worker started by pickling."""
+    script = tmp_path / "job.py"
+    script.write_text(THE_USERS_INITIALIZER)
+    proc = subprocess.run(
+        [sys.executable, str(script), method],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
+    )
+    assert proc.returncode == 0, proc.stderr
+    pool, executor = (json.loads(line) for line in proc.stdout.splitlines())
+    assert pool == [["pool", 1]]
+    assert executor == [["x"]]
