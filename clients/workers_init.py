@@ -188,7 +188,12 @@ def _chain_pool_worker_init(process: Any) -> None:
     if init is not None and not callable(init):
         return  # not an initializer the pool could call either: its own error stands
     chained = _PoolInit(init)
-    chained.guarded = workers_guardbyte._guard_handles_sigterm_here
+    if init is not ignore_job_signals:
+        # Given ignore_job_signals, the worker outlives a SIGTERM from outside with or without
+        # a guard, as asked. A fork worker then has two threads reading its SIGTERMs, this
+        # init's and ignore_job_signals'; given the byte, this init's took one while no guard
+        # handled SIGTERM, and ended the worker.
+        chained.guarded = workers_guardbyte._guard_handles_sigterm_here
     args[POOL_INITIALIZER] = chained
     process._args = tuple(args)
 

@@ -198,3 +198,70 @@ def test_a_spawn_or_forkserver_pool_still_runs_the_users_initializer_with_its_ar
     pool, executor = (json.loads(line) for line in proc.stdout.splitlines())
     assert pool == [["pool", 1]]
     assert executor == [["x"]]
+
+
+IGNORING_ON_ITS_OWN = """
+import json, multiprocessing, os, sys
+import forewarn.clients
+from forewarn.clients.workers import ignore_job_signals
+
+
+def pid(_):
+    return os.getpid()
+
+
+if __name__ == "__main__":
+    pool = multiprocessing.get_context(sys.argv[1]).Pool(1, initializer=ignore_job_signals)
+    for _ in sys.stdin:  # a line from the test: which worker serves the map now
+        print(json.dumps(pool.map(pid, [0])), flush=True)
+    pool.terminate()
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_pool_given_ignore_job_signals_outlives_a_sigterm_from_outside_without_a_guard(
+    tmp_path: Path, method: str
+) -> None:
+    """Found checking the README's `initializer=ignore_job_signals` under every start method
+    (10 SIGTERMs from outside, no guard): the fork pool's worker ended at the first one.
+    Chained behind forewarn's own initializer, it had two threads reading its SIGTERMs, and
+    the one that protects only while a guard handles SIGTERM took it."""
+    script = tmp_path / "job.py"
+    script.write_text(IGNORING_ON_ITS_OWN)
+    job = subprocess.Popen(
+        [sys.executable, str(script), method],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
+        start_new_session=True,
+    )
+    try:
+        assert job.stdin is not None and job.stdout is not None
+
+        def serving() -> int:
+            assert job.stdin is not None and job.stdout is not None
+            job.stdin.write("\n")
+            job.stdin.flush()
+            (pid,) = json.loads(job.stdout.readline())
+            return int(pid)
+
+        worker = serving()
+        for _ in range(10):
+            os.kill(worker, signal.SIGTERM)  # from the test, not the pool's main process
+            eventually(lambda: not pending(worker), timeout=15, what="the SIGTERM taken")
+            assert serving() == worker
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+def pending(pid: int) -> bool:
+    """A signal is pending for the process (or it is gone: nothing will take it)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            lines = dict(line.split(":", 1) for line in status)
+    except FileNotFoundError:
+        return False
+    return any(int(lines[key], 16) for key in ("SigPnd", "ShdPnd"))
