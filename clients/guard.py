@@ -3,7 +3,7 @@
 It merges the layers of the field's best practice:
 - periodic checkpoints, every N steps and/or every T seconds;
 - agent notices: drain → flush and continue (once per notice), terminate → flush and exit;
-- SIGTERM / SIGINT → flush and exit;
+- SIGTERM / SIGINT / SIGHUP (a terminal that hung up) → flush and exit;
 - a flag file → flush and continue (handled here when no agent with the local provider runs).
 
 `due(step)` costs an attribute write and two reads unless something is pending: background
@@ -327,9 +327,9 @@ class CheckpointGuard(
     def exit_code(self) -> int:
         """The code to end the process with once the loop is left: 0 unless a save answered
         an exit (`SaveResult.exit`), then 128 + the signal's number, the shell's code for "ended
-        by that signal": 130 for SIGINT, 143 for SIGTERM and for everything else that asks
-        for the exit (a terminate notice is the SIGTERM the platform sends next; another
-        rank's exit; `request(exit=True)`). A job that saved for a reclaim has not finished:
+        by that signal": 130 for SIGINT, 129 for SIGHUP, 143 for SIGTERM and for everything
+        else that asks for the exit (a terminate notice is the SIGTERM the platform sends next;
+        another rank's exit; `request(exit=True)`). A job that saved for a reclaim has not finished:
         exit 0 marks a Kubernetes Job complete and makes torchrun report success, so the run
         never resumes; 143 is what a SIGTERM'd process would have exited with, which
         Kubernetes (a podFailurePolicy can match it), systemd and torchrun treat as a failure
@@ -423,7 +423,8 @@ class CheckpointGuard(
                 self._exited_for.update(notice_ids)
                 self._exit_answered = True
             if answers_exit:
-                stopped_by = signal.SIGINT if reasons.get("signal") == "SIGINT" else signal.SIGTERM
+                by = reasons.get("signal")
+                stopped_by = signal.Signals[by] if by in ("SIGINT", "SIGHUP") else signal.SIGTERM
                 self._exit_code = 128 + stopped_by
         if step >= self._next_step:
             reasons.setdefault("periodic", None)

@@ -1,4 +1,4 @@
-"""The guard's signal handling: SIGTERM and SIGINT asking for a save and an exit.
+"""The guard's signal handling: SIGTERM, SIGINT and SIGHUP asking for a save and an exit.
 
 `SignalHandling` installs the guard's handler (and tells the DataLoader workers forked from
 then on to outlive a job-wide SIGTERM, see forewarn.clients.workers), says when another
@@ -46,12 +46,19 @@ class SignalHandling(GuardState):
         # Signals whose handler should still be ours; the ticker says when one is not.
         self._watched: set[int] = set()
         if handle_signals and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
                     # Ignored from the start, as a shell starts a script's background job
                     # (`python train.py &`, `nohup ... &`): the Ctrl-C meant for the script
                     # reaches its whole process group, and the job is not to stop for it.
                     # Python leaves it ignored too. The platform's SIGTERM is still handled.
+                    continue
+                if signum == signal.SIGHUP and not _hangup_is_ours(signal.getsignal(signum)):
+                    # A terminal's hangup (its ssh session closed) ended the job at once, no
+                    # save, every step since the last one lost: at its default it is handled
+                    # as SIGTERM is. Ignored (`nohup`) it stays so, the job trains on; the
+                    # job's own handler (SIGHUP is a reload in many programs) stays in place.
+                    # An open guard's (an outer loop's) is stacked on, as for SIGTERM.
                     continue
                 previous = signal.signal(signum, self._on_signal)
                 self._watched.add(signum)
@@ -128,8 +135,10 @@ class SignalHandling(GuardState):
                     self._forwarding.discard(signum)
             return
         name = signal.Signals(signum).name
+        if signum == signal.SIGHUP:
+            _detach_hung_up_terminal()
         if self._exit and ("signal" in self._pending or self._exit_answered):
-            if signum == signal.SIGTERM or _a_launchers_rank():
+            if signum in (signal.SIGTERM, signal.SIGHUP) or _a_launchers_rank():
                 # Platforms send SIGTERM more than once: systemd's KillMode=control-group hits
                 # every process and torchrun forwards its own copy to each rank's group. A
                 # repeat is not a person insisting; the platform's SIGKILL follows anyway.
@@ -245,6 +254,34 @@ class SignalHandling(GuardState):
                     getattr(current, "__qualname__", current),
                     signal.Signals(signum).name,
                 )
+
+
+def _hangup_is_ours(handler: object) -> bool:
+    """Whether the guard handles SIGHUP over `handler`: the default, or a guard's own."""
+    return handler == signal.SIG_DFL or isinstance(
+        getattr(handler, "__self__", None), SignalHandling
+    )
+
+
+def _detach_hung_up_terminal() -> None:
+    """Point stdout and stderr at /dev/null where they are a terminal that has hung up: the
+    loop's next progress line to it raised `OSError: [Errno 5] Input/output error`, and the
+    job ended with a traceback before the save the SIGHUP asked for. A terminal still there
+    (a SIGHUP sent by hand) keeps them."""
+    for fd in (1, 2):
+        try:
+            if os.isatty(fd):
+                continue  # a terminal that answers: not hung up
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not name.startswith(("/dev/pts/", "/dev/tty")):
+            continue
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
 
 
 def _calls_request(handler: object) -> bool:

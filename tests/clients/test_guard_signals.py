@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from forewarn.clients import CheckpointGuard
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @pytest.fixture
@@ -42,15 +42,19 @@ def test_sigterm_asks_for_a_save_and_an_exit_and_close_restores_the_handler(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)]
+)
 def test_an_exit_save_for_a_signal_gives_that_signals_exit_code(
     handlers: None, signum: int, code: int
 ) -> None:
     """After the save a signal asked for, `exit_code` is 128 + the signal, for
     `sys.exit(guard.exit_code)`: the loop's clean exit 0 marked a reclaimed Kubernetes Job
     complete and torchrun's run successful, so training never resumed."""
-    # Python's own Ctrl-C handler: an ignored SIGINT is left ignored by the guard.
-    signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_IGN)
+    # Python's own Ctrl-C handler: an ignored SIGINT is left ignored by the guard, and so is an
+    # ignored SIGHUP (nohup).
+    before = {signal.SIGINT: signal.default_int_handler, signal.SIGHUP: signal.SIG_DFL}
+    signal.signal(signum, before.get(signum, signal.SIG_IGN))
     g = guard()
     signal.raise_signal(signum)
     assert g.due(1)
@@ -366,7 +370,8 @@ def test_a_signal_while_two_guards_are_open_asks_both_for_a_save_and_an_exit(
     signal and the first never heard of it. Once the inner phase closed its guard, the outer
     loop trained on with no save and no exit until the platform's SIGKILL. The open guard's
     handler now hands the signal to the open guard's whose handler it replaced."""
-    signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_IGN)
+    before = {signal.SIGINT: signal.default_int_handler, signal.SIGHUP: signal.SIG_DFL}
+    signal.signal(signum, before.get(signum, signal.SIG_IGN))
     outer = guard()
     inner = guard()
     outer._check_handlers()  # its ticker's check: the inner guard's hands the signal on
