@@ -3,6 +3,8 @@ before the next is read, so a slow one delays the reclaim mail behind it)."""
 
 from __future__ import annotations
 
+import email
+import email.policy
 import re
 import time
 from collections.abc import Iterator
@@ -154,3 +156,92 @@ def test_the_times_read_for_one_moment_in_two_offsets_are_not_shared() -> None:
     deadline.find_deadline(text, utc)
     deadline.find_deadline(text, utc.astimezone(timezone(timedelta(hours=-5))))
     assert deadline._dated_in.cache_info().misses == 2
+
+
+def _parsed_lengths(raw: bytes) -> tuple[list[int], mail_message.Mail]:
+    """The length of each header value email's registry parsed while `raw` was read."""
+    parsed: list[int] = []
+    parse = HeaderRegistry.__call__
+
+    def counted(registry: HeaderRegistry, name: str, value: str) -> BaseHeader:
+        parsed.append(len(value))
+        return parse(registry, name, value)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HeaderRegistry, "__call__", counted)
+        mail = read_mail(raw)
+    return parsed, mail
+
+
+def _mail_with(headers: list[tuple[str, str]]) -> bytes:
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    return (lines + "\r\nDroplet gpu-spot-1 will be reclaimed at 14:00 UTC.\r\n").encode()
+
+
+_BASE_HEADERS = [
+    ("From", "DigitalOcean <no-reply@digitalocean.com>"),
+    ("Subject", "Spot Droplet reclaim notice"),
+    ("Date", "Tue, 01 Dec 2026 12:30:00 +0000"),
+    ("Content-Type", "text/plain; charset=utf-8"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "unit"),
+    [
+        ("Subject", "Spot Droplet reclaim notice "),
+        ("From", "DigitalOcean <no-reply@digitalocean.com>, "),
+        ("Content-Type", "text/plain; charset=utf-8; a=b"),
+    ],
+)
+def test_a_long_header_is_parsed_only_to_the_limit(name: str, unit: str) -> None:
+    """email's header parser takes time superlinear in a value's length (a Subject of
+    50/100/200 KB: 0.44/1.04/2.91 s; a From of 25/50/100 KB: 0.58/1.26/2.74 s), and a mail
+    is anyone's text: each value is parsed up to HEADER_LIMIT characters."""
+    headers = [(n, (unit * (200_000 // len(unit))) if n == name else v) for n, v in _BASE_HEADERS]
+    parsed, mail = _parsed_lengths(_mail_with(headers))
+    assert max(parsed) <= 4096, sorted(parsed)[-3:]
+    assert mail.sender == "no-reply@digitalocean.com"
+    assert "14:00 UTC" in mail.text
+    if name == "Subject":
+        assert mail.subject.startswith("Spot Droplet reclaim notice Spot")
+
+
+def test_many_long_headers_are_parsed_within_one_budget() -> None:
+    # Cut one by one, 64 From headers of 4 KiB (all read, to find the sender) still cost as
+    # much as one of 256 KiB did: the values of one mail are parsed up to HEADERS_BUDGET.
+    # (Each value its own: the same value twice is parsed once.)
+    many = [("From", f"n{n} <no-reply@digitalocean.com>, " * 128) for n in range(64)]
+    many += [("Authentication-Results", f"mx{n}; dkim=pass header.d=a.b " * 128) for n in range(64)]
+    parsed, mail = _parsed_lengths(_mail_with([*many, *_BASE_HEADERS[1:]]))
+    assert sum(parsed) <= 40_000, sum(parsed)
+    assert mail.sender == "no-reply@digitalocean.com"
+
+
+_HEADER_TEXT = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=200
+) | st.sampled_from(
+    [
+        "=?utf-8?q?Spot_Droplet_reclaim_notice?=",
+        "=?UTF-8?B?U3BvdCBEcm9wbGV0IHJlY2xhaW0gbm90aWNl?= for gpu-spot-1",
+        "Spot Droplet reclaim notice: gpu-spot-1 (ID 424242424)",
+        "DigitalOcean <no-reply@digitalocean.com>",
+        '"Ops, DigitalOcean" <no-reply@digitalocean.com>',
+    ]
+)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(_HEADER_TEXT, _HEADER_TEXT, st.integers(0, 4096 - 1000), st.booleans())
+def test_a_header_under_the_limit_reads_as_email_reads_it(
+    subject: str, sender: str, pad: int, folded: bool
+) -> None:
+    # Under the limit, a value (as written in the mail, encoded words and folds included) is
+    # email's own reading, however it is written: a real mail's headers are a few hundred
+    # characters.
+    written = subject + ("\r\n " if folded else " ") + "x" * pad
+    raw = _mail_with([("From", sender), ("Subject", written), *_BASE_HEADERS[2:]])
+    plain = email.message_from_bytes(raw, policy=email.policy.default)
+    mail = read_mail(raw)
+    assert mail.subject == str(plain.get("Subject", "") or "")
+    assert mail.sender == mail_message._sender_of(str(plain.get("From", "")))
