@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib
 import logging
 import threading
 import time
@@ -22,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import httpx
 from forewarn.protocol.errors import ForewarnError
@@ -46,9 +48,11 @@ from .imap import (
     ServerFailure,
     load_credentials,
 )
-from .mail import NAMES_NEITHER, MatchRules, Verdict, reclaim_verdict
 from .seen import ACTIVE_FILE, STATE_FILE, ActiveReclaims, SeenMail
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .mail import MatchRules, Verdict
 
 log = logging.getLogger("forewarn.providers.digitalocean")
 
@@ -195,8 +199,10 @@ class DigitalOceanWatcher:
     # The mailbox.
 
     def _rules(self, droplet: Droplet) -> MatchRules:
+        """The rules of this droplet's mail; the first call loads the mail parser, in a
+        thread off the loop (`watch`)."""
         s = self.settings
-        return MatchRules.build(
+        return _mail().MatchRules.build(
             sender=s.sender,
             subject=s.subject,
             droplet_id=droplet.id,
@@ -227,7 +233,7 @@ class DigitalOceanWatcher:
             # Judged by the service's clock; timed by the droplet's (`on_droplet_clock`).
             return dataclasses.replace(verdict, report=on_droplet_clock(verdict.report, ahead))
         except ParseError as error:
-            return Verdict(None, str(error))
+            return _mail().Verdict(None, str(error))
         except Exception as error:
             # A parser bug. Raised on, it would stop the watcher on this mail again after
             # every restart (its UID is never marked handled), and no later mail would be read.
@@ -237,7 +243,7 @@ class DigitalOceanWatcher:
                 type(error).__name__,
                 error,
             )
-            return Verdict(None, f"cannot be judged: {type(error).__name__}: {error}")
+            return _mail().Verdict(None, f"cannot be judged: {type(error).__name__}: {error}")
 
     def _judging_times(self) -> tuple[datetime, datetime | None, timedelta]:
         """Now and this machine's start, as mail is judged, and how far the droplet's clock
@@ -376,7 +382,8 @@ class DigitalOceanWatcher:
         # Only the metadata service's `Date` re-times a reclaim after a step of the clock.
         self.health.dated = self.droplet.clock is not None
         self._emit_on_clock(self._saved_reclaims(sent), emit)
-        rules = self._rules(self.droplet)
+        # Off the loop: the first call compiles the mail parser's patterns (`_mail`).
+        rules = await _off_loop(self._rules, self.droplet)
         log.info(
             "digitalocean: watching %s:%d/%s for reclaim emails naming droplet %s",
             s.imap_host,
@@ -509,7 +516,8 @@ class DigitalOceanWatcher:
         Passed over in a DEBUG line, a 3 MB reclaim digest left nothing to see."""
         if len(mail.raw) < FETCH_LIMIT or verdict.report is not None or verdict.replaces:
             return
-        if verdict.why != NAMES_NEITHER:
+        names_neither = _mail().NAMES_NEITHER
+        if verdict.why != names_neither:
             return
         key = (self._session.uidvalidity if self._session is not None else 0, uid)
         if key in self._cut_said:
@@ -521,7 +529,7 @@ class DigitalOceanWatcher:
             "this droplet named after it is missed (look at the mail)",
             uid,
             FETCH_LIMIT // 1024,
-            NAMES_NEITHER,
+            names_neither,
         )
 
     async def _read(
@@ -806,6 +814,22 @@ async def _off_loop(work: Callable[..., T], *args: Any) -> T:
 
     threading.Thread(target=run, name="forewarn-digitalocean-judge", daemon=True).start()
     return await done
+
+
+def _mail() -> ModuleType:
+    """The mail parser (`mail`), loaded on first use: its patterns take about half a CPU-second
+    to compile, and an agent of `--provider auto` builds this watcher to probe for
+    DigitalOcean on any cloud. Loaded by the watcher once it watches, in a thread off the
+    loop (its heartbeats go on), before the first mail is judged."""
+    return importlib.import_module(f"{__package__}.mail")
+
+
+def reclaim_verdict(
+    raw: bytes, rules: MatchRules, key: str, now: datetime, *, received: datetime | None = None
+) -> Verdict:
+    """`mail.reclaim_verdict`, the parser loaded on first use (`_mail`)."""
+    verdict: Verdict = _mail().reclaim_verdict(raw, rules, key, now, received=received)
+    return verdict
 
 
 def build(settings: Settings, context: WatcherContext) -> DigitalOceanWatcher:
