@@ -378,7 +378,10 @@ class Job:
 
     def alive(self) -> bool:
         """Whether any process of the job is left: in its tree (ranks in their own sessions,
-        orphans re-parented to the drill) or in its process group."""
+        orphans re-parented to the drill) or in its process group. The top process is reaped
+        first: ended and unreaped, it still answered the group's signal 0, and a loop on this
+        alone saw a job alive that had exited (GCP's 30 s, where it had ended in 3 s)."""
+        self.proc.poll()
         if self.tree.live():
             return True
         try:

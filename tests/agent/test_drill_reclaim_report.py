@@ -400,3 +400,15 @@ def test_a_torchrun_that_outlives_its_ranks_until_the_kill_is_noted(
         "torchrun outlived its ranks, which had all exited, until the SIGKILL: its own exit "
         "took longer than the rest of the lead"
     ]
+
+
+def test_a_job_whose_process_ended_unreaped_is_not_alive(tmp_path: Path) -> None:
+    """`Job.alive()` asked the job's process group with a signal 0, which a zombie leader
+    answers: torchrun had exited 3 s after GCP's SIGTERM, unreaped, and a loop on `alive()`
+    alone saw the job alive until the 30 s grace ran out (found walking a GCP preemption)."""
+    job = Job.__new__(Job)
+    job.proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    job.tree = JobTree(job.proc.pid, set())
+    eventually(lambda: _stat(job.proc.pid) in (None, ("Z", os.getpid())), 30, "it ended")
+    assert not job.alive()
+    assert job.proc.returncode == 0
