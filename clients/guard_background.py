@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .event import Event
-from .guard_state import TICK_SECONDS, GuardState
+from .guard_report import ExitReporting
+from .guard_state import TICK_SECONDS
 from .saveresult import SaveResult
 
 if TYPE_CHECKING:
@@ -40,8 +41,9 @@ def retry_delay(failures: int) -> float:
     return min(RETRY_FIRST_SECONDS * 2.0 ** min(failures - 2, 32), RETRY_MAX_SECONDS)
 
 
-class BackgroundSaves(GuardState):
-    """The background-save side of `CheckpointGuard`."""
+class BackgroundSaves(ExitReporting):
+    """The background-save side of `CheckpointGuard`. It says what it saved through
+    `ExitReporting` (its base), as a save the loop waits for does."""
 
     store: CheckpointStore | None
     saver: BackgroundSaver | None
@@ -59,7 +61,7 @@ class BackgroundSaves(GuardState):
     _last_save: float
 
     if TYPE_CHECKING:
-        # CheckpointGuard's own, and FlagFileRequests' and ExitReporting's.
+        # CheckpointGuard's own, and FlagFileRequests'.
 
         def _record(
             self, step: int, seconds: float | None, *, durable: bool = True
@@ -70,18 +72,6 @@ class BackgroundSaves(GuardState):
         ) -> None: ...
 
         def _flag_saved(self, durable: bool) -> None: ...
-
-        def _log_saved(
-            self,
-            result: SaveResult,
-            reasons: dict[str, str | None],
-            events: list[Event],
-            where: str | None,
-            past_exit: bool,
-            *,
-            uploading: bool = False,
-            wrote: bool = True,
-        ) -> None: ...
 
     def _init_background(self, background: bool | BackgroundSaver) -> None:
         """Background saves (save_state): the loop waits for a snapshot in host memory only.
