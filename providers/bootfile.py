@@ -13,14 +13,19 @@ tells this boot from another the same way (`boot.same_boot`) and writes the same
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from forewarn.protocol.timefmt import format_time
 
 from .boot import same_boot
 from .health import PollHealth
 from .persist import read_state_object, write_or_report
+
+# What a provider's lists hold: ids or types (a set), or ids with their times (a dict).
+Lists = TypeVar("Lists", set[str], dict[str, str])
 
 
 class BootFile:
@@ -68,4 +73,40 @@ class BootFile:
         return write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health)
 
 
-__all__ = ["BootFile"]
+class BootLists(Generic[Lists]):
+    """The two lists every boot record keeps in its `BootFile`, `seen` (published in this
+    boot) and `ended` (held back as the end of the boot before), and the way each record
+    reads them and ends a poll with them. What the lists hold, and what else a record keeps,
+    is the provider's: a record says how to save itself (`_save`)."""
+
+    def __init__(self, file: BootFile, empty: Callable[[], Lists]) -> None:
+        self.file = file
+        self.seen: Lists = empty()  # published in this boot
+        self.ended: Lists = empty()  # ended an earlier boot: held back while listed
+        self._unsaved = False
+
+    def _read_lists(
+        self, parse: Callable[[object], Lists]
+    ) -> tuple[Lists, Lists, bool | None, dict[str, object]] | None:
+        """The saved `seen` and `ended` (each through `parse`), whether they were written in
+        this boot (None: cannot tell) and the whole record; None when there is none."""
+        record = self.file.read()
+        if record is None:
+            return None
+        payload, same = record
+        return parse(payload.get("seen")), parse(payload.get("ended")), same, payload
+
+    def _published(self, seen: Lists) -> None:
+        """What the current poll published that ends a boot (`seen`): saved when it or
+        anything else the record keeps changed, or when the last save failed."""
+        if seen != self.seen:
+            self.seen = seen
+            self._unsaved = True
+        if self._unsaved:
+            self._save()
+
+    def _save(self) -> None:
+        raise NotImplementedError
+
+
+__all__ = ["BootFile", "BootLists"]

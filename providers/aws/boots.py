@@ -26,7 +26,7 @@ from pathlib import Path
 
 from forewarn.providers.report import Report
 
-from ..bootfile import BootFile
+from ..bootfile import BootFile, BootLists
 from ..health import PollHealth
 
 log = logging.getLogger("forewarn.providers.aws")
@@ -57,7 +57,7 @@ def _boot_ending(report: Report) -> bool:
     return report.action != "clear" and report.detail.get("Code") in BOOT_ENDING_CODES
 
 
-class RebootRecord:
+class RebootRecord(BootLists[dict[str, str]]):
     """The boot-ending scheduled events published in this boot, and those that ended the boot
     before, each by notice id with the NotBefore IMDS listed."""
 
@@ -69,19 +69,15 @@ class RebootRecord:
         health: PollHealth | None = None,
     ) -> None:
         # Without a boot id the boot time tells the boots apart (`boot.same_boot`).
-        self.file = BootFile(path, "aws", boot_id, booted, health)
+        super().__init__(BootFile(path, "aws", boot_id, booted, health), dict)
         self.booted = booted
-        self.seen: dict[str, str] = {}  # published in this boot
-        self.ended: dict[str, str] = {}  # ended an earlier boot: held back while listed
         # Published in the boot before this one, until the first answer of this boot says
         # which of them ended it.
         self.before: dict[str, str] = {}
-        self._unsaved = False
-        record = self.file.read()
-        if record is None:
+        saved = self._read_lists(_events)
+        if saved is None:
             return
-        payload, same = record
-        seen, ended = _events(payload.get("seen")), _events(payload.get("ended"))
+        seen, ended, same, _payload = saved
         if same:
             self.seen, self.ended = seen, ended
         elif same is not None and booted is not None:
@@ -123,11 +119,7 @@ class RebootRecord:
             for report in reports
             if _boot_ending(report) and (not_before := _not_before(report)) is not None
         }
-        if seen != self.seen:
-            self.seen = seen
-            self._unsaved = True
-        if self._unsaved:
-            self._save()
+        self._published(seen)
 
     def _save(self) -> None:
         self._unsaved = not self.file.write(

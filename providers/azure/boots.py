@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-from ..bootfile import BootFile
+from ..bootfile import BootFile, BootLists
 from ..health import PollHealth
 from .events import ScheduledEvent
 
@@ -42,7 +42,7 @@ def _ids(value: object) -> set[str]:
     return {item for item in value[:MAX_IDS] if isinstance(item, str) and item}
 
 
-class BootRecord:
+class BootRecord(BootLists[set[str]]):
     """The boot-ending events published in this boot, and those that ended the boot before."""
 
     def __init__(
@@ -54,27 +54,22 @@ class BootRecord:
         booted: datetime | None = None,
     ) -> None:
         # Without a boot id the boot time tells the boots apart (`boot.same_boot`).
-        self.file = BootFile(path, "azure", boot_id, booted, health)
-        self.seen: set[str] = set()  # published in this boot
-        self.ended: set[str] = set()  # Started before this boot: held back while listed
+        super().__init__(BootFile(path, "azure", boot_id, booted, health), set)
         # Published in the boot before this one, until the first document of this boot says
         # whether each one ended it (Started) or is still to come (Scheduled).
         self.before: set[str] = set()
         # Started events the agent retired in this boot while still listed (see above).
         self.retired: set[str] = set()
         self._absent: dict[str, int] = {}  # retired ones missing from the last documents
-        self._unsaved = False
-        record = self.file.read()
-        if record is None:
+        saved = self._read_lists(_ids)
+        if saved is None:
             return
-        payload, same = record
-        saved = _ids(payload.get("seen"))
-        ended = _ids(payload.get("ended"))
+        seen, ended, same, payload = saved
         if same:
-            self.seen, self.ended = saved, ended
+            self.seen, self.ended = seen, ended
             self.retired = _ids(payload.get("retired"))
         elif same is not None:
-            self.before = saved | ended
+            self.before = seen | ended
 
     def held_back(self, events: Iterable[ScheduledEvent]) -> set[str]:
         """The EventIds of `events` (a document's) that ended an earlier boot. The first
@@ -141,11 +136,7 @@ class BootRecord:
         # A retired one is not published while listed, but may yet end this boot (Azure: a
         # Started event can bring a further impact until it is removed).
         seen |= self.retired
-        if seen != self.seen:
-            self.seen = seen
-            self._unsaved = True
-        if self._unsaved:
-            self._save()
+        self._published(seen)
 
     def _save(self) -> None:
         self._unsaved = not self.file.write(

@@ -29,14 +29,16 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
-from ..bootfile import BootFile
+from ..bootfile import BootFile, BootLists
 from ..health import PollHealth
 from .nodes import VmEvent
 
 log = logging.getLogger("forewarn.providers.kubernetes")
 
 BOOT_FILE = "kubernetes-boot.json"
-# Events whose impact ends the boot: a Freeze pauses the VM and keeps it running.
+# Events whose impact ends the boot: a Freeze pauses the VM and keeps it running. Azure's
+# event types (the condition copies the VM's Scheduled Event), the same set as
+# azure/boots.py's, kept here on purpose: no provider imports another (tests/test_import_graph).
 BOOT_ENDING = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})
 # A file lists a few types; anything past this is not a list of ours.
 MAX_TYPES = 16
@@ -48,7 +50,7 @@ def _types(value: object) -> set[str]:
     return {item for item in value[:MAX_TYPES] if isinstance(item, str) and item in BOOT_ENDING}
 
 
-class VmEventBoots:
+class VmEventBoots(BootLists[set[str]]):
     """The boot-ending event types published in this boot, and the one that ended the boot
     before while it is still shown."""
 
@@ -59,20 +61,16 @@ class VmEventBoots:
         booted: datetime | None,
         health: PollHealth | None = None,
     ) -> None:
-        self.file = BootFile(path, "kubernetes", boot_id, booted, health)
-        self.seen: set[str] = set()  # published in this boot
-        self.ended: set[str] = set()  # Started before this boot: held back while shown
+        super().__init__(BootFile(path, "kubernetes", boot_id, booted, health), set)
         # Published in the boot before this one, until the first Node read of this boot says
         # whether it ended it (Started) or is still to come (Scheduled).
         self.before: set[str] | None = None
         # Started events the agent retired in this boot while still shown (see above).
         self.retired: set[str] = set()
-        self._unsaved = False
-        record = self.file.read()
-        if record is None:
+        saved = self._read_lists(_types)
+        if saved is None:
             return
-        payload, same = record
-        seen, ended = _types(payload.get("seen")), _types(payload.get("ended"))
+        seen, ended, same, payload = saved
         if same:
             self.seen, self.ended = seen, ended
             self.retired = _types(payload.get("retired"))
@@ -119,11 +117,7 @@ class VmEventBoots:
         """The event published from the current Node read (None: none): a boot-ending one is
         what the next boot checks."""
         seen = {event.type} if event is not None and event.type in BOOT_ENDING else set()
-        if seen != self.seen:
-            self.seen = seen
-            self._unsaved = True
-        if self._unsaved:
-            self._save()
+        self._published(seen)
 
     def _save(self) -> None:
         self._unsaved = not self.file.write(
