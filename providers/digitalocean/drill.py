@@ -108,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
     from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
 
     from .imap import CredentialsError, MailboxError, MailboxSession, load_credentials
-    from .mail import DRILL_HEADER, MatchRules, judge, read_mail
-    from .watch import MetadataUnavailable
+    from .mail import DRILL_HEADER, judge, read_mail
+    from .watch import MetadataUnavailable, match_rules
 
     print(
         "DigitalOcean has no API to trigger a Spot reclaim or its email; this drill files a "
@@ -147,15 +147,7 @@ def run(args: argparse.Namespace) -> int:
     except MetadataUnavailable as error:
         return _fail(str(error))
     raw = compose(droplet, deadline, args.sender, now)
-    rules = MatchRules.build(
-        sender=settings.sender,
-        subject=settings.subject,
-        droplet_id=droplet.id,
-        droplet_name=droplet.name,
-        lead=settings.lead,
-        max_age=settings.max_age,
-        require_dkim=settings.require_dkim,
-    )
+    rules = match_rules(settings, droplet)
     verdict = judge(read_mail(raw), rules, "drill", now)
     if verdict.report is None:
         return _fail(

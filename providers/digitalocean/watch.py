@@ -129,6 +129,21 @@ async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
     return Droplet(droplet_id, name, clock)
 
 
+def match_rules(settings: Settings, droplet: Droplet) -> MatchRules:
+    """How the settings recognise `droplet`'s reclaim mails: the watcher's, and the drill's
+    (`forewarn drill digitalocean` checks its mail against the same rules). The first call
+    loads the mail parser (`_mail`): the watcher makes it in a thread off the loop."""
+    return _mail().MatchRules.build(
+        sender=settings.sender,
+        subject=settings.subject,
+        droplet_id=droplet.id,
+        droplet_name=droplet.name,
+        lead=settings.lead,
+        max_age=settings.max_age,
+        require_dkim=settings.require_dkim,
+    )
+
+
 class DigitalOceanWatcher:
     name: ClassVar[str] = "digitalocean"
 
@@ -197,20 +212,6 @@ class DigitalOceanWatcher:
         return await identify(self.settings, self.client)
 
     # The mailbox.
-
-    def _rules(self, droplet: Droplet) -> MatchRules:
-        """The rules of this droplet's mail; the first call loads the mail parser, in a
-        thread off the loop (`watch`)."""
-        s = self.settings
-        return _mail().MatchRules.build(
-            sender=s.sender,
-            subject=s.subject,
-            droplet_id=droplet.id,
-            droplet_name=droplet.name,
-            lead=s.lead,
-            max_age=s.max_age,
-            require_dkim=s.require_dkim,
-        )
 
     def _mailbox_key(self, user: str) -> str:
         s = self.settings
@@ -383,7 +384,7 @@ class DigitalOceanWatcher:
         self.health.dated = self.droplet.clock is not None
         self._emit_on_clock(self._saved_reclaims(sent), emit)
         # Off the loop: the first call compiles the mail parser's patterns (`_mail`).
-        rules = await _off_loop(self._rules, self.droplet)
+        rules = await _off_loop(match_rules, self.settings, self.droplet)
         log.info(
             "digitalocean: watching %s:%d/%s for reclaim emails naming droplet %s",
             s.imap_host,
@@ -851,6 +852,7 @@ __all__ = [
     "build",
     "identify",
     "machine_started",
+    "match_rules",
     "parse_droplet_id",
     "parse_hostname",
 ]
