@@ -33,6 +33,12 @@ class PlanError(UsageError):
         self.field = field
 
 
+def _not_negative(name: str, value: float | None) -> None:
+    """A time or a price: a finite number, not below zero (None: not given)."""
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise PlanError(name, f"must not be negative (got {value})")
+
+
 @dataclass(frozen=True)
 class Timing:
     """What the job and the capacity cost in time. Without `mtbi_seconds` only the
@@ -72,9 +78,7 @@ class Timing:
             "response_seconds",
             "exit_margin_seconds",
         ):
-            value = getattr(self, name)
-            if value is not None and (not math.isfinite(value) or value < 0):
-                raise PlanError(name, f"must not be negative (got {value})")
+            _not_negative(name, getattr(self, name))
         if self.mtbi_seconds is not None and not (
             math.isfinite(self.mtbi_seconds) and self.mtbi_seconds > 0
         ):
@@ -180,9 +184,7 @@ class Prices:
             "storage_gb_month",
             "io_per_gb",
         ):
-            value = getattr(self, name)
-            if value is not None and (not math.isfinite(value) or value < 0):
-                raise PlanError(name, f"must not be negative (got {value})")
+            _not_negative(name, getattr(self, name))
         if self.on_demand is None and self.reserved is None:
             raise PlanError("on_demand", "needed (or a reserved price) to compare spot against")
         if not 0 < self.reserved_utilization <= 1:
