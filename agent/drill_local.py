@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -109,6 +109,18 @@ class Timeline:
         print(line, flush=True)
 
 
+def json_objects(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The JSON objects among `lines` (a job's stdout, read as it writes it): a line that is
+    not JSON, or JSON but not an object (a bare number a loop printed), is passed over."""
+    for line in lines:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
 class Demo:
     """The demo training loop as a subprocess, its JSON lines read on a thread."""
 
@@ -129,11 +141,7 @@ class Demo:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
+        for event in json_objects(self.proc.stdout):
             self.step = event.get("step", self.step)
             self.events.put(event)
 
@@ -599,6 +607,7 @@ __all__ = [
     "MIN_STEPS",
     "ReclaimDrill",
     "check_steps",
+    "json_objects",
     "longest_socket",
     "minimum_steps",
     "periodic_every",

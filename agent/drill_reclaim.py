@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import os
 import queue
 import random
@@ -48,7 +47,7 @@ from forewarn.protocol.wholenumber import whole_number
 from forewarn.protocol.wire import request
 
 from .argtypes import word_as_written
-from .drill_local import Machine
+from .drill_local import Machine, json_objects
 from .plan import ReclaimLoss, Timing, reclaim_loss
 from .reclaim_procs import JobTree, become_subreaper
 from .tethered import tethered
@@ -347,12 +346,8 @@ class Job:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(event, dict) or "event" not in event:
+        for event in json_objects(self.proc.stdout):
+            if "event" not in event:
                 continue
             if event["event"] in ("started", "step", "saved"):
                 self.step = max(self.step, int(event["step"]))

@@ -95,13 +95,13 @@ def test_closing_a_job_reads_all_of_its_lines_first(
     """The cell's last step is read right after `close()`: every line the job wrote must have
     been read by then, however far the reader thread lags (a slow parse stands in for a
     loaded machine)."""
-    real_loads = drill_reclaim.json.loads
+    real_loads = json.loads
 
     def slow_loads(text: str) -> Any:
         time.sleep(0.01)
         return real_loads(text)
 
-    monkeypatch.setattr(drill_reclaim.json, "loads", slow_loads)
+    monkeypatch.setattr(json, "loads", slow_loads)  # drill_local.json_objects reads it
     lines = "".join(f'{{"event": "step", "step": {n}}}\n' for n in range(1, 101))
     job = Job.__new__(Job)
     job.log = (tmp_path / "job.log").open("w")
