@@ -235,6 +235,8 @@ def count_label(count: float) -> str:
 
 def duration_label_exact(seconds: float) -> str:
     """`333 s`, `21.8 min`, `2.5 h`: three significant digits in the largest fitting unit."""
+    # Not table.seconds_text on purpose: a label on the plot names the minutes alone
+    # (`21.8 min`); the table keeps the seconds beside them (`1308 s (21.8 min)`).
     if seconds < 120:
         return f"{seconds:.3g} s"
     if seconds < 2 * 3600:
