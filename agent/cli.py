@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import functools
 import importlib
 import json
 import math
@@ -614,28 +615,21 @@ def cmd_notify(args: argparse.Namespace) -> int:
             f"retry with --id {payload['id']} so that a retry does not raise a second one"
         )
     clear_one = args.action == "clear" and args.id is not None
-    reply = _ask(
+    ask = functools.partial(
+        _ask,
         control,
-        payload,
-        args.runtime_dir,
-        args.timeout,
+        runtime=args.runtime_dir,
+        timeout=args.timeout,
         unanswered=unanswered,
-        refusals=clear_one or "deadline_in" in payload,
         command="notify",
     )
+    reply = ask(payload, refusals=clear_one or "deadline_in" in payload)
     older = for_an_older_agent(payload, reply)
     if older is not None:
         # An agent older than the field (the package upgraded, the agent not restarted yet):
         # the deadline as a time, as it was always sent. The same id: no second notice.
         payload = older
-        reply = _ask(
-            control,
-            payload,
-            args.runtime_dir,
-            args.timeout,
-            unanswered=unanswered,
-            command="notify",
-        )
+        reply = ask(payload)
     if reply.get("ok") is not True:
         refused = str(reply.get("error"))
         if not refused.startswith(NO_ACTIVE_MANUAL):
