@@ -32,7 +32,7 @@ from pathlib import Path
 
 from forewarn.protocol.errors import ForewarnError
 
-from .waiting import free_port
+from .waiting import free_port, stop_process
 
 DOVECOT_PATHS = ("/usr/sbin/dovecot", "/usr/local/sbin/dovecot")
 INSTALL_HINT = "apt-get install dovecot-imapd (Debian, Ubuntu) or dnf install dovecot"
@@ -273,13 +273,7 @@ service anvil {{
 
     def stop(self) -> None:
         """Stop the server (and its children) and remove its directory. Safe to call twice."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -17,6 +17,7 @@ from typing import IO, Any
 from forewarn.protocol.errors import ForewarnError
 
 from . import _lifeline
+from .waiting import stop_process
 
 # No proxy for loopback, whatever the environment says.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -116,13 +117,7 @@ class SimulatorProcess:
                 time.sleep(0.02)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 5)
         _lifeline.cut(self._lifeline)
         self._lifeline = None
         if self._log is not None:

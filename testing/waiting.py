@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,4 +34,17 @@ def eventually(
         time.sleep(interval)
 
 
-__all__ = ["eventually", "free_port"]
+def stop_process(proc: subprocess.Popen[Any] | None, grace: float) -> None:
+    """End `proc` if it still runs: SIGTERM, and SIGKILL when it has not exited `grace`
+    seconds later; reaped either way (None, or one that has exited: nothing to do)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+__all__ = ["eventually", "free_port", "stop_process"]
