@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -229,6 +230,7 @@ class NoticeBoard:
         manual_lifetime: float = DEFAULT_MANUAL_LIFETIME,
         clock: Callable[[], float] | None = None,
         clock_vouched: Callable[[str], bool] | None = None,
+        clock_skews: Callable[[], Mapping[str, float]] | None = None,
     ) -> None:
         self.sequencer = sequencer
         self.exit_margin_floor = exit_margin_floor
@@ -243,6 +245,18 @@ class NoticeBoard:
         # re-timing that never comes, a terminate due 20 s after NTP's first sync went out
         # 50 s after its deadline.
         self.clock_vouched = clock_vouched or (lambda provider: True)
+        # The skew of this machine's clock each provider's watcher holds now (`PollHealth.ahead`,
+        # seconds; none when not given): with the skews its reports carry, what tells a report
+        # its watcher made before it saw a step of the wall clock (`_made_before_the_step`).
+        self.clock_skews = clock_skews or dict
+        # Each provider's skew as last known (`clock_skews`, its reports), and as it was just
+        # before the last forward step of more than STEP_SEEN (`_settle_after_a_step`).
+        self.skews: dict[str, float] = {}
+        self.skews_before_step: dict[str, float] = {}
+        # Until this reading of `clock` after that step, a report made on a skew from before
+        # it is judged on the clock it was made on: the wall clock's lead then.
+        self.step_until: float | None = None
+        self.lead_before_step = 0.0
         self.grace = timedelta(seconds=grace)
         self.manual_lifetime = timedelta(seconds=manual_lifetime)
         self.entries: dict[str, Entry] = {}
@@ -555,6 +569,8 @@ class NoticeBoard:
         # A step since the board last looked was seen before this report is judged by it
         # (`_on_one_reading`).
         entry = self.entries.get(report.id)
+        stale = not manual and self._made_before_the_step(report)
+        self._took_skew(report, manual=manual)
         if deadline_clock is None and report.deadline_is_duration and report.deadline:
             report, deadline_clock = self._on_clock(report, entry)
         elif deadline_clock is None and report.deadline_on_boot_clock and report.deadline:
@@ -563,7 +579,14 @@ class NoticeBoard:
             # before the next report moves it (`_follow_steps`) as the watcher will. Taken
             # for a moment, 90 minutes forward retired the hour's drain at once with a clear.
             deadline_clock = self._clock() + (report.deadline - self._now()).total_seconds()
-        action = self._action_for(report)
+        judged = report
+        if stale and report.deadline is not None:
+            # A deadline naming a moment, on the skew from before the step: judged on the
+            # later of it and where the clock it was made on puts it (`_judged_deadline`)
+            # until its watcher reports it on the new skew (`step_settle`).
+            made_on = self._on_the_clock(self._reading_before_the_step(report.deadline))
+            judged = report.model_copy(update={"deadline": max(report.deadline, made_on)})
+        action = self._action_for(judged)
         if entry is not None:
             entry.deadline_clock = deadline_clock
         if entry is None:
@@ -582,6 +605,9 @@ class NoticeBoard:
                 deadline_clock=deadline_clock,
             )
             entry.reported_clock = self._reading_of(report, entry)
+            if stale and entry.reported_clock is not None and report.deadline is not None:
+                entry.reported_clock = self._reading_before_the_step(report.deadline)
+                entry.step_settle = self.step_until
             if remembered is not None:
                 # Saved for as a drain is not for the terminate it comes back as.
                 entry.saved = remembered.saved and not _asks_more(remembered.action, action)
@@ -597,7 +623,15 @@ class NoticeBoard:
                     self.flushed_at_raise.append(report.id)
             self.entries[report.id] = entry
             return notice
-        if self._settling(entry) and not self._retimed(entry, report):
+        if stale and report.deadline is not None:
+            # Made before its watcher saw the step (a report queued as it landed, a deadline
+            # first read then): on the skew from before, so no word on the step. Judged as
+            # reported, it went out as terminate, 90 min past by a clock 2 h ahead; a notice
+            # first reported without a deadline had no settle to hold it.
+            entry.restored = False
+            entry.step_settle = self.step_until
+            entry.reported_clock = self._reading_before_the_step(report.deadline)
+        elif self._settling(entry) and not self._retimed(entry, report):
             # Made before its watcher saw the step (a node event within its CLOCK_CHECK of
             # it): still on the skew from before, so no word on the step. Taken as one, it
             # ended the settle and went out as terminate, 90 min past by a clock 2 h ahead.
@@ -975,6 +1009,7 @@ class NoticeBoard:
         self._reading = (now, clock)
         try:
             self._settle_after_a_step(now, clock)
+            self.skews.update(self.clock_skews())
             yield
         finally:
             self._reading = None
@@ -1002,9 +1037,14 @@ class NoticeBoard:
         step = lead - self.wall_lead
         if abs(step) < DEADLINE_TOLERANCE.total_seconds():
             return
-        self.wall_lead = lead
+        before, self.wall_lead = self.wall_lead, lead
         if step <= STEP_SEEN.total_seconds():
             return
+        # A report its watcher makes before it sees the step (`_made_before_the_step`), a new
+        # notice's too, is judged on the clock as it was.
+        self.skews_before_step = dict(self.skews)
+        self.step_until = clock + STEP_SETTLE
+        self.lead_before_step = before
         for entry in self.entries.values():
             # A local notice (a flag file's time) has no provider clock to be re-timed on.
             local = entry.manual or entry.report.provider == "local"
@@ -1012,6 +1052,37 @@ class NoticeBoard:
                 continue
             if self.clock_vouched(entry.report.provider):
                 entry.step_settle = clock + STEP_SETTLE
+
+    def _made_before_the_step(self, report: Report) -> bool:
+        """Whether `report`, a provider's deadline, was made on the skew its watcher held
+        before the last forward step of the wall clock (more than STEP_SEEN, STEP_SETTLE ago
+        at most): its skew (`clock_ahead_seconds`, none: zero) nearer the one from before the
+        step than the one the step makes. Only where that skew is known (`clock_skews`, or an
+        earlier report), for a watcher that reads its provider's clock (`clock_vouched`)."""
+        until = self.step_until
+        if until is None or self._clock() >= until:
+            return False
+        if report.action == "clear" or report.deadline is None:
+            return False
+        if report.deadline_is_duration or report.deadline_on_boot_clock:
+            # Counted from the wall clock as the report is taken, or by its watcher on the
+            # boot clock (a GCP stop, now + what is left): no moment of the provider's.
+            return False
+        provider = report.provider
+        before = self.skews_before_step.get(provider)
+        if provider == "local" or before is None or not self.clock_vouched(provider):
+            return False
+        step = self.wall_lead - self.lead_before_step
+        return _skew_of(report) - before < step / 2
+
+    def _took_skew(self, report: Report, *, manual: bool) -> None:
+        """Keep the skew `report` was made on as its provider's last known."""
+        if not manual and report.action != "clear" and report.provider != "local":
+            self.skews[report.provider] = _skew_of(report)
+
+    def _reading_before_the_step(self, deadline: datetime) -> float:
+        """`deadline`, read on the wall clock as it was before the last step, on `clock`."""
+        return deadline.timestamp() - self.lead_before_step
 
     def _on_the_clock(self, reading: float) -> datetime:
         """The wall time at which `clock` will read `reading`."""
@@ -1500,6 +1571,19 @@ def _asks_more(saved_for: str | None, action: str) -> bool:
     """Whether a save for `saved_for` (None: not known, an older agent's state) leaves
     `action` unanswered: a drain's save (flush and go on) is no terminate's (the exit)."""
     return saved_for == "drain" and action == "terminate"
+
+
+def _skew_of(report: Report) -> float:
+    """The skew `report`'s times were moved by (its CLOCK_AHEAD, seconds): zero without one,
+    as a watcher sends a report on a clock that agrees with its provider's."""
+    seconds = report.detail.get(CLOCK_AHEAD)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return 0.0
+    try:
+        number = float(seconds)
+    except OverflowError:  # an int past any float
+        return 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 def _deadline_moved(before: datetime | None, after: datetime | None) -> bool:

@@ -329,6 +329,12 @@ class Agent:
         health = self.health.get(provider)
         return health is not None and health.dated
 
+    def _clock_skews(self) -> dict[str, float]:
+        """The skew of this machine's clock each watcher holds now (`PollHealth.ahead`)."""
+        return {
+            name: health.ahead for name, health in self.health.items() if health.ahead is not None
+        }
+
     def _build(self, name: str, health: PollHealth) -> Watcher:
         spec = self.settings.registry[name]
         context = WatcherContext(
@@ -417,6 +423,7 @@ class Agent:
             grace=self.settings.notice_grace,
             manual_lifetime=self.settings.manual_lifetime,
             clock_vouched=self._clock_vouched,
+            clock_skews=self._clock_skews,
         )
         self.board.flushes.extend(state.flushes)
         provider = state.provider

@@ -68,6 +68,10 @@ class PollHealth:
     # that long (`NoticeBoard.clock_vouched`). A DigitalOcean watcher without droplet metadata
     # never does: its deadlines are the wall clock's to judge at once.
     dated: bool = False
+    # The skew of this machine's clock the watcher holds now (seconds it is ahead of its
+    # service's `Date`; `take_skew`), None before it has read one: the board tells by it a
+    # report the watcher made before it saw a step of the wall clock (`clock_skews`).
+    ahead: float | None = None
     # Approvals by outcome (APPROVAL_OUTCOMES), and who hears of each: the agent's metrics.
     approvals: dict[str, int] = field(default_factory=dict)
     approval_listeners: list[Callable[[str, str], None]] = field(default_factory=list, repr=False)

@@ -161,8 +161,12 @@ def take_skew(
     ahead = clock_ahead(date, now)
     if ahead is not None:
         health.dated = True
-    if ahead is None or abs(ahead - known) < CLOCK_MOVED:
+    if ahead is None:
         return None
+    if abs(ahead - known) < CLOCK_MOVED:
+        health.ahead = known.total_seconds()
+        return None
+    health.ahead = ahead.total_seconds()
     log = logging.getLogger(f"forewarn.providers.{provider}")
     if not ahead:
         health.condition("clock", None)

@@ -307,3 +307,132 @@ def test_a_step_landing_inside_a_due_call_sends_no_terminate_and_no_clear(
         resent = board.report(report)
         assert resent is not None and (resent.action, resent.deadline) == ("drain", moved)
     assert board.due() == ([], [])
+
+
+def _skewed_board(skews: dict[str, float]) -> tuple[NoticeBoard, Clocks]:
+    """A board whose watchers hold the skews in `skews` (the test changes them as a watcher
+    re-measures), as the agent's runner gives them (`PollHealth.ahead`)."""
+    clocks = Clocks()
+    board = NoticeBoard(
+        Sequencer(0),
+        30.0,
+        now=clocks.now,
+        clock=lambda: clocks.boot,
+        clock_skews=lambda: dict(skews),
+    )
+    return board, clocks
+
+
+def test_a_new_notice_its_watcher_made_before_it_saw_the_step_sends_no_terminate() -> None:
+    """This node's clock right, a step 2 h forward; before the watcher has re-measured its
+    skew (CLOCK_CHECK, or a report queued as the step landed), Karpenter's termination 30 min
+    away is reported for the first time, on the skew from before the step: 90 min past by
+    the stepped clock. The settle covered only notices that already had a deadline: this one
+    went out as terminate at once (the job out half an hour early), then as a clear. Judged
+    on the clock it was made on until its watcher speaks: a drain, and the watcher's report
+    on the new skew keeps it one."""
+    for looked_first in (False, True):
+        skews = {"kubernetes": 0.0}
+        board, clocks = _skewed_board(skews)
+        clocks.run(10)
+        assert board.due() == ([], [])
+        written = T0 + timedelta(minutes=30)
+        clocks.step(timedelta(hours=2).total_seconds())
+        clocks.run(1)
+        if looked_first:
+            assert board.due() == ([], [])
+        stale = board.report(_karpenter(written))
+        assert stale is not None and stale.action == "drain", (looked_first, stale)
+        for _ in range(3):
+            clocks.run(1)
+            assert board.due() == ([], []), looked_first
+        skews["kubernetes"] = 7200.0  # the watcher's next look at the clock
+        moved = written + timedelta(hours=2)
+        resent = board.report(_karpenter(moved, clock_ahead_seconds=7200.0))
+        assert resent is not None and (resent.action, resent.deadline) == ("drain", moved)
+        clocks.run(STEP_SETTLE)
+        assert board.due() == ([], []), looked_first
+
+
+def test_a_deadline_first_reported_across_a_step_sends_no_terminate() -> None:
+    """Karpenter's drain first reported without a deadline (the NodeClaim not read yet), a
+    step 2 h forward, then its deadline 30 min away on the skew from before the step: a
+    drain, not a terminate."""
+    board, clocks = _skewed_board({"kubernetes": 0.0})
+    assert board.report(_karpenter(None)) is not None  # type: ignore[arg-type]
+    clocks.run(10)
+    clocks.step(timedelta(hours=2).total_seconds())
+    clocks.run(1)
+    stale = board.report(_karpenter(T0 + timedelta(minutes=30)))
+    assert stale is not None and stale.action == "drain", stale
+    assert board.due() == ([], [])
+
+
+def test_a_new_notice_on_the_new_skew_is_judged_at_once() -> None:
+    """The watcher re-measured its skew before it reported: its deadline is right, and one
+    inside the exit margin goes out as terminate at once, never held for the settle."""
+    skews = {"kubernetes": 0.0}
+    board, clocks = _skewed_board(skews)
+    assert board.due() == ([], [])
+    clocks.step(timedelta(hours=2).total_seconds())
+    clocks.run(1)
+    skews["kubernetes"] = 7200.0
+    near = clocks.now() + timedelta(seconds=20)
+    sent = board.report(_karpenter(near, clock_ahead_seconds=7200.0))
+    assert sent is not None and sent.action == "terminate", sent
+
+
+@settings(max_examples=examples(60))
+@given(
+    step=st.floats(min_value=STEP_SEEN.total_seconds() + 1, max_value=86400 * 30),
+    before=st.floats(min_value=-86400, max_value=86400),
+    left=st.floats(min_value=-600, max_value=86400),
+    retimed=st.booleans(),
+)
+def test_a_new_notice_across_a_step_is_judged_on_the_clock_it_was_made_on(
+    step: float, before: float, left: float, retimed: bool
+) -> None:
+    """Whatever the skew before the step and the step: a new notice reported after it is
+    escalated exactly when the clock it was made on (before the step, or after it where its
+    watcher had re-measured) puts it within the margin: neither early nor late."""
+    skews = {"kubernetes": before}
+    board, clocks = _skewed_board(skews)
+    assert board.due() == ([], [])
+    clocks.step(step)
+    clocks.run(1)
+    ahead = before + step if retimed else before
+    skews["kubernetes"] = ahead if retimed else before
+    # `left` seconds away on the clock the report is made on: before the step, or after.
+    made_on = clocks.now() - timedelta(seconds=0 if retimed else step)
+    deadline = made_on + timedelta(seconds=left)
+    report = _karpenter(deadline, clock_ahead_seconds=ahead) if ahead else _karpenter(deadline)
+    sent = board.report(report)
+    assume(abs(left - 30.0) > 0.01)
+    assert sent is not None and sent.action == ("terminate" if left <= 30.0 else "drain"), (
+        step,
+        before,
+        left,
+        retimed,
+        sent,
+    )
+
+
+@settings(max_examples=examples(60))
+@given(
+    skew=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=10),
+    )
+)
+def test_any_skew_in_a_report_across_a_step_is_taken_without_raising(skew: object) -> None:
+    """A report's `clock_ahead_seconds` is any value in its detail: one that is no finite
+    number counts as none (zero), and the report is judged, never refused."""
+    board, clocks = _skewed_board({"kubernetes": 0.0})
+    assert board.due() == ([], [])
+    clocks.step(timedelta(hours=2).total_seconds())
+    clocks.run(1)
+    detail = {} if skew is None else {"clock_ahead_seconds": skew}
+    assert board.report(_karpenter(T0 + timedelta(minutes=30), **detail)) is not None

@@ -826,3 +826,16 @@ def test_what_asks_less_of_jobs_is_saved_before_it_goes_out(
 
     was = notice(*before) if before is not None else None
     assert runner._asks_less(was, notice(*after)) is less
+
+
+def test_the_board_is_told_the_skew_each_watcher_holds(tmp_path: Path) -> None:
+    """The skews the board tells a report made before a step of the wall clock by: each
+    watcher's that has read one (`PollHealth.ahead`), none for one that has not."""
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    read, unread = PollHealth("kubernetes"), PollHealth("digitalocean")
+    read.ahead = 7200.0
+    agent.health = {"kubernetes": read, "digitalocean": unread}
+    assert agent._clock_skews() == {"kubernetes": 7200.0}

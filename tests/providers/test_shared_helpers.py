@@ -31,6 +31,7 @@ from forewarn.providers.skew import (
     resume_skew,
     sent_skew,
     skew_message,
+    take_skew,
 )
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -287,6 +288,29 @@ class TestClockSkew:
             assert skew == timedelta(0)
         else:
             assert skew == timedelta(seconds=ahead)
+
+    @given(
+        known=st.integers(-3 * 86400, 3 * 86400),
+        ahead=st.integers(-3 * 86400, 3 * 86400),
+        header=st.one_of(st.none(), st.text(max_size=40)),
+        readable=st.booleans(),
+    )
+    def test_the_skew_the_watcher_holds_is_told_to_the_board(
+        self, known: int, ahead: int, header: str | None, readable: bool
+    ) -> None:
+        """`PollHealth.ahead` is the skew the watcher holds after each `Date` that reads (the
+        one it knew where the new one moved little), and stays unknown without one: the board
+        tells by it a report made before the watcher saw a step of the wall clock."""
+        health = PollHealth("p")
+        date = format_http_date(self.NOW) if readable else header
+        local = self.NOW + timedelta(seconds=ahead)
+        took = take_skew(timedelta(seconds=known), date, local, health, "p", "the service")
+        read = clock_ahead(date, local)
+        if read is None:
+            assert took is None and health.ahead is None
+        else:
+            held = timedelta(seconds=known) if took is None else took
+            assert health.ahead == held.total_seconds()
 
     @given(
         st.one_of(st.none(), st.text(max_size=60)), st.datetimes(timezones=st.just(timezone.utc))
