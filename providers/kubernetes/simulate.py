@@ -16,7 +16,8 @@
   taint, as the node lifecycle controller does. A `metadata.uid` in the patch other than the
   node's is 422 Invalid (the uid is immutable), as the API server answers; so is a taint
   the API server's validation refuses (a key that is no qualified name, a value that is no
-  label value, an unknown effect), whether patched or raised through `/_sim/notices`.
+  label value, an unknown effect), whether patched or raised through `/_sim/notices`, and a
+  patch listing two taints of one key and effect (taints are unique by that pair).
 - With a token set, requests without `Authorization: Bearer <token>` get 401.
 - `POST /apis/events.k8s.io/v1/namespaces/<ns>/events`: an Event, checked for the fields the
   API server requires (422 otherwise), kept in `GET /_sim/state` under `events`.
@@ -784,6 +785,8 @@ class KubernetesSimulator(Simulator):
                 for index, taint in enumerate(taints if isinstance(taints, list) else [taints])
                 if (problem := _taint_problem(taint, f"spec.taints[{index}]")) is not None
             ]
+            if not problems and isinstance(taints, list):
+                problems = _duplicate_taints(taints)
             if problems:
                 # As the API server validates the patched Node: 422, and nothing changes.
                 message = f'Node "{name}" is invalid: {"; ".join(problems)}'
@@ -1013,6 +1016,23 @@ def _taint_problem(taint: Any, where: str = "taint") -> str | None:
         supported = ", ".join(json.dumps(e) for e in EFFECTS)
         return f"{where}.effect: Unsupported value: {json.dumps(effect)}: supported: {supported}"
     return None
+
+
+def _duplicate_taints(taints: list[dict[str, Any]]) -> list[str]:
+    """What the API server's validation says of a Node's taints listed twice: they are
+    unique by key and effect (another value or `timeAdded` is no other taint), each one
+    after the first named at its index."""
+    seen: set[tuple[str, str]] = set()
+    problems = []
+    for index, taint in enumerate(taints):
+        pair = (taint["key"], taint["effect"])
+        if pair in seen:
+            problems.append(
+                f"spec.taints[{index}]: Duplicate value: {json.dumps(taint)}: taints must be "
+                "unique by key and effect pair"
+            )
+        seen.add(pair)
+    return problems
 
 
 def _node_name(text: str) -> str:

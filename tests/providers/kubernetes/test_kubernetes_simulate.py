@@ -24,9 +24,9 @@ from forewarn.providers.kubernetes.simulate import (
     merge_patch,
 )
 from forewarn.providers.simulator import SimError, SimServer
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import agent_env, forewarn_cmd, run_forewarn
+from support import agent_env, examples, forewarn_cmd, run_forewarn
 
 NODE = "sim-node"
 AUTH = {"Authorization": "Bearer secret"}
@@ -448,3 +448,56 @@ def test_a_taint_value_the_api_server_refuses_is_422(api: httpx.Client) -> None:
     assert changed.status_code == 422, changed.text
     [taint] = api.get("/_sim/state").json()["node"]["spec"]["taints"]
     assert taint["value"] == "v1"
+
+
+def test_a_patch_with_two_taints_of_one_key_and_effect_is_422_invalid(api: httpx.Client) -> None:
+    """The API server's validation keeps a Node's taints unique by key and effect: a patch
+    listing two (a merge patch that appends instead of replacing) is 422 Invalid, naming the
+    second, and the Node is as it was. The simulator took it, and a watcher saw a Node no
+    cluster can hold. One key with two effects is two taints, and taken."""
+    headers = {**AUTH, "Content-Type": "application/merge-patch+json"}
+    twice = [
+        {"key": "example.com/maint", "value": "a", "effect": "NoSchedule"},
+        {"key": "example.com/maint", "value": "b", "effect": "NoSchedule"},
+    ]
+    patch = {"spec": {"taints": twice}}
+    refused = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(patch), headers=headers)
+    assert refused.status_code == 422, refused.text
+    status = refused.json()
+    assert status["reason"] == "Invalid", status
+    assert "spec.taints[1]: Duplicate value" in status["message"], status
+    assert "unique by key and effect" in status["message"], status
+    assert api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()["spec"].get("taints") is None
+    both = [twice[0], {**twice[1], "effect": "NoExecute"}]
+    patch = {"spec": {"taints": both}}
+    done = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(patch), headers=headers)
+    assert done.status_code == 200, done.text
+    assert [(t["key"], t["effect"]) for t in done.json()["spec"]["taints"]] == [
+        ("example.com/maint", "NoSchedule"),
+        ("example.com/maint", "NoExecute"),
+    ]
+
+
+@settings(max_examples=examples(30), deadline=None)  # a simulator served per example
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "key": st.sampled_from(["k", "example.com/k", "other"]),
+                "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+            }
+        ),
+        max_size=5,
+    )
+)
+def test_the_simulator_takes_a_nodes_taints_exactly_when_unique_by_key_and_effect(
+    taints: list[dict[str, str]],
+) -> None:
+    sim = KubernetesSimulator(node=NODE, token="secret")
+    with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as api:
+        headers = {**AUTH, "Content-Type": "application/merge-patch+json"}
+        patch = {"spec": {"taints": taints}}
+        answer = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(patch), headers=headers)
+    pairs = [(t["key"], t["effect"]) for t in taints]
+    unique = len(set(pairs)) == len(pairs)
+    assert answer.status_code == (200 if unique else 422), (taints, answer.text)
