@@ -125,10 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     store = CheckpointStore(args.dir, keep=4)
     step, generation = 0, None
-    latest = store.latest(verify="checksums")
+    # Through restore(): the store times it, and the guard reports that time (and no step
+    # lost, from an exit's save) in its resume.
+    latest = store.restore(
+        lambda gen: load_training_state(gen, model=model, optimizer=optimizer),
+        verify="checksums",
+    )
     if latest is not None:
-        restored = load_training_state(latest, model=model, optimizer=optimizer)
-        step, generation = restored.step, latest.name
+        step, generation = latest[1].step, latest[0].name
     resumed_at = step
     resumed_hash = state_hash()
 

@@ -44,7 +44,7 @@ from .guard_flag import FlagFileRequests
 from .guard_notices import NoticeRequests
 from .guard_report import ExitReporting, exit_causes, exit_line
 from .guard_signals import SignalHandling
-from .guard_state import TICK_SECONDS
+from .guard_state import EXIT_SAVE, TICK_SECONDS
 from .notices import Notices
 from .proctime import process_started, process_started_boot
 from .proctime import steady_seconds as steady_seconds  # imported from here before the split
@@ -473,7 +473,11 @@ class CheckpointGuard(
 
             try:
                 flushed = self.store.flush(
-                    step, watched, timeout=self.exit_save_timeout(), moving=motion.moving
+                    step,
+                    watched,
+                    metadata=self._exit_metadata(step, None),
+                    timeout=self.exit_save_timeout(),
+                    moving=motion.moving,
                 )
             except BaseException as error:
                 self.save_failed(step, error)
@@ -599,7 +603,7 @@ class CheckpointGuard(
                 flushed = self.store.flush(
                     step,
                     write,
-                    metadata=metadata,
+                    metadata=self._exit_metadata(step, metadata),
                     timeout=self.exit_save_timeout(),
                     moving=motion.moving,
                 )
@@ -642,7 +646,19 @@ class CheckpointGuard(
     ) -> None:
         """Report a resume to the agent (telemetry: restore time and steps lost). The resumed
         step counts as durable: a save asked for before any step has run writes nothing, and
-        periodic saves by step count from it."""
+        periodic saves by step count from it.
+
+        With a `store` whose `restore()` loaded the generation of this step, a figure not
+        given is the store's: `restore_seconds` the time that restore took, and `steps_lost`
+        0 when the generation was an exit's save (the job stopped at its step). Otherwise
+        the steps lost are not known here (the job may have trained past its newest save)
+        and the agent logs them `unknown`."""
+        restored = self.store.last_restored if self.store is not None else None
+        if restored is not None and restored.step == step:
+            if restore_seconds is None:
+                restore_seconds = restored.restore_seconds
+            if steps_lost is None and restored.metadata.get(EXIT_SAVE) is True:
+                steps_lost = 0
         self.durable_step = step
         self._resumed_step = step
         if self.every_steps:

@@ -296,7 +296,9 @@ class BackgroundSaves(ExitReporting):
         with self._lock:
             self._exit_saving = step
         try:
-            final = saver.final(step, state, seconds_left, metadata=metadata)
+            final = saver.final(
+                step, state, seconds_left, metadata=self._exit_metadata(step, metadata)
+            )
         except BaseException as error:
             with self._lock:
                 self._exit_saving = None

@@ -10,7 +10,8 @@ part reads, and answers two questions about it; `CheckpointGuard.__init__` sets 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .agreement import RankAgreement
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 # How often the guard's ticker looks (periodic time, flag file, inherited deadlines, handlers),
 # and the step a wait on a background save takes.
 TICK_SECONDS = 0.25
+
+# The key of a generation's metadata that marks it as an exit's save (a terminate's, a
+# SIGTERM's): the job stopped at its step, so a resume from it lost none.
+EXIT_SAVE = "forewarn_exit_save"
 
 
 class GuardState:
@@ -63,6 +68,21 @@ class GuardState:
     # A background save's failure, raised by the next due() or save (see guard_background).
     _failure: BaseException | None
 
+    def _exit_metadata(
+        self, step: int, metadata: Mapping[str, Any] | None
+    ) -> Mapping[str, Any] | None:
+        """The metadata of a store's generation saved at `step`, marked as an exit's save
+        (`EXIT_SAVE`) when it answers an exit the job leaves at: a resume from it then lost
+        no step (`resumed`). Not for an exit asked after the ranks agreed on this save: the
+        job trains on past it."""
+        with self._lock:
+            agreed = self._agreed
+            deferred = agreed is not None and agreed[0] == step and not agreed[1]
+            exiting = self._exit and not deferred and self._answers_exit()
+        if not exiting:
+            return metadata
+        return {**(metadata or {}), EXIT_SAVE: True}
+
     def _answers_exit(self) -> bool:
         """Under the lock, with an exit pending: whether a save now is the exit's, not one made
         past the exit's save (by a loop that went on) with nothing new asking for the exit."""
@@ -80,4 +100,4 @@ class GuardState:
         return max(min(known), 0.0) if known else None
 
 
-__all__ = ["TICK_SECONDS", "GuardState"]
+__all__ = ["EXIT_SAVE", "TICK_SECONDS", "GuardState"]

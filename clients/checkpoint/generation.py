@@ -84,6 +84,10 @@ class Generation:
         # is committed and readers take it, but it may not survive a crash of the machine.
         # The error, else None.
         self.unconfirmed: str | None = None
+        # Set by `CheckpointStore.restore()` on the generation it loaded: the seconds from the
+        # call until `load` returned (finding, verifying and loading it, and any newer ones
+        # that did not load), which `CheckpointGuard.resumed(step)` reports. Else None.
+        self.restore_seconds: float | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
