@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .checkpoint import Backend, CheckpointStore, GenerationWriter, ObjectWriter
+from .checkpoint import Backend, CheckpointStore, Generation, GenerationWriter, ObjectWriter
 from .guard import CheckpointGuard
 
 STATE_FILE = "state.json"
@@ -89,18 +89,24 @@ def slow_link(inner: Backend, delay: float) -> Backend:
 
 def load(store: CheckpointStore) -> tuple[int, str, str | None]:
     """(step, state, generation name) of the newest generation that verifies with checksums;
-    (0, "", None) when there is none."""
-    generation = store.latest(verify="checksums")
-    if generation is None:
+    (0, "", None) when there is none. Through `restore()`: the store times it, and the
+    guard's `resumed(step)` reports that time, and no step lost after an exit's save."""
+
+    def read(generation: Generation) -> tuple[int, str]:
+        verification = store.verify(generation, checksums=True)
+        if not verification.ok:
+            raise SystemExit(f"demo: {generation.name} does not verify: {verification.problems}")
+        if BACKGROUND_FILE in generation.files:
+            data = _PlainData(io.BytesIO(generation.read_bytes(BACKGROUND_FILE))).load()
+        else:
+            data = json.loads(generation.read_bytes(STATE_FILE))
+        return int(data["step"]), str(data["state"])
+
+    restored = store.restore(read, verify="checksums")
+    if restored is None:
         return 0, "", None
-    verification = store.verify(generation, checksums=True)
-    if not verification.ok:
-        raise SystemExit(f"demo: {generation.name} does not verify: {verification.problems}")
-    if BACKGROUND_FILE in generation.files:
-        data = _PlainData(io.BytesIO(generation.read_bytes(BACKGROUND_FILE))).load()
-    else:
-        data = json.loads(generation.read_bytes(STATE_FILE))
-    return int(data["step"]), str(data["state"]), generation.name
+    generation, (step, state) = restored
+    return step, state, generation.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,9 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.upload_delay:
         store = CheckpointStore(backend=slow_link(store.backend, args.upload_delay), keep=3)
 
-    started = time.monotonic()
     step, state, generation = load(store)
-    restore_seconds = time.monotonic() - started
     say(
         "resumed" if step else "fresh",
         step=step,
@@ -210,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if step:
         # Not on a fresh start: the agent would log a resume from step 0 (as the Lightning
         # and transformers callbacks, which report one only from a checkpoint).
-        guard.resumed(step, restore_seconds=restore_seconds)
+        # The restore time and steps lost are the store's (see `load`).
+        guard.resumed(step)
     try:
         # As the README's loop: a terminate or SIGTERM that came during the restore is
         # answered at the resume point (nothing new written), not after one more step

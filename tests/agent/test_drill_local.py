@@ -49,6 +49,11 @@ def test_drill_local_loses_no_step(tmp_path: Path, env: dict[str, str]) -> None:
     )
     # The README shows this run's timeline: it must show the events the drill prints.
     assert timeline_events(README.read_text()) == timeline_events(done.stdout)
+    # What an operator reads on the replacement: its agent's resume line with the restore
+    # time and the steps lost the drill printed (`steps_lost=unknown` before: the demo said
+    # nothing of the exit's save it resumed from).
+    log = (tmp_path / "drill" / "machine-2" / "agent.log").read_text()
+    assert re.search(r"resume of \S+ at step \d+: restore=[\d.]+s steps_lost=0\n", log), log
     # Issue 18: a second run in the same directory hung 31 s and failed ("the demo said
     # nothing for 30s"); it must run as the first did.
     again = subprocess.run(
