@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from forewarn.protocol.notifydeadline import seconds_fields
-from support import AgentProcess, eventually, free_port, requires
-
-pytestmark = requires("torch")
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import AgentProcess, eventually, examples, free_port, requires
 
 LEAD = 60.0  # the job saves within it; nothing here waits for the deadline
 
@@ -30,6 +30,7 @@ def _events(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.read_text().splitlines() if line.startswith("{")]
 
 
+@requires("torch")
 def test_the_demo_jobs_resume_after_a_terminate_reports_its_restore_time_and_no_step_lost(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -174,3 +175,36 @@ def test_a_resume_from_a_periodic_save_lost_steps_nobody_here_knows(tmp_path: Pa
     assert first["restore_seconds"] is not None and first["steps_lost"] is None
     assert given["restore_seconds"] == 4.5 and given["steps_lost"] == 3
     assert other["restore_seconds"] is None and other["steps_lost"] is None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=examples(50), deadline=None)
+@given(mark=_JSON)
+def test_only_the_guards_own_exit_mark_reads_as_no_step_lost(
+    tmp_path_factory: Any, mark: Any
+) -> None:
+    """A generation's metadata is what its writer put there (a user's own keys included):
+    only `true` under the guard's key says the job stopped at that step."""
+    from forewarn.clients.checkpoint import CheckpointStore
+    from forewarn.clients.guard_state import EXIT_SAVE
+
+    store = CheckpointStore(str(tmp_path_factory.mktemp("store")))
+    store.flush(5, _write, metadata={EXIT_SAVE: mark})
+    assert store.restore(_load) is not None
+    acks = _Acks()
+    guard = _guard(store, acks)
+    try:
+        guard.resumed(5)
+    finally:
+        guard.close()
+    (ack,) = acks.acks
+    assert ack["steps_lost"] == (0 if mark is True else None)
+    assert ack["restore_seconds"] is not None
