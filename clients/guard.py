@@ -658,7 +658,7 @@ class CheckpointGuard(
             if restore_seconds is None:
                 restore_seconds = restored.restore_seconds
             if steps_lost is None and restored.metadata.get(EXIT_SAVE) is True:
-                steps_lost = 0
+                steps_lost = self._none_lost_after(restored.step)
         self.durable_step = step
         self._resumed_step = step
         if self.every_steps:
@@ -675,6 +675,19 @@ class CheckpointGuard(
                 restore_seconds=restore_seconds,
                 steps_lost=steps_lost,
             )
+
+    def _none_lost_after(self, step: int) -> int | None:
+        """0 when the exit's save of `step` that the job resumed from is the store's newest
+        generation; None (not known) when a newer one is there: one that did not load or
+        verify, or a partial one, so the job had trained past `step` (two reclaims, the second
+        one's save unreadable), or when the store cannot be listed."""
+        assert self.store is not None
+        try:
+            newer = [other for other in self.store.steps() if other > step]
+        except Exception as exc:  # storage that does not answer: the figure is not known
+            log.debug("forewarn: cannot list %s for the steps lost: %s", self.store.url, exc)
+            return None
+        return None if newer else 0
 
     def request(self, reason: str = "manual", *, exit: bool = False) -> None:
         """Ask for a save at the next `due` check, from any thread. `request('signal',

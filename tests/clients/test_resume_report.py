@@ -208,3 +208,39 @@ def test_only_the_guards_own_exit_mark_reads_as_no_step_lost(
     (ack,) = acks.acks
     assert ack["steps_lost"] == (0 if mark is True else None)
     assert ack["restore_seconds"] is not None
+
+
+def test_a_resume_past_a_newer_generation_that_did_not_load_lost_steps(tmp_path: Path) -> None:
+    """Two reclaims, each saved for: the second exit's save (step 20) does not load, and
+    restore() falls back to the first's (step 12). That generation is an exit's save too, but
+    the job had trained to step 20 since: 0 steps lost would be false; they are unknown."""
+    from forewarn.clients.checkpoint import CheckpointStore, CorruptGenerationError
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    for step in (12, 20):
+        guard = _guard(store, _Acks())
+        try:
+            guard.resumed(step - 4 if step == 20 else 0)
+            guard.request("terminate", exit=True)
+            assert guard.due(step)
+            assert guard.save(step, _write).exit
+        finally:
+            guard.close()
+
+    def load(gen: Any) -> bytes:
+        if gen.step == 20:
+            raise CorruptGenerationError(gen.name, ["state.bin: checksum mismatch (test)"])
+        return _load(gen)
+
+    again = CheckpointStore(str(tmp_path / "store"))
+    restored = again.restore(load)
+    assert restored is not None and restored[0].step == 12
+    acks = _Acks()
+    guard = _guard(again, acks)
+    try:
+        guard.resumed(12)
+    finally:
+        guard.close()
+    (ack,) = acks.acks
+    assert ack["restore_seconds"] is not None
+    assert ack["steps_lost"] is None
