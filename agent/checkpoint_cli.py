@@ -344,9 +344,10 @@ def _uploads(store: CheckpointStore) -> dict[int, list[dict[str, Any]]]:
 
 def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
     hinted = store.latest_hint()
+    steps = store.steps()
     uploads = _uploads(store)
     rows: list[dict[str, Any]] = []
-    for step in sorted(set(store.steps()) | set(uploads)):
+    for step in sorted(set(steps) | set(uploads)):
         generation, problems = read_generation(store.backend, step)
         row: dict[str, Any] = {
             "step": step,
@@ -521,8 +522,15 @@ def run_show(args: argparse.Namespace, store: CheckpointStore) -> int:
 
 
 def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
-    uploads = _uploads(store) if args.step is None else {}
-    steps = [args.step] if args.step is not None else sorted(set(store.steps()) | set(uploads))
+    uploads: dict[int, list[dict[str, Any]]] = {}
+    if args.step is not None:
+        steps = [args.step]
+    else:
+        # The store's own listing first: a store that cannot be read (a missing bucket) is
+        # said once, by the command's error, not first as uploads it could not list.
+        listed = store.steps()
+        uploads = _uploads(store)
+        steps = sorted(set(listed) | set(uploads))
     failed = 0
     checked = 0
     for step in steps:
