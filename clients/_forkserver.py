@@ -34,9 +34,11 @@ def _in_fork_server() -> bool:
     return False
 
 
-# SIGTERM and SIGINT, as forewarn.clients.workers.IGNORED_IN_WORKERS (not imported: the fork
-# server loads nothing more than it must).
-_JOB_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+# SIGTERM, SIGINT and SIGHUP, as forewarn.clients.workers_protect.BLOCKED_AT_START (not
+# imported: the fork server loads nothing more than it must). SIGHUP: a closed terminal sends
+# it to the job's whole process group, and the fork server's end ended every forkserver worker;
+# blocked, it stays pending in the server, which still ends when the main process exits.
+_JOB_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 # Set by forewarn.clients.workers when the process object it unpickles is a protected worker.
 protected_worker = False

@@ -18,6 +18,7 @@ from typing import Any
 
 from .guard_state import GuardState
 from .workers import guard_handles_sigterm
+from .workers_guardbyte import guard_handles_sighup
 
 log = logging.getLogger("forewarn.clients")
 
@@ -38,6 +39,7 @@ class SignalHandling(GuardState):
         self._previous_handlers: dict[int, Any] = {}
         self._handlers_closed = False
         self._protecting_workers = False
+        self._protecting_from_hangup = False
         self._forwarding: set[int] = set()  # signals a closed guard is handing on
         # The process that made the guard, and the child forked from it whose copy this is
         # once that child has been told (_forked_from_guarded_process): see _not_run_here.
@@ -67,6 +69,11 @@ class SignalHandling(GuardState):
                     # loop reaches this handler's save (forewarn.clients.workers).
                     guard_handles_sigterm(True)
                     self._protecting_workers = True
+                if signum == signal.SIGHUP:
+                    # And a SIGHUP to the job's whole process group (bash's, as its terminal
+                    # closes): the guard saves on it, its workers feed the loop until then.
+                    guard_handles_sighup(True)
+                    self._protecting_from_hangup = True
                 # None: a handler installed outside Python, which Python cannot put back;
                 # handing None to signal.signal() raises, so the default stands in for it.
                 self._previous_handlers[signum] = signal.SIG_DFL if previous is None else previous
@@ -111,6 +118,9 @@ class SignalHandling(GuardState):
         if self._protecting_workers:
             self._protecting_workers = False
             guard_handles_sigterm(False)
+        if self._protecting_from_hangup:
+            self._protecting_from_hangup = False
+            guard_handles_sighup(False)
         _HANDLING_SIGNALS.discard(self)
         # Kept, not cleared: a guard made after this one and closed after it puts this one's
         # handler back, which then hands each signal on to what it found (see _on_signal).

@@ -13,7 +13,7 @@ from typing import Any
 from . import _terminate_again, workers_guardbyte, workers_lifeline
 from .workers_init import _chain_pool_worker_init, _chain_torch_worker_init, _protected_by_init
 from .workers_lifeline import _lifeline_read_end
-from .workers_protect import IGNORED_IN_WORKERS
+from .workers_protect import BLOCKED_AT_START
 
 
 def _forget_inherited_lifeline() -> None:
@@ -39,7 +39,8 @@ _forking = threading.local()
 def _before_fork() -> None:
     # A fork worker runs torch's worker loop, which sets a SIGTERM handler that ends it on
     # anyone's SIGTERM, and seeds, before its worker_init_fn: a job-wide SIGTERM then ended it.
-    # Forked with SIGTERM and SIGINT blocked, it keeps them pending until _protect.
+    # Forked with SIGTERM and SIGINT blocked, it keeps them pending until _protect (SIGHUP
+    # too: _hold_hangup).
     forking = _forking_process()
     if forking is None:
         return
@@ -50,7 +51,7 @@ def _before_fork() -> None:
         _terminate_again.mark(popen)
         # Its lifeline as well: made before the fork, so that the worker holds the read end.
         _forking.lifeline = _lifeline_read_end()
-        _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
+        _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED_AT_START)
 
 
 def _after_fork_in_parent() -> None:

@@ -1,4 +1,5 @@
-"""The guard byte: whether a CheckpointGuard in the main process handles SIGTERM now.
+"""The guard byte: whether a CheckpointGuard in the main process handles SIGTERM now (and a
+second one beside it: whether one handles SIGHUP, `guard_handles_sighup`).
 
 A DataLoader worker forewarn chained its init into outlives a SIGTERM from outside only while
 a guard in its main process handles SIGTERM (and so will save and exit on it). The main process
@@ -26,7 +27,8 @@ class _GuardByte:
             fd = _memfd()
         self.fd = None if fd == -1 else fd
         # Shared either way: without a memfd, with fork workers only.
-        self.map = mmap.mmap(-1 if self.fd is None else self.fd, 1)
+        # Two bytes: [0] a guard handles SIGTERM, [1] a guard handles SIGHUP.
+        self.map = mmap.mmap(-1 if self.fd is None else self.fd, 2)
 
 
 def _memfd() -> int | None:
@@ -39,7 +41,7 @@ def _memfd() -> int | None:
     except OSError:
         return None
     try:
-        os.ftruncate(fd, 1)
+        os.ftruncate(fd, 2)
     except OSError:
         os.close(fd)
         return None
@@ -50,6 +52,8 @@ def _memfd() -> int | None:
 # 0) where this process's fork workers read it (`guard_handles_sigterm`).
 _guards_handling_sigterm = 0
 _guard_handles_sigterm_here = _GuardByte()
+# How many handle SIGHUP (a terminal's hangup), kept in the byte's second place.
+_guards_handling_sighup = 0
 
 
 def guard_handles_sigterm(handles: bool) -> None:
@@ -71,6 +75,32 @@ def guard_handles_sigterm(handles: bool) -> None:
         _preload_in_fork_server()
 
 
+def guard_handles_sighup(handles: bool) -> None:
+    """Called by a CheckpointGuard as it installs its SIGHUP handler (True) and as it closes
+    (False). Meanwhile every protected worker of this process outlives a SIGHUP: a terminal
+    that closes (its ssh session ended) has bash send SIGHUP to the job's whole process group,
+    and the workers died of it, so the loop raised `DataLoader worker (pid …) is killed by
+    signal: Hangup` (or a pool's map hung) before the guard's save. Without a guard handling
+    SIGHUP, a worker ends on it as it did without forewarn, and so does the job."""
+    global _guards_handling_sighup
+    _guards_handling_sighup = max(0, _guards_handling_sighup + (1 if handles else -1))
+    _guard_handles_sigterm_here.map[1] = 1 if _guards_handling_sighup else 0
+
+
+def _guard_saves_on_hangup(hangup: _GuardByte | None) -> bool:
+    """Whether a SIGHUP is to be outlived: while a guard in the main process handles SIGHUP
+    (and so will save and exit on it, ending the workers as it exits)."""
+    return hangup is not None and hangup.map[1] != 0
+
+
+def _to_send(byte: _GuardByte, index: int) -> Any:
+    """The byte as a spawn or forkserver worker is sent it: its file (a DupFd while pickling),
+    or where it has none its value at `index` now."""
+    from multiprocessing import reduction
+
+    return byte.map[index] if byte.fd is None else reduction.DupFd(byte.fd)
+
+
 def _guard_saves_first(guarded: _GuardByte | None) -> bool:
     """Whether a SIGTERM from outside is to be outlived: always for a worker given
     `worker_init_fn()`; for one protected on its own (`guarded`), while a guard in its main
@@ -78,12 +108,12 @@ def _guard_saves_first(guarded: _GuardByte | None) -> bool:
     return guarded is None or guarded.map[0] != 0
 
 
-def _received_guard_byte(guarded: Any) -> _GuardByte | None:
-    """The main process's guard byte as a worker is sent it: its file, or its value where it
-    has none."""
+def _received_guard_byte(guarded: Any, index: int = 0) -> _GuardByte | None:
+    """The main process's guard byte as a worker is sent it: its file, or its value at `index`
+    where it has none."""
     if isinstance(guarded, int):
         byte = _GuardByte(-1)
-        byte.map[0] = guarded
+        byte.map[index] = guarded
         return byte
     return None if guarded is None else _GuardByte(guarded.detach())
 
@@ -94,3 +124,4 @@ def _remake_in_child() -> None:
     global _guard_handles_sigterm_here
     _guard_handles_sigterm_here = _GuardByte()
     _guard_handles_sigterm_here.map[0] = 1 if _guards_handling_sigterm else 0
+    _guard_handles_sigterm_here.map[1] = 1 if _guards_handling_sighup else 0

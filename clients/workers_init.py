@@ -16,7 +16,7 @@ from multiprocessing import context, reduction
 from typing import Any
 
 from . import _forkserver, workers_guardbyte, workers_lifeline
-from .workers_guardbyte import _GuardByte, _received_guard_byte
+from .workers_guardbyte import _GuardByte, _received_guard_byte, _to_send
 from .workers_lifeline import _lifeline_read_end
 from .workers_ownhandler import _gate_workers_own_handler
 from .workers_preload import _preload_in_fork_server
@@ -61,18 +61,21 @@ class _Chained:
         # Set when chained in by this module, not the user: the main process's byte that says
         # whether a guard there handles SIGTERM (_guard_saves_first).
         self.guarded: _GuardByte | None = None
+        # The main process's byte, given or chained in, for its second place: whether a guard
+        # there handles SIGHUP (workers_protect._hold_hangup). Set as a worker is forked.
+        self.hangup: _GuardByte | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         if context.get_spawning_popen() is None:
             return (_Chained, (self.then,))
         # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline,
         # and the file of our guard's byte when chained in by this module (its value now where
-        # there is no such file: the worker then sees a guard made or closed later no more).
+        # there is no such file: the worker then sees a guard made or closed later no more);
+        # that file in any case for whether a guard handles SIGHUP.
         guarded = self.guarded
-        byte: Any = None
-        if guarded is not None:
-            byte = guarded.map[0] if guarded.fd is None else reduction.DupFd(guarded.fd)
-        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end()), byte))
+        byte: Any = None if guarded is None else _to_send(guarded, 0)
+        hangup = _hangup_to_send(guarded)
+        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end()), byte, hangup))
 
     def __call__(self, worker_id: int) -> None:
         lifeline = self.lifeline
@@ -81,14 +84,29 @@ class _Chained:
             if lifeline is not None and lifeline[0] == os.getpid()
             else workers_lifeline._fork_lifeline,
             self.guarded,
+            self.hangup,
         )
         if self.then is not None:
             self.then(worker_id)
             _gate_workers_own_handler()
 
 
+def _hangup_to_send(guarded: _GuardByte | None) -> Any:
+    """The main process's byte, for whether a guard handles SIGHUP, as a spawn or forkserver
+    worker is sent it: None when it is `guarded`'s file, sent already (a file passed twice to
+    a spawn worker's start made it fail: `ValueError: bad value(s) in fds_to_keep`)."""
+    byte = workers_guardbyte._guard_handles_sigterm_here
+    if guarded is byte and byte.fd is not None:
+        return None
+    return _to_send(byte, 1)
+
+
+def _received_hangup(hangup: Any, guarded: _GuardByte | None) -> _GuardByte | None:
+    return guarded if hangup is None else _received_guard_byte(hangup, 1)
+
+
 def _in_worker(
-    then: Callable[[int], object] | None, lifeline: Any, guarded: Any = None
+    then: Callable[[int], object] | None, lifeline: Any, guarded: Any = None, hangup: Any = None
 ) -> _Chained:
     # Unpickled in a worker being started: a forkserver worker keeps SIGTERM blocked until
     # _protect, as a spawn worker, started with it blocked (_spawnv_passfds), does anyway.
@@ -96,6 +114,7 @@ def _in_worker(
     chained = _Chained(then)
     chained.lifeline = (os.getpid(), lifeline.detach())
     chained.guarded = _received_guard_byte(guarded)
+    chained.hangup = _received_hangup(hangup, chained.guarded)
     return chained
 
 
@@ -123,14 +142,18 @@ def _chain_torch_worker_init(process: Any) -> None:
     if index >= len(args):
         return
     init = args[index]
-    if isinstance(init, _Chained) or init is ignore_job_signals or init is worker_init_fn:
+    if isinstance(init, _Chained):
+        # Given worker_init_fn(): a fork worker reads whether a guard handles SIGHUP here.
+        init.hangup = workers_guardbyte._guard_handles_sigterm_here
+        return
+    if init is ignore_job_signals or init is worker_init_fn:
         # Protected already, or this module's factory given uncalled: its worker raises the
         # TypeError that says so.
         return
     if init is not None and not callable(init):
         return  # not an init torch could call either: its own error stands
     chained = _Chained(init)
-    chained.guarded = workers_guardbyte._guard_handles_sigterm_here
+    chained.guarded = chained.hangup = workers_guardbyte._guard_handles_sigterm_here
     args[index] = chained
     process._args = tuple(args)
 
@@ -147,23 +170,27 @@ class _PoolInit(_Chained):
         if context.get_spawning_popen() is None:
             return (_PoolInit, (self.then,))
         guarded = self.guarded
-        byte: Any = None
-        if guarded is not None:
-            byte = guarded.map[0] if guarded.fd is None else reduction.DupFd(guarded.fd)
-        return (_in_pool_worker, (self.then, byte))
+        byte: Any = None if guarded is None else _to_send(guarded, 0)
+        hangup = _hangup_to_send(guarded)
+        return (_in_pool_worker, (self.then, byte, hangup))
 
     def __call__(self, *initargs: Any) -> None:
-        _protect(None, self.guarded)
+        # Without a lifeline, a pool worker that outlived a SIGHUP ends once its main process
+        # is gone (workers_protect._end_when_orphaned).
+        _protect(None, self.guarded, self.hangup)
         if self.then is not None:
             self.then(*initargs)
 
 
-def _in_pool_worker(then: Callable[..., object] | None, guarded: Any = None) -> _PoolInit:
+def _in_pool_worker(
+    then: Callable[..., object] | None, guarded: Any = None, hangup: Any = None
+) -> _PoolInit:
     # Unpickled in a spawn or forkserver pool worker being started: it keeps SIGTERM blocked
     # until _protect, as a DataLoader worker does (_in_worker).
     _forkserver.protected_worker = True
     chained = _PoolInit(then)
     chained.guarded = _received_guard_byte(guarded)
+    chained.hangup = _received_hangup(hangup, chained.guarded)
     return chained
 
 
@@ -182,12 +209,16 @@ def _chain_pool_worker_init(process: Any) -> None:
     ):
         return
     args = list(getattr(process, "_args", ()))
-    if len(args) <= POOL_INITIALIZER or isinstance(args[POOL_INITIALIZER], _Chained):
+    if len(args) <= POOL_INITIALIZER:
+        return
+    if isinstance(args[POOL_INITIALIZER], _Chained):
+        args[POOL_INITIALIZER].hangup = workers_guardbyte._guard_handles_sigterm_here
         return
     init = args[POOL_INITIALIZER]
     if init is not None and not callable(init):
         return  # not an initializer the pool could call either: its own error stands
     chained = _PoolInit(init)
+    chained.hangup = workers_guardbyte._guard_handles_sigterm_here
     if init is not ignore_job_signals:
         # Given ignore_job_signals, the worker outlives a SIGTERM from outside with or without
         # a guard, as asked. A fork worker then has two threads reading its SIGTERMs, this

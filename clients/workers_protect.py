@@ -15,17 +15,24 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from . import _programs
-from .workers_guardbyte import _guard_saves_first, _GuardByte
+from .workers_guardbyte import _guard_saves_first, _guard_saves_on_hangup, _GuardByte
 from .workers_ownhandler import _to_workers_own_handler
 
 IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
+# Blocked in a protected worker from its start (its fork, its program's exec, the fork server's
+# fork) until its init: those two, and SIGHUP, which a closed terminal sends the job's whole
+# process group (`_hold_hangup`).
+BLOCKED_AT_START = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
+def _protect(
+    lifeline: int | None, guarded: _GuardByte | None = None, hangup: _GuardByte | None = None
+) -> None:
     """Ignore SIGINT, and SIGTERM from anyone but the main process; with `guarded` (a worker
     protected because its main process may run a guard), only while the main process's byte in
     it says a guard there handles SIGTERM: otherwise such a SIGTERM ends the worker, as it
@@ -63,6 +70,58 @@ def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
         # Such a thread may take the main process's SIGTERM too; the lifeline still ends the
         # worker when the main process exits.
         _start(_end_with_main, lifeline)
+    _hold_hangup(hangup, watch=lifeline is None)
+
+
+def _hold_hangup(hangup: _GuardByte | None, watch: bool) -> None:
+    """SIGHUP outlived while a guard in the main process handles it (`hangup`, the second
+    place of its guard byte): bash sends SIGHUP to the job's whole process group as its
+    terminal closes, and the workers died of it, so the loop raised `DataLoader worker (pid …)
+    is killed by signal: Hangup` before the guard's save (a pool's map hung). The guard then
+    saves, exits 129, and stops its workers as it exits (the DataLoader, the pool's finalizer:
+    their SIGTERM). Otherwise it goes where it would have without forewarn: the default ends
+    the worker, as the main process ends. Ignored (`nohup`) it stays so. Blocked since the
+    worker started (BLOCKED_AT_START), a SIGHUP sent meanwhile is decided on here. `watch`: a
+    worker without a lifeline (a pool's) that outlived one ends once its main process is gone:
+    a main process that died after all (killed, a crash before its save) left it blocked on
+    its task queue for ever, in a session nobody would stop any more."""
+    previous = signal.getsignal(signal.SIGHUP)
+    if previous != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _Hangup(previous, hangup, watch))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # a pending one acts now
+
+
+class _Hangup:
+    """A protected worker's SIGHUP handler (`_hold_hangup`)."""
+
+    def __init__(self, previous: Any, hangup: _GuardByte | None, watch: bool) -> None:
+        self.previous = previous
+        self.hangup = hangup
+        self.watch = watch
+        self.watching = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if _guard_saves_on_hangup(self.hangup):
+            if self.watch and not self.watching:
+                self.watching = True
+                _start(_end_when_orphaned, os.getppid())
+            return
+        previous = self.previous
+        if callable(previous):
+            # A fork worker's inherited copy of the guard's handler, which hands it on to the
+            # default (guard_signals), or the job's own.
+            previous(signum, frame)
+            return
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGHUP)
+
+
+def _end_when_orphaned(parent: int) -> None:
+    # The parent (the main process, or a forkserver worker's fork server, which ends with it):
+    # once it is gone this worker has been handed to another (init, a subreaper).
+    while os.getppid() == parent:
+        time.sleep(0.5)  # polled: no lifeline to wait on, and only after a SIGHUP outlived
+    _exit_as_asked()
 
 
 def _start(target: Callable[..., None], *args: object) -> None:

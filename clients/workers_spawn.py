@@ -22,7 +22,7 @@ from .workers_init import (
     ignore_job_signals,
 )
 from .workers_preload import FORK_SERVER_PRELOAD, _preload_in_fork_server
-from .workers_protect import IGNORED_IN_WORKERS, _EarlyStart
+from .workers_protect import BLOCKED_AT_START, _EarlyStart
 
 
 def _preparation_data(name: str) -> dict[str, Any]:
@@ -96,7 +96,7 @@ def _spawnv_passfds(path: Any, args: Any, passfds: Any) -> int:
         return _plain_spawnv_passfds(path, args, passfds)
     if spawning is None or caller is not spawning:
         args = _with_jobs_sys_path(args)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED_AT_START)
     try:
         return _plain_spawnv_passfds(path, args, passfds)
     finally:

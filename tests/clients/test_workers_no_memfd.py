@@ -52,9 +52,13 @@ class Sent:
         return self.fd
 
 
-# A spawn or forkserver worker is sent the byte's value as it starts.
+# A spawn or forkserver worker is sent the byte's values as it starts: whether a guard handles
+# SIGTERM, and whether one handles SIGHUP.
+from forewarn.clients import workers_guardbyte
+
 for handles in (True, False):
     workers.guard_handles_sigterm(handles)
+    workers_guardbyte.guard_handles_sighup(not handles)
     chained = workers._Chained(None)
     chained.guarded = byte
     context.set_spawning_popen(Popen())
@@ -62,9 +66,11 @@ for handles in (True, False):
         function, args = chained.__reduce__()
     finally:
         context.set_spawning_popen(None)
-    then, lifeline, sent = args
-    started = function(then, lifeline, sent)
+    then, lifeline, sent, hangup = args
+    started = function(then, lifeline, sent, hangup)
     assert workers._guard_saves_first(started.guarded) is handles, (handles, sent)
+    saves = workers_guardbyte._guard_saves_on_hangup(started.hangup)
+    assert saves is not handles, (handles, hangup)
 """
     job = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert job.returncode == 0, job.stderr

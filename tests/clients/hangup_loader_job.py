@@ -1,0 +1,68 @@
+"""A torch training loop with a CheckpointGuard whose DataLoader (or process pool: a Pool, a
+ProcessPoolExecutor) feeds it from two workers whose batches are slow, so that the prefetched
+ones run out within a few steps; run by hand in a terminal. It records each step, each save
+and its exit code in a file (the terminal is gone by then)
+and ends with `sys.exit(guard.exit_code)`.
+
+    hangup_loader_job.py RECORD loader|pool|executor fork|spawn|forkserver
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+from forewarn.clients import CheckpointGuard
+from torch.utils.data import DataLoader, Dataset
+
+
+class Slow(Dataset[int]):
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitem__(self, index: int) -> int:
+        time.sleep(0.05)  # the scenario: a slow batch, so the prefetch runs out
+        return index
+
+
+def square(x: int) -> int:
+    time.sleep(0.01)  # the scenario: a pool task's work
+    return x * x
+
+
+def main() -> int:
+    record = open(sys.argv[1], "a", buffering=1)  # noqa: SIM115 (open for the whole run)
+    kind, method = sys.argv[2], sys.argv[3]
+    guard = CheckpointGuard(every_steps=100_000, notices=False)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    context = multiprocessing.get_context(method)
+    if kind in ("pool", "executor"):
+        pool = context.Pool(2) if kind == "pool" else ProcessPoolExecutor(2, mp_context=context)
+        batches = iter(
+            lambda: torch.tensor(list(pool.map(square, range(4))), dtype=torch.float), None
+        )
+    else:
+        loader = DataLoader(Slow(), batch_size=2, num_workers=2, multiprocessing_context=context)
+        batches = (batch.float() for batch in loader)
+    for step, batch in enumerate(batches, start=1):
+        loss = model(batch.view(-1, 1)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"step {step}", flush=True)
+        record.write(json.dumps({"step": step}) + "\n")
+        if guard.due(step):
+            record.write(json.dumps({"saved": step}) + "\n")
+            if guard.saved(step).exit:
+                break
+    record.write(json.dumps({"exit": guard.exit_code}) + "\n")
+    return guard.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""A torch loop run by hand in a terminal (`bash -i` under a pty, as sshd runs it) whose
+DataLoader or process pool feeds it from workers: when the terminal closes, bash sends SIGHUP
+to the job's whole process group, workers included. They keep feeding the loop until the
+guard's save, the job exits 129, and no worker is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shlex
+import signal
+import subprocess
+import sys
+from contextlib import suppress
+from pathlib import Path
+
+import pytest
+from support import eventually
+
+SCRIPT = Path(__file__).with_name("hangup_loader_job.py")
+
+
+def records(path: Path) -> list[dict[str, int]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    except FileNotFoundError:
+        return []
+
+
+def steps(path: Path) -> int:
+    return max((r.get("step", 0) for r in records(path)), default=0)
+
+
+def session_processes(sid: int) -> list[str]:
+    """The session's processes still running (not zombies)."""
+    out = subprocess.run(
+        ["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        line
+        for line in out.splitlines()
+        if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")
+    ]
+
+
+def drain(master: int) -> bool:
+    with suppress(OSError):
+        os.read(master, 65536)
+    return True
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("kind", ["loader", "pool"])
+def test_a_closed_terminal_leaves_the_workers_feeding_the_loop_until_the_save(
+    tmp_path: Path, kind: str, method: str
+) -> None:
+    """Found walking a torch loop with a guard and a DataLoader with two workers whose batches
+    are slow, typed into `bash -i` under a pty, the terminal closed after step 5: bash's
+    SIGHUP to the job's process group killed the workers, and the loop raised `DataLoader
+    worker (pid …) is killed by signal: Hangup` before the guard's save (exit 1, every step
+    since the last save lost); a Pool's map hung on its dead workers."""
+    record = tmp_path / "record"
+    env = dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path), PS1="$ ")
+    pid, master = pty.fork()
+    if pid == 0:  # the login shell of an ssh session: the pty is its controlling terminal
+        with suppress(BaseException):
+            os.execve("/bin/bash", ["bash", "--norc", "--noprofile", "-i"], env)
+        os._exit(127)
+    command = shlex.join([sys.executable, str(SCRIPT), str(record), kind, method])
+    sid = pid
+    try:
+        os.write(master, command.encode() + b"\n")
+        eventually(lambda: drain(master) and steps(record) >= 5, timeout=120, what="step 5")
+        os.close(master)  # the ssh session closes: the kernel hangs up the terminal
+        master = -1
+        os.waitpid(pid, 0)  # bash, having sent its job SIGHUP
+        pid = 0
+        eventually(lambda: not session_processes(sid), timeout=60, what="the job's end")
+    finally:
+        if master >= 0:
+            os.close(master)
+        for line in session_processes(sid):  # what was left behind, so the failure says it
+            with suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        if pid:
+            os.waitpid(pid, 0)
+    done = records(record)
+    saved = [r["saved"] for r in done if "saved" in r]
+    assert saved and saved[-1] >= 5, done[-3:]
+    assert done[-1] == {"exit": 129}, done[-3:]
+
+
+def start_job(tmp_path: Path, kind: str, method: str, nohup: bool = False) -> subprocess.Popen[str]:
+    record = tmp_path / "record"
+    command = [sys.executable, str(SCRIPT), str(record), kind, method]
+    return subprocess.Popen(
+        ["nohup", *command] if nohup else command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
+        start_new_session=True,
+    )
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
+    ).stdout
+    return [int(each) for each in out.split()]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_under_nohup_the_workers_keep_sighup_ignored_and_the_loop_trains_on(
+    tmp_path: Path, method: str
+) -> None:
+    """`nohup python train.py &`: SIGHUP ignored in the job stays ignored in its workers too."""
+    record = tmp_path / "record"
+    job = start_job(tmp_path, "loader", method, nohup=True)
+    try:
+        eventually(lambda: steps(record) >= 3, timeout=60, what="step 3")
+        os.killpg(job.pid, signal.SIGHUP)
+        after = steps(record)
+        eventually(lambda: steps(record) >= after + 20, timeout=60, what="20 more steps")
+        os.killpg(job.pid, signal.SIGTERM)
+        assert job.wait(timeout=60) == 143
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert records(record)[-1] == {"exit": 143}
+    assert job.stderr is not None
+    assert "Hangup" not in job.stderr.read()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("kind", ["pool", "executor"])
+def test_pool_workers_that_outlived_a_sighup_end_when_the_main_process_dies(
+    tmp_path: Path, kind: str, method: str
+) -> None:
+    """A pool's workers have no lifeline (the pool's finalizer stops them at the exit): one
+    that outlived a SIGHUP because a guard handled it would have been left blocked on the
+    pool's task queue for ever had the main process died before its save (killed, a crash),
+    in a session whose terminal is gone and that nobody stops any more."""
+    record = tmp_path / "record"
+    job = start_job(tmp_path, kind, method)
+    try:
+        eventually(lambda: steps(record) >= 3, timeout=60, what="step 3")
+        # The pool's workers, and a spawn start's resource tracker, which ends with the job.
+        workers = children(job.pid)
+        assert workers
+        for pid in workers:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGHUP)  # the group's SIGHUP, as the workers get it
+        after = steps(record)
+        eventually(lambda: steps(record) >= after + 5, timeout=60, what="5 more steps")
+        os.kill(job.pid, signal.SIGKILL)  # the main process dies before any save
+        job.wait()
+        eventually(lambda: not session_processes(job.pid), timeout=30, what="every worker's end")
+    finally:
+        for line in session_processes(job.pid):
+            with suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        with suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
