@@ -18,7 +18,8 @@ worker is started with them blocked (an exec'd program keeps its signal mask; it
 main module before its init): `_spawnv_passfds`. Such a spawn or forkserver worker reads the
 SIGTERMs it is sent from its start, before it imports the main module (`_EarlyStart`): its main
 process's `terminate()` ends it there, and the programs it starts get SIGTERM and SIGINT back
-(`_programs`).
+(`_programs`). While a guard handles SIGHUP they outlive it as well (a closed terminal's,
+which bash sends the job's whole process group): `workers_protect._hold_hangup`.
 
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn())
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn(my_seed_fn))
