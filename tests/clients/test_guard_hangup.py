@@ -12,7 +12,7 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
-from support import eventually
+from support import eventually, sighup_as_in_a_terminal
 
 SCRIPT = Path(__file__).with_name("hangup_job.py")
 
@@ -40,6 +40,7 @@ def test_a_job_whose_terminal_hangs_up_saves_and_exits_129(tmp_path: Path) -> No
     pid, master = pty.fork()
     if pid == 0:  # the job: a session of its own, the pty its controlling terminal
         with suppress(BaseException):
+            sighup_as_in_a_terminal()
             os.execve(sys.executable, [sys.executable, str(SCRIPT), str(record)], env)
         os._exit(127)
     try:

@@ -16,7 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from support import eventually
+from support import as_in_a_terminal, eventually, sighup_as_in_a_terminal
 
 SCRIPT = Path(__file__).with_name("hangup_loader_job.py")
 
@@ -65,6 +65,7 @@ def test_a_closed_terminal_leaves_the_workers_feeding_the_loop_until_the_save(
     pid, master = pty.fork()
     if pid == 0:  # the login shell of an ssh session: the pty is its controlling terminal
         with suppress(BaseException):
+            sighup_as_in_a_terminal()  # bash cannot reset a SIGHUP ignored at its start
             os.execve("/bin/bash", ["bash", "--norc", "--noprofile", "-i"], env)
         os._exit(127)
     command = shlex.join([sys.executable, str(SCRIPT), str(record), kind, method])
@@ -95,7 +96,7 @@ def start_job(tmp_path: Path, kind: str, method: str, nohup: bool = False) -> su
     record = tmp_path / "record"
     command = [sys.executable, str(SCRIPT), str(record), kind, method]
     return subprocess.Popen(
-        ["nohup", *command] if nohup else command,
+        ["nohup", *command] if nohup else as_in_a_terminal(command),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

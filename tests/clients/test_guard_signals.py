@@ -21,6 +21,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 def handlers() -> Iterator[None]:
     """The test's handlers, whatever the test does to them, are put back afterwards."""
     before = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    # Each test starts from a terminal's SIGHUP: a suite run under nohup starts ignoring it.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     yield
     for signum, handler in before.items():
         signal.signal(signum, handler)
