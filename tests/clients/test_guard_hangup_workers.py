@@ -68,7 +68,14 @@ def test_a_closed_terminal_leaves_the_workers_feeding_the_loop_until_the_save(
             sighup_as_in_a_terminal()  # bash cannot reset a SIGHUP ignored at its start
             os.execve("/bin/bash", ["bash", "--norc", "--noprofile", "-i"], env)
         os._exit(127)
+    # The job's output to files, as `python train.py > log 2>&1` in a terminal: a print to the
+    # terminal between its hangup and bash's SIGHUP raises EIO in the loop before any signal
+    # (a race the guard cannot see: check 45c lost it once, loader-spawn), and its
+    # traceback, if any, is what a failure here must show.
+    errors = tmp_path / "job.err"
+    os.set_blocking(master, False)  # the terminal shows only bash's prompt now: never wait on it
     command = shlex.join([sys.executable, str(SCRIPT), str(record), kind, method])
+    command += f" > {shlex.quote(str(tmp_path / 'job.out'))} 2> {shlex.quote(str(errors))}"
     sid = pid
     try:
         os.write(master, command.encode() + b"\n")
@@ -88,7 +95,8 @@ def test_a_closed_terminal_leaves_the_workers_feeding_the_loop_until_the_save(
             os.waitpid(pid, 0)
     done = records(record)
     saved = [r["saved"] for r in done if "saved" in r]
-    assert saved and saved[-1] >= 5, done[-3:]
+    said = errors.read_text() if errors.exists() else ""
+    assert saved and saved[-1] >= 5, (done[-3:], said[-2000:])
     assert done[-1] == {"exit": 129}, done[-3:]
 
 
