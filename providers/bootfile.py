@@ -13,6 +13,7 @@ tells this boot from another the same way (`boot.same_boot`) and writes the same
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -73,7 +74,7 @@ class BootFile:
         return write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health)
 
 
-class BootLists(Generic[Lists]):
+class BootLists(ABC, Generic[Lists]):
     """The two lists every boot record keeps in its `BootFile`, `seen` (published in this
     boot) and `ended` (held back as the end of the boot before), and the way each record
     reads them and ends a poll with them. What the lists hold, and what else a record keeps,
@@ -105,8 +106,9 @@ class BootLists(Generic[Lists]):
         if self._unsaved:
             self._save()
 
+    @abstractmethod
     def _save(self) -> None:
-        raise NotImplementedError
+        """Write the record (each provider's own file shape)."""
 
 
 __all__ = ["BootFile", "BootLists"]
