@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import math
+import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -43,7 +44,8 @@ MAX_ATTEMPTS = 3
 # Answers worth trying again: IMDS is busy or throttling (about 5 requests/s per VM), not
 # telling the request is wrong.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-# The waits between tries of a refused POST double from the watcher's interval up to this.
+# The waits between tries of a refused POST double from the watcher's interval up to this
+# (the interval, when it is longer), jitter included (a Retry-After may ask for longer).
 RETRY_CEILING = 10.0
 # How long a refused approval is tried for when its event has no NotBefore to bound it: the
 # longest notice a Terminate event gives (PT15M).
@@ -83,6 +85,7 @@ class Approver:
         path: Path | None = None,
         health: PollHealth | None = None,
         retry_first: float = 1.0,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         self.client = client
         self.path = path
@@ -96,6 +99,7 @@ class Approver:
         self.attempts: dict[str, int] = {}
         self.retry: dict[str, str] = {}  # EventId -> why, for approvals that failed
         self.retry_first = retry_first
+        self._rng = rng  # the backoff's jitter (tests fix it)
         self._backoffs: dict[str, Backoff] = {}
         self._not_until: dict[str, float] = {}  # EventId -> monotonic time of its next try
         self._give_up_at: dict[str, float] = {}  # EventId -> time.time() past which it is not
@@ -184,9 +188,18 @@ class Approver:
         transient = response is None or response.status_code in TRANSIENT_STATUSES
         if not transient:
             self._give_up_at.pop(event_id, None)  # bounded by MAX_ATTEMPTS instead
-        wait = self._backoffs.setdefault(
-            event_id, Backoff(self.retry_first, max(self.retry_first, RETRY_CEILING), jitter=0.1)
-        ).next()
+        backoff = self._backoffs.setdefault(
+            event_id,
+            Backoff(
+                self.retry_first,
+                max(self.retry_first, RETRY_CEILING),
+                jitter=0.1,
+                rng=self._rng,
+            ),
+        )
+        # The ceiling holds with the jitter too (it spread a 10 s wait up to 11 s); at the
+        # ceiling the waits still spread, below it.
+        wait = min(backoff.ceiling, backoff.next())
         if response is not None:
             wait = max(wait, retry_after_seconds(response.headers.get("Retry-After")) or 0.0)
         give_up_at = self._give_up_at.get(event_id)

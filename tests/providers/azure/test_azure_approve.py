@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,13 @@ import httpx
 import pytest
 import respx
 from azure_harness import running
-from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver, load_approved, said_at
+from forewarn.providers.azure.approve import (
+    MAX_ATTEMPTS,
+    RETRY_CEILING,
+    Approver,
+    load_approved,
+    said_at,
+)
 from forewarn.providers.azure.simulate import AzureSimulator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -430,3 +438,33 @@ def test_a_failed_approval_is_a_warning_at_its_first_tries_and_then_rate_limited
     attempt: int, since_said: float | None, loud: bool
 ) -> None:
     assert said_at(attempt, since_said) is loud
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    first=st.floats(0.01, 15),
+    draw=st.floats(0, 1),
+    refusals=st.integers(1, 8),
+    status=st.sampled_from([429, 500, 503]),
+)
+def test_the_wait_between_tries_never_passes_the_ceiling(
+    first: float, draw: float, refusals: int, status: int
+) -> None:
+    """The wait after a refused approval doubles up to RETRY_CEILING (or the interval, when it
+    is longer): its 10 % jitter took it to 11 s."""
+    ceiling = max(first, RETRY_CEILING)
+
+    async def run() -> list[float]:
+        transport = httpx.MockTransport(lambda request: httpx.Response(status))
+        async with httpx.AsyncClient(transport=transport) as client:
+            approver = Approver(client, URL, "2020-07-01", 1, retry_first=first, rng=lambda: draw)
+            not_before = datetime.now(timezone.utc) + timedelta(hours=1)
+            waits = []
+            for _ in range(refusals):
+                assert await approver.approve("E1", "after-ack", not_before) is False
+                waits.append(approver._not_until["E1"] - time.monotonic())
+                approver._not_until["E1"] = 0.0  # the wait is over
+            return waits
+
+    waits = asyncio.run(run())
+    assert all(wait <= ceiling for wait in waits), (ceiling, waits)
