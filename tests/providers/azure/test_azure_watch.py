@@ -7,6 +7,7 @@ import json
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -547,3 +548,115 @@ async def test_a_retired_scheduled_event_is_raised_again_and_a_retired_started_o
         h.sim.withdraw(started)
         await h.more_polls(4)
         assert [r for r in h.reports[2:] if r.id == f"azure/{started}"] == []
+
+
+_TYPES = ["Preempt", "Terminate", "Reboot", "Redeploy", "Freeze"]
+_RESOURCES = [["gpu-0"], ["gpu-1"], ["gpu-0", "gpu-1"], ["GPU-0"]]
+# One change of Azure's list per document: ("add", type, Started?, resources, lead),
+# ("move", which, lead), ("start", which), ("remove", which), ("rename", which, resources),
+# ("stray",): one document with no events at all (IMDS restarted), ("none",).
+_CHANGE = st.one_of(
+    st.tuples(
+        st.just("add"),
+        st.sampled_from(_TYPES),
+        st.booleans(),
+        st.sampled_from(_RESOURCES),
+        st.integers(30, 900),
+    ),
+    st.tuples(st.just("move"), st.integers(0, 3), st.integers(30, 900)),
+    st.tuples(st.just("start"), st.integers(0, 3)),
+    st.tuples(st.just("remove"), st.integers(0, 3)),
+    st.tuples(st.just("rename"), st.integers(0, 3), st.sampled_from(_RESOURCES)),
+    st.tuples(st.just("stray")),
+    st.tuples(st.just("none")),
+)
+
+
+def _mine(event: dict[str, object]) -> bool:
+    resources = event["Resources"]
+    assert isinstance(resources, list)
+    return "gpu-0" in [name.lower() for name in resources]
+
+
+@examples(max_examples=60, deadline=None)
+@given(
+    changes=st.lists(st.tuples(_CHANGE, st.integers(-3, 1)), max_size=30),
+    freeze=st.booleans(),
+)
+def test_events_changing_every_way_azure_changes_them_lose_nothing(
+    changes: list[tuple[tuple[Any, ...], int]], freeze: bool
+) -> None:
+    """Walked with a scripted IMDS: NotBefore moved later then earlier, a Preempt then a
+    Terminate for this VM, an event withdrawn and raised again under a new EventId, a
+    DocumentIncarnation going backwards (the host service restarted), an event Started with
+    no Scheduled before it, events moving to and from another VM, stray empty documents.
+    Whatever the order: each of this VM's published events is active, with the status
+    listed and (Scheduled) its NotBefore as deadline; no other VM's event is ever sent; an
+    event stays active at most one document after it stopped being listed as this VM's."""
+    watcher = AzureWatcher(
+        Settings(url="http://127.0.0.1:1", vm_name="gpu-0", freeze=freeze), PollHealth("azure")
+    )
+    sent: list[Report] = []
+    watcher._emit = sent.append
+    start = utcnow().replace(microsecond=0)
+    events: dict[str, dict[str, object]] = {}
+    active: dict[str, Report] = {}
+    mine_before: set[str] = set()
+    incarnation = 1
+    for number, (change, bump) in enumerate(changes):
+        ids = list(events)
+        kind = change[0]
+        if kind == "add":
+            _, event_type, started, resources, lead = change
+            events[f"E{number}"] = {
+                "EventId": f"E{number}",
+                "EventType": event_type,
+                "ResourceType": "VirtualMachine",
+                "EventStatus": "Started" if started else "Scheduled",
+                "Resources": resources,
+                "NotBefore": "" if started else format_not_before(start + timedelta(seconds=lead)),
+            }
+        elif kind in ("move", "start", "remove", "rename") and ids:
+            event_id = ids[change[1] % len(ids)]
+            event = events[event_id]
+            if kind == "remove":
+                del events[event_id]
+            elif kind == "rename":
+                event["Resources"] = change[2]
+            elif event["EventStatus"] == "Scheduled" and kind == "start":
+                event["EventStatus"], event["NotBefore"] = "Started", ""
+            elif event["EventStatus"] == "Scheduled":
+                event["NotBefore"] = format_not_before(start + timedelta(seconds=change[2]))
+        # Usually one up; sometimes back (the host service restarted) or the same.
+        incarnation = max(0, incarnation + bump)
+        stray = kind == "stray"
+        listed = [] if stray else [dict(event) for event in events.values()]
+        before = len(sent)
+        watcher._process(parse_events({"DocumentIncarnation": incarnation, "Events": listed}))
+        for report in sent[before:]:
+            assert _mine(report.detail), report  # never another VM's event
+            if report.action == "clear":
+                active.pop(report.id, None)
+            else:
+                active[report.id] = report
+        if stray:
+            continue
+        mine_now = set()
+        for event in events.values():
+            notice_id = f"azure/{event['EventId']}"
+            published = _mine(event) and (event["EventType"] != "Freeze" or freeze)
+            if not published:
+                assert notice_id not in active or notice_id in mine_before, (notice_id, event)
+                continue
+            mine_now.add(notice_id)
+            assert notice_id in active, (notice_id, "lost")
+            report = active[notice_id]
+            assert report.detail["EventStatus"] == event["EventStatus"]
+            if event["EventStatus"] == "Scheduled" and event["EventType"] != "Freeze":
+                assert report.deadline is not None
+                assert format_not_before(report.deadline) == event["NotBefore"]
+            if event["EventType"] == "Freeze":
+                assert report.deadline is None and report.action == "drain"
+        for notice_id in active:
+            assert notice_id in mine_now or notice_id in mine_before, (notice_id, "stale")
+        mine_before = mine_now
