@@ -170,6 +170,10 @@ class Entry:
     # their state is not saved, but named so past the deadline, not as gone before their ack,
     # which read as if they never tried and hid the cause. Kept across a restart.
     failed: dict[str, str] = field(default_factory=dict)
+    # When this machine started, for a manual notice restored from the state of an earlier
+    # boot (`restore`'s `booted`): a deadline before it passed before this boot began, and
+    # the notice is retired at once (`_ends`). None for any other.
+    booted: datetime | None = None
 
 
 @dataclass
@@ -1198,6 +1202,7 @@ class NoticeBoard:
         gone: Mapping[str, Iterable[str]] | None = None,
         acked_for: Mapping[str, str] | None = None,
         save_failed: Mapping[str, Mapping[str, str]] | None = None,
+        booted: datetime | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -1236,7 +1241,9 @@ class NoticeBoard:
         not the terminate's. A notice not in it (a file of an agent before it) keeps its acks
         for whatever it comes back as, as that agent did. `save_failed` are the clients whose
         save of each failed, with their notes (`failed_to_save()`): named so past its
-        deadline, unless they ack a saved flush."""
+        deadline, unless they ack a saved flush. `booted` is when this machine started, given
+        when the notices were saved in an earlier boot: a manual notice whose deadline passed
+        before it is retired at once (the first `due()`), not the grace past its deadline."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self._clock()
@@ -1281,6 +1288,7 @@ class NoticeBoard:
             if entry is None:
                 continue
             entry.restored = not manual
+            entry.booted = booted if manual else None
             entry.restored_clock = None if manual else self._clock()
             # The reading `report` just took is of the wall time a step may have made stale.
             entry.reported_clock = (
@@ -1366,6 +1374,10 @@ class NoticeBoard:
         provider's window, if later) plus the grace; for a local notice without a deadline,
         its lifetime after it was raised."""
         deadline = entry.report.deadline
+        if self._before_this_boot(entry):
+            # It described the machine the reboot ended: kept the grace past its deadline, a
+            # terminate came back to the job started after the boot, which exited at once.
+            return deadline
         if deadline is not None and self._settling(entry):
             deadline = self._judged_deadline(entry)  # after a step: see `_settle_after_a_step`
         if deadline is not None:
@@ -1394,6 +1406,13 @@ class NoticeBoard:
                 return _plus(self._now(), left)
             return _plus(entry.raised_at, self.manual_lifetime)
         return self._awaited_until(entry)
+
+    @staticmethod
+    def _before_this_boot(entry: Entry) -> bool:
+        """Whether `entry`, a manual notice of an earlier boot, had a deadline that passed
+        before this machine started (`Entry.booted`)."""
+        deadline = entry.report.deadline
+        return entry.booted is not None and deadline is not None and deadline < entry.booted
 
     def _awaited_until(self, entry: Entry) -> datetime | None:
         """Until when a restored provider notice waits for its watcher to report it again;
@@ -1478,7 +1497,13 @@ class NoticeBoard:
     def _expiry_detail(self, entry: Entry, ends: datetime) -> dict[str, Any]:
         deadline = entry.report.deadline
         grace = self.grace.total_seconds()
-        if (
+        if self._before_this_boot(entry):
+            assert entry.booted is not None
+            why = (
+                "its deadline passed before this machine started "
+                f"({format_time(entry.booted)}): it was for the boot before"
+            )
+        elif (
             deadline is not None
             and entry.report.until is not None
             and entry.report.until > deadline

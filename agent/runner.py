@@ -483,6 +483,9 @@ class Agent:
             gone=state.gone,
             acked_for=state.acked_for,
             save_failed=state.save_failed,
+            # A manual notice of the boot before whose deadline passed before this one began
+            # is retired at once (a terminate kept the grace stopped the job started after).
+            booted=self.booted if another_boot(state, self.boot_id, self.booted) else None,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.

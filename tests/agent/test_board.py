@@ -1339,3 +1339,25 @@ def test_any_boot_clock_readings_in_a_state_file_leave_the_board_running(
     restarted.due()
     restarted.take_moved()
     assert [notice.id for notice in restarted.manual()] == ["local/manual/1"]
+
+
+def test_a_manual_notice_of_the_boot_before_ends_at_once_if_its_deadline_preceded_it() -> None:
+    """Restored from an earlier boot's state, a manual terminate whose deadline passed before
+    this machine started is retired at the first `due()`, saying so; one whose deadline came
+    after this boot began (the agent started late) keeps the grace, as in the same boot."""
+    before, _ = board()
+    local = {"provider": "local", "reason": "manual", "action": "terminate"}
+    for name, minutes in (("gone", -3), ("this-boot", -1)):
+        deadline = T0 + timedelta(minutes=minutes)
+        notice = report(**local, id=f"local/manual/{name}", noticed_at=T0 - timedelta(hours=1))
+        before.report(notice.model_copy(update={"deadline": deadline}), manual=True)
+    restarted, _ = board()
+    restarted.restore(before.manual(), booted=T0 - timedelta(minutes=2))
+    _, expired = restarted.due()
+    assert [n.id for n in expired] == ["local/manual/gone"]
+    assert "passed before this machine started" in expired[0].detail["expired"]
+    assert [n.id for n in restarted.active()] == ["local/manual/this-boot"]
+    same_boot, _ = board()
+    same_boot.restore(before.manual())
+    assert same_boot.due() == ([], [])
+    assert len(same_boot.active()) == 2

@@ -817,6 +817,48 @@ def test_provider_notices_from_before_a_reboot_are_not_restored(
         agent.stop()
 
 
+@pytest.mark.parametrize("action", ["terminate", "drain"])
+def test_a_manual_notice_whose_deadline_passed_before_this_boot_is_not_sent_again(
+    tmp_path: Path, action: str
+) -> None:
+    """`forewarn notify terminate --deadline 60s`, and the machine stopped and started a
+    minute after the deadline (a planned stop, a reboot). Manual notices outlive a reboot,
+    and this one, kept until 300 s past its deadline, came back active: the job started after
+    the boot took it for a terminate nobody had acted on (a drain: escalated past its
+    deadline) and exited at its first step, and each restart under a restart policy again.
+    A deadline that passed before this machine started described the machine the boot
+    ended: the restarted agent retires it at once, saying why."""
+    env = agent_env(tmp_path)
+    with running_agent(tmp_path, env=env):
+        raised = run_forewarn("notify", action, "--deadline", "60s", "--json", env=env)
+    assert raised.returncode == 0, raised.stderr
+    state = tmp_path / "state" / "state.json"
+    saved = json.loads(state.read_text())
+    [notice] = saved["manual"]
+    booted = machine_started()
+    assert booted is not None
+    # The boot before: the deadline 60 s before this machine started, as a reboot a minute
+    # after it finds the file (every time of the notice moved back as far).
+    back = parse_time(notice["deadline"]) - (booted - timedelta(seconds=60))
+    for key in ("deadline", "noticed_at", "sent_at"):
+        notice[key] = format_time(parse_time(notice[key]) - back)
+    state.write_text(json.dumps({**saved, "manual": [notice], "boot_id": "the-boot-before"}))
+    # A grace past this machine's uptime: as after a reboot within the default 300 s.
+    env = agent_env(tmp_path, FOREWARN_NOTICE_GRACE="86400")
+    agent = AgentProcess(tmp_path, env=env).start()
+    notices = Notices(agent.events, agent.control_endpoint)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    try:
+        assert agent.control({"op": "status"})["active"] == []
+        eventually(lambda: notices.agent is not None, 10, "the agent's heartbeat")
+        assert not guard.due(1) and not guard.should_exit
+    finally:
+        guard.close()
+        notices.close()
+        agent.stop()
+    assert "before this machine started" in agent.output()
+
+
 @pytest.mark.parametrize("before_this_boot", [True, False])
 def test_provider_notices_saved_without_a_boot_id_are_restored_only_if_of_this_boot(
     tmp_path: Path, before_this_boot: bool
