@@ -135,3 +135,46 @@ async def test_a_reclaim_is_timed_on_a_droplet_clock_hours_off_as_on_a_right_one
             [_, moved] = await again.count(2)
             assert (moved.id, moved.action, moved.deadline) == (drain.id, "drain", deadline)
             assert "clock_ahead_seconds" not in moved.detail
+
+
+async def test_a_first_reclaim_made_before_a_step_and_taken_after_it_sends_no_terminate(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    """The droplet's clock right (read against the metadata service's `Date`); a reclaim mail
+    30 min out is judged, and the wall clock is stepped 2 h forward before the board takes the
+    report (a report queued as the step landed). The board tells such a report by the skew
+    its watcher held before the step (`PollHealth.ahead`, as `take_skew` keeps it for AWS,
+    Azure, GCP and Kubernetes), which this watcher never kept: the first reclaim, 90 min past
+    by the stepped clock, went out as terminate at once, the job out 30 min early. Judged on
+    the clock it was made on until the watcher re-times it, it is a drain."""
+    with SimServer(DropletMetadataSimulator(droplet_id=int(DROPLET_ID))) as metadata:
+        settings = settings_for(dovecot, mail_user, tmp_path, url=metadata.url, droplet_id=None)
+        async with running(settings, tmp_path / "state") as run:
+            await run.idling()
+            assert run.health.ahead == 0.0  # the clock looked at as the watch began
+            step = [0.0]
+            board = NoticeBoard(
+                Sequencer(0),
+                30.0,
+                now=lambda: utcnow() + timedelta(seconds=step[0]),
+                clock_vouched=lambda provider: run.health.dated,
+                clock_skews=lambda: (
+                    {"digitalocean": run.health.ahead or 0.0}
+                    if run.health.ahead is not None
+                    else {}
+                ),
+            )
+            assert board.due() == ([], [])
+            deadline = (utcnow() + timedelta(minutes=30)).replace(second=0, microsecond=0)
+            dovecot.append(
+                mail_user,
+                reclaim(
+                    f"Spot GPU Droplet gpu-spot-1 (ID {DROPLET_ID}) will be reclaimed at "
+                    f"{deadline:%H:%M} UTC on {deadline:%Y-%m-%d}."
+                ),
+            )
+            [made] = await run.count(1)
+            step[0] = timedelta(hours=2).total_seconds()  # the step, before the board takes it
+            notice = board.report(made)
+            assert notice is not None and notice.action == "drain", notice
+            assert board.due() == ([], [])
