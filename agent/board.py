@@ -583,6 +583,15 @@ class NoticeBoard:
             # before the next report moves it (`_follow_steps`) as the watcher will. Taken
             # for a moment, 90 minutes forward retired the hour's drain at once with a clear.
             deadline_clock = self._clock() + (report.deadline - self._now()).total_seconds()
+            if stale:
+                # A moment moved by the skew from before the step (`_made_before_the_step`):
+                # read on the wall clock as it was then. Taken as made now, a Karpenter
+                # termination 30 min away on a node 2 h behind, reported again before the
+                # watcher saw NTP's step, was 90 min past: a terminate, the job out early.
+                deadline_clock = self._reading_before_the_step(report.deadline)
+                on_clock = self._on_the_clock(deadline_clock)
+                report = report.model_copy(update={"deadline": on_clock})
+            stale = False  # held on `clock` from here: no settle on the moment
         judged = report
         if stale and report.deadline is not None:
             # A deadline naming a moment, on the skew from before the step: judged on the
@@ -1068,9 +1077,10 @@ class NoticeBoard:
             return False
         if report.action == "clear" or report.deadline is None:
             return False
-        if report.deadline_is_duration or report.deadline_on_boot_clock:
+        if report.deadline_is_duration or (report.deadline_on_boot_clock and not _skew_of(report)):
             # Counted from the wall clock as the report is taken, or by its watcher on the
-            # boot clock (a GCP stop, now + what is left): no moment of the provider's.
+            # boot clock (a GCP stop, now + what is left, made as it is taken): no moment of
+            # the provider's. One held there for its skew (a moment moved by it) is.
             return False
         provider = report.provider
         before = self.skews_before_step.get(provider)

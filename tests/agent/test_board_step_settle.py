@@ -436,3 +436,45 @@ def test_any_skew_in_a_report_across_a_step_is_taken_without_raising(skew: objec
     clocks.run(1)
     detail = {} if skew is None else {"clock_ahead_seconds": skew}
     assert board.report(_karpenter(T0 + timedelta(minutes=30), **detail)) is not None
+
+
+def test_a_report_on_the_boot_clock_made_on_the_skew_before_a_step_sends_no_terminate() -> None:
+    """This node's clock 2 h behind the cluster's: Karpenter's termination, 30 min away, goes
+    out moved by the skew and held on the boot clock (`deadline_on_boot_clock`). NTP steps
+    the clock 2 h forward, and before the watcher re-measures its skew (CLOCK_CHECK) it
+    reports the termination on the skew from before: a first report, or the standing one
+    again (a node event). Such a report was taken as made now, its deadline 90 min past by
+    the stepped clock: a terminate at once, the job out half an hour early. Its skew tells it
+    was made before the step; its deadline is where the clock it was made on puts it."""
+    for first in (True, False):
+        skews = {"kubernetes": -7200.0}
+        board, clocks = _skewed_board(skews)
+        clocks.step(-7200.0)  # the node's clock 2 h behind
+        termination = T0 + timedelta(minutes=30)  # by the cluster's clock, boot clock 0
+        made = termination - timedelta(hours=2)  # as the node's clock reads it
+        skewed = _karpenter(made, clock_ahead_seconds=-7200.0).model_copy(
+            update={"deadline_on_boot_clock": True}
+        )
+        if not first:
+            sent = board.report(skewed)
+            assert sent is not None and sent.action == "drain"
+        clocks.run(10)
+        assert board.due() == ([], [])
+        clocks.step(7200.0)  # NTP's step: the wall clock is right
+        clocks.run(1)
+        stale = board.report(skewed)
+        if stale is not None:
+            assert stale.action == "drain", (first, stale)
+            assert abs(stale.deadline - termination) < timedelta(seconds=2), (first, stale)
+        for _ in range(3):
+            clocks.run(1)
+            escalated, expired = board.due()
+            assert (escalated, expired) == ([], []), first
+            assert all(n.action == "drain" for n in board.take_moved()), first
+        [active] = board.active()
+        assert active.action == "drain", first
+        assert abs(active.deadline - termination) < timedelta(seconds=2), (first, active)
+        skews["kubernetes"] = 0.0  # the watcher's next look at the clock
+        assert board.report(_karpenter(termination)) is None, first
+        clocks.run(STEP_SETTLE)
+        assert board.due() == ([], []), first
