@@ -17,7 +17,8 @@ deadline says so. A record is dead once its deadline is a grace past (the agent'
 that connects within it still gets the terminate), or, for one written as a duration (`5m`),
 when it was written in an earlier boot of the machine (a runtime directory that outlived a
 reboot: the boot clock it was counted on has gone). An RFC 3339 time written by the user
-still names a real moment after a reboot: it stands until it is a grace past. A dead record
+still names a real moment after a reboot: it stands until it is a grace past, unless it passed
+before this boot began (it was for the machine the reboot ended). A dead record
 is removed where it can be, and makes no job save or exit.
 """
 
@@ -195,14 +196,20 @@ def seconds_left(
     up: float | None,
 ) -> float | None:
     """Seconds until the record's deadline (negative: past), None when it is dead: no
-    deadline, a duration written in an earlier boot, or more than the grace past. A deadline
-    written as a duration is counted on the boot clock, in the boot that wrote it; one written
-    as a time names a moment, this boot's or not."""
+    deadline, a duration written in an earlier boot, a time of an earlier boot that passed
+    before this boot began, or more than the grace past. A deadline written as a duration is
+    counted on the boot clock, in the boot that wrote it; one written as a time names a
+    moment, this boot's or not."""
     if record.deadline is None:
         return None
     this = same_boot(record, boot)
     if not this and record.duration:
         return None  # counted on a boot clock that has gone
+    booted = boot[1]
+    if not this and booted is not None and record.deadline < booted:
+        # Passed before this machine started: it named the machine the reboot ended. Kept the
+        # grace, a job started after the boot saved and exited at its first look.
+        return None
     if this and record.boot_deadline is not None and up is not None:
         left = record.boot_deadline - up
     else:

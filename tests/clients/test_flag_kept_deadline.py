@@ -194,6 +194,32 @@ def test_a_time_kept_in_an_earlier_boot_still_stands_for_a_new_job(tmp_path: Pat
         guard.close()
 
 
+@given(
+    before_boot=st.floats(0.001, 299.0),
+    past=st.floats(0.0, 299.0),
+    earlier_boot_id=st.booleans(),
+)
+def test_a_time_kept_in_an_earlier_boot_that_passed_before_this_boot_is_dead(
+    before_boot: float, past: float, earlier_boot_id: bool
+) -> None:
+    """An RFC 3339 time kept in the boot before that passed before this machine started (the
+    flag's deadline, then a stop and start a minute after it) named the machine the reboot
+    ended: it stood until 300 s past, and a job started after the boot saved and exited at
+    its first look (the agent raised it again as a drain past its deadline: a terminate). One
+    that came after this boot began still stands until the grace, as in the same boot."""
+    now = datetime(2026, 12, 7, 6, 0, tzinfo=timezone.utc)
+    booted = now - timedelta(seconds=past)
+    boot = ("1" * 32 if earlier_boot_id else None, booted)
+    kept_in = ("0" * 32 if earlier_boot_id else None, booted - timedelta(days=1))
+    gone = KeptDeadline((1, 2, 3), booted - timedelta(seconds=before_boot), None, *kept_in, False)
+    assert flagkept.seconds_left(gone, now, boot, past) is None
+    this = KeptDeadline((1, 2, 3), booted + timedelta(seconds=past / 2), None, *kept_in, False)
+    assert flagkept.seconds_left(this, now, boot, past) == pytest.approx(-past / 2, abs=1e-5)
+    same_boot = KeptDeadline((1, 2, 3), gone.deadline, None, boot[0], booted, False)
+    within_grace = past + before_boot <= flagkept.GRACE_SECONDS
+    assert (flagkept.seconds_left(same_boot, now, boot, past) is not None) == within_grace
+
+
 def test_a_record_of_an_older_version_is_a_duration_when_kept_on_the_boot_clock() -> None:
     text = json.dumps({"flag": [1, 2, 3], "deadline": "2026-12-06T03:00:00Z"})
     assert (record := parse_record(text)) is not None and not record.duration
