@@ -1253,7 +1253,8 @@ class NoticeBoard:
         save of each failed, with their notes (`failed_to_save()`): named so past its
         deadline, unless they ack a saved flush. `booted` is when this machine started, given
         when the notices were saved in an earlier boot: a manual notice whose deadline passed
-        before it is retired at once (the first `due()`), not the grace past its deadline."""
+        before it, or a terminate without one raised before it, is retired at once (the first
+        `due()`), not the grace past its deadline (the rest of its lifetime)."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self._clock()
@@ -1387,7 +1388,7 @@ class NoticeBoard:
         if self._before_this_boot(entry):
             # It described the machine the reboot ended: kept the grace past its deadline, a
             # terminate came back to the job started after the boot, which exited at once.
-            return deadline
+            return deadline or entry.raised_at
         if deadline is not None and self._settling(entry):
             deadline = self._judged_deadline(entry)  # after a step: see `_settle_after_a_step`
         if deadline is not None:
@@ -1420,9 +1421,15 @@ class NoticeBoard:
     @staticmethod
     def _before_this_boot(entry: Entry) -> bool:
         """Whether `entry`, a manual notice of an earlier boot, had a deadline that passed
-        before this machine started (`Entry.booted`)."""
-        deadline = entry.report.deadline
-        return entry.booted is not None and deadline is not None and deadline < entry.booted
+        before this machine started (`Entry.booted`), or is a terminate without one raised
+        before it (`forewarn notify terminate; sudo reboot`: it asked that boot's jobs to
+        exit, and stood the rest of `manual_lifetime` for the jobs started after the boot)."""
+        deadline, booted = entry.report.deadline, entry.booted
+        if booted is None:
+            return False
+        if deadline is None:
+            return entry.report.action == "terminate" and entry.raised_at < booted
+        return deadline < booted
 
     def _awaited_until(self, entry: Entry) -> datetime | None:
         """Until when a restored provider notice waits for its watcher to report it again;
@@ -1509,9 +1516,10 @@ class NoticeBoard:
         grace = self.grace.total_seconds()
         if self._before_this_boot(entry):
             assert entry.booted is not None
+            what = "its deadline passed" if deadline is not None else "raised without a deadline"
             why = (
-                "its deadline passed before this machine started "
-                f"({format_time(entry.booted)}): it was for the boot before"
+                f"{what} before this machine started ({format_time(entry.booted)}): it was "
+                "for the boot before"
             )
         elif (
             deadline is not None

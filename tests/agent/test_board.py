@@ -1361,3 +1361,21 @@ def test_a_manual_notice_of_the_boot_before_ends_at_once_if_its_deadline_precede
     same_boot.restore(before.manual())
     assert same_boot.due() == ([], [])
     assert len(same_boot.active()) == 2
+
+
+def test_a_manual_terminate_without_a_deadline_of_the_boot_before_ends_at_once() -> None:
+    """`forewarn notify terminate; sudo reboot`: the terminate asked that boot's jobs to exit
+    and stood the rest of its lifetime for the jobs started after the boot. Retired at the
+    start; a drain without a deadline (one more save) keeps its lifetime, as before."""
+    before, clock = board()
+    local = {"provider": "local", "reason": "manual", "noticed_at": T0}
+    before.report(report(**local, id="local/manual/stop", action="terminate"), manual=True)
+    before.report(report(**local, id="local/manual/save", action="drain"), manual=True)
+    clock.now = T0 + timedelta(minutes=5)
+    restarted, _ = board()
+    restarted.now = clock
+    restarted.restore(before.manual(), booted=T0 + timedelta(minutes=2))
+    _, expired = restarted.due()
+    assert [n.id for n in expired] == ["local/manual/stop"]
+    assert "raised without a deadline before this machine" in expired[0].detail["expired"]
+    assert [n.id for n in restarted.active()] == ["local/manual/save"]

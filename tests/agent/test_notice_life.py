@@ -817,9 +817,11 @@ def test_provider_notices_from_before_a_reboot_are_not_restored(
         agent.stop()
 
 
-@pytest.mark.parametrize("action", ["terminate", "drain"])
+@pytest.mark.parametrize(
+    ("action", "deadline"), [("terminate", "60s"), ("drain", "60s"), ("terminate", None)]
+)
 def test_a_manual_notice_whose_deadline_passed_before_this_boot_is_not_sent_again(
-    tmp_path: Path, action: str
+    tmp_path: Path, action: str, deadline: str | None
 ) -> None:
     """`forewarn notify terminate --deadline 60s`, and the machine stopped and started a
     minute after the deadline (a planned stop, a reboot). Manual notices outlive a reboot,
@@ -827,10 +829,13 @@ def test_a_manual_notice_whose_deadline_passed_before_this_boot_is_not_sent_agai
     the boot took it for a terminate nobody had acted on (a drain: escalated past its
     deadline) and exited at its first step, and each restart under a restart policy again.
     A deadline that passed before this machine started described the machine the boot
-    ended: the restarted agent retires it at once, saying why."""
+    ended: the restarted agent retires it at once, saying why. So does a terminate without a
+    deadline raised before (`forewarn notify terminate; sudo reboot`): it asked the jobs of
+    the boot before to exit, and stood for the rest of `manual_lifetime` (an hour) after."""
     env = agent_env(tmp_path)
     with running_agent(tmp_path, env=env):
-        raised = run_forewarn("notify", action, "--deadline", "60s", "--json", env=env)
+        when = ["--deadline", deadline] if deadline else []
+        raised = run_forewarn("notify", action, *when, "--json", env=env)
     assert raised.returncode == 0, raised.stderr
     state = tmp_path / "state" / "state.json"
     saved = json.loads(state.read_text())
@@ -839,12 +844,17 @@ def test_a_manual_notice_whose_deadline_passed_before_this_boot_is_not_sent_agai
     assert booted is not None
     # The boot before: the deadline 60 s before this machine started, as a reboot a minute
     # after it finds the file (every time of the notice moved back as far).
-    back = parse_time(notice["deadline"]) - (booted - timedelta(seconds=60))
-    for key in ("deadline", "noticed_at", "sent_at"):
+    back = parse_time(notice["deadline" if deadline else "noticed_at"]) - (
+        booted - timedelta(seconds=60)
+    )
+    for key in ("deadline", "noticed_at", "sent_at") if deadline else ("noticed_at", "sent_at"):
         notice[key] = format_time(parse_time(notice[key]) - back)
-    state.write_text(json.dumps({**saved, "manual": [notice], "boot_id": "the-boot-before"}))
-    # A grace past this machine's uptime: as after a reboot within the default 300 s.
-    env = agent_env(tmp_path, FOREWARN_NOTICE_GRACE="86400")
+    raised = {key: format_time(parse_time(at) - back) for key, at in saved["raised"].items()}
+    moved = {"manual": [notice], "raised": raised, "boot_id": "the-boot-before"}
+    state.write_text(json.dumps({**saved, **moved}))
+    # A grace and a lifetime past this machine's uptime: as after a reboot within the
+    # defaults (300 s, 1 h).
+    env = agent_env(tmp_path, FOREWARN_NOTICE_GRACE="86400", FOREWARN_MANUAL_LIFETIME="604800")
     agent = AgentProcess(tmp_path, env=env).start()
     notices = Notices(agent.events, agent.control_endpoint)
     guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
@@ -856,7 +866,7 @@ def test_a_manual_notice_whose_deadline_passed_before_this_boot_is_not_sent_agai
         guard.close()
         notices.close()
         agent.stop()
-    assert "before this machine started" in agent.output()
+    assert "before this machine started" in agent.output(), agent.output()
 
 
 @pytest.mark.parametrize("before_this_boot", [True, False])
