@@ -23,11 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from forewarn.protocol.errors import ForewarnError
 
 from .envfile import parse_env_with_notes
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 log = logging.getLogger("forewarn.providers.digitalocean")
 
@@ -38,6 +41,12 @@ PASSWORD_KEYS = ("FOREWARN_IMAP_PASSWORD", "IMAP_PASSWORD")
 # attachment could take.
 FETCH_LIMIT = 262144
 _MAXLINE = 1_000_000
+# Bytes the server may send in answer to one command, its lines and literals together: a
+# server announcing a literal of `{999999999}` had imaplib read it whole (1.9 GB in 5 s from
+# one on loopback, then a MemoryError), and one sending line after line under _MAXLINE had
+# them all kept until its tagged end. The largest real answers are a search span (600 KB)
+# and a mail (FETCH_LIMIT); a literal may be no longer than a line.
+_MAXANSWER = 16 * _MAXLINE
 # UIDs searched at once: an answer listing every UID of a mailbox of 100,000 mails is over
 # _MAXLINE (a UID takes up to 11 bytes), and the search failed on every connection, so no
 # mail was read at all. 50,000 UIDs of 11 bytes keep each answer under 600 KB.
@@ -192,13 +201,26 @@ def tls_context(ca_file: Path | None) -> ssl.SSLContext:
     return context
 
 
-class _Buffered:
+class _Buffered(imaplib.IMAP4):
     """Overrides imaplib's documented `read`/`readline` to read through a buffer this
     module can inspect: `waiting(timeout)` must know whether a line is already buffered
-    (the file object imaplib makes cannot say so without blocking)."""
+    (the file object imaplib makes cannot say so without blocking). What imaplib reads in
+    answer to one command (until the next `send`) is held to _MAXANSWER bytes."""
 
     sock: socket.socket
     _rbuf: bytearray
+    _answered = 0  # bytes imaplib read since the last command was sent
+
+    def send(self, data: ReadableBuffer) -> None:
+        self._answered = 0
+        super().send(data)
+
+    def _take(self, size: int) -> None:
+        self._answered += size
+        if self._answered > _MAXANSWER:
+            raise imaplib.IMAP4.error(
+                f"the server's answer to one command is more than {_MAXANSWER} bytes"
+            )
 
     def _fill(self) -> bool:
         chunk = self.sock.recv(65536)
@@ -220,6 +242,8 @@ class _Buffered:
             if end >= _MAXLINE or (end < 0 and len(self._rbuf) > _MAXLINE):
                 raise imaplib.IMAP4.error(f"got more than {_MAXLINE} bytes")
             if end >= 0:
+                if until is None:  # imaplib's, kept until the command's end
+                    self._take(end + 1)
                 line = bytes(self._rbuf[: end + 1])
                 del self._rbuf[: end + 1]
                 return line
@@ -229,6 +253,13 @@ class _Buffered:
                 return line
 
     def read(self, size: int) -> bytes:
+        """A literal of `size` bytes (imaplib reads one after a line ending in `{size}`)."""
+        if size > _MAXLINE:
+            raise imaplib.IMAP4.error(
+                f"the server announced a literal of {size} bytes, more than the {_MAXLINE} "
+                "any answer needs"
+            )
+        self._take(size)
         while len(self._rbuf) < size and self._fill():
             pass
         data = bytes(self._rbuf[:size])

@@ -1,0 +1,158 @@
+"""The IMAP session against a hostile or broken server on loopback: each test scripts what
+the server answers to which command, over a real socket."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+
+import pytest
+from forewarn.providers.digitalocean.imap import (
+    _MAXLINE,
+    Credentials,
+    MailboxError,
+    MailboxSession,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+# What the server does with one command: (the socket, the tag, the command in upper case).
+Answer = Callable[[socket.socket, bytes, bytes], None]
+
+
+def _standard(conn: socket.socket, tag: bytes, command: bytes) -> None:
+    if command.startswith(b"CAPABILITY"):
+        conn.sendall(b"* CAPABILITY IMAP4rev1 IDLE\r\n")
+    elif command.startswith((b"EXAMINE", b"SELECT")):
+        conn.sendall(b"* 1 EXISTS\r\n* OK [UIDVALIDITY 7] ok\r\n* OK [UIDNEXT 2] ok\r\n")
+    elif command.startswith(b"UID SEARCH"):
+        conn.sendall(b"* SEARCH 1\r\n")
+    conn.sendall(tag + b" OK done\r\n")
+
+
+@contextlib.contextmanager
+def scripted(answers: dict[bytes, Answer]) -> Iterator[int]:
+    """A server on 127.0.0.1 answering each command whose verb starts with a key of
+    `answers` with it, any other as `_standard`; yields its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn: socket.socket) -> None:
+        buffer = bytearray()
+        with contextlib.suppress(OSError), conn:
+            conn.sendall(b"* OK ready\r\n")
+            while True:
+                while b"\n" not in buffer:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                end = buffer.index(b"\n") + 1
+                line = bytes(buffer[:end]).strip()
+                del buffer[:end]
+                tag, _, command = line.partition(b" ")
+                command = command.upper()
+                answer = next((a for k, a in answers.items() if command.startswith(k)), _standard)
+                answer(conn, tag, command)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+def opened(port: int, timeout: float = 5.0) -> MailboxSession:
+    session = MailboxSession("127.0.0.1", port, "none", timeout=timeout)
+    session.open(Credentials("ops@example.com", "pw"))
+    return session
+
+
+def test_a_literal_larger_than_any_answer_is_refused_before_it_is_read() -> None:
+    # `{999999999}` before the mail: imaplib read the whole announced literal into memory
+    # (a server streaming it took 1.9 GB in 5 s, then MemoryError, which no handler of the
+    # watcher caught); one that sent less held the FETCH until imap_timeout.
+    streamed = b"x" * 2_000_000  # made before memory is traced
+
+    def huge(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        conn.sendall(b"* 1 FETCH (UID 1 BODY[]<0> {999999999}\r\n")
+        conn.sendall(streamed)
+
+    with scripted({b"UID FETCH": huge}) as port:
+        session = opened(port, timeout=30)
+        try:
+            tracemalloc.start()
+            started = time.monotonic()
+            with pytest.raises(MailboxError, match="999999999"):
+                session.fetch(1)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+            session.abort()
+        assert time.monotonic() - started < 5
+        assert peak < _MAXLINE
+
+
+def test_an_answer_of_endless_lines_is_refused_once_past_the_answer_limit() -> None:
+    # Lines each under the line limit, 40 MB of them to one command: all of them were kept
+    # (imaplib's untagged answers) until the tagged end, or until memory ran out.
+    def endless(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        line = b"* OK [ALERT] " + b"x" * 900_000 + b"\r\n"
+        for _ in range(45):
+            conn.sendall(line)
+        conn.sendall(tag + b" OK done\r\n")
+
+    with scripted({b"NOOP": endless}) as port:
+        session = opened(port)
+        try:
+            with pytest.raises(MailboxError, match="more than"):
+                session.new_uids(0)
+        finally:
+            session.abort()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lines=st.lists(
+        st.one_of(
+            st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"")),
+            st.sampled_from([b"* 1 EXISTS", b"* BYE going", b"* NO oops", b"+ go", b"* OK x"]),
+            st.integers(min_value=0, max_value=10**12).map(lambda n: b"* 1 FETCH (BODY[] {%d}" % n),
+        ),
+        max_size=6,
+    ),
+    where=st.sampled_from([b"NOOP", b"UID SEARCH", b"UID FETCH", b"IDLE"]),
+)
+def test_any_lines_from_the_server_end_in_a_mailbox_error_or_an_answer(
+    lines: list[bytes], where: bytes
+) -> None:
+    # Whatever the server writes where the session reads: an answer, or a MailboxError, in
+    # bounded time and memory; never another exception, never a hang.
+    def scripted_lines(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        conn.sendall(b"".join(line + b"\r\n" for line in lines))
+        conn.close()
+
+    with scripted({where: scripted_lines}) as port:
+        session = opened(port, timeout=2)
+        started = time.monotonic()
+        try:
+            if where == b"IDLE":
+                session.wait(0.5, threading.Event())
+            elif where == b"UID FETCH":
+                session.fetch(1)
+            else:
+                session.new_uids(0)
+        except MailboxError:
+            pass
+        finally:
+            session.abort()
+        assert time.monotonic() - started < 4 * 2 * 3
