@@ -559,9 +559,11 @@ class MailboxSession:
         except imaplib.IMAP4.abort as error:
             raise ServerFailure(f"IMAP server {where} dropped the login: {error}") from None
         except imaplib.IMAP4.error as error:
+            # The account named (never the password): with a file per droplet or mailbox,
+            # "refused the login" alone did not say which account to look at.
             raise LoginRefused(
-                f"IMAP server {where} refused the login ({_reason(error.args)}): "
-                "check the user and password in credentials_file"
+                f"IMAP server {where} refused the login of {credentials.user!r} "
+                f"({_reason(error.args)}): check the user and password in credentials_file"
             ) from None
         try:
             kind, data = conn.capability()

@@ -14,6 +14,7 @@ import pytest
 from forewarn.providers.digitalocean.imap import (
     _MAXLINE,
     Credentials,
+    LoginRefused,
     MailboxError,
     MailboxSession,
 )
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 # What the server does with one command: (the socket, the tag, the command in upper case).
+PASSWORD = "pw-4711-secret"
 Answer = Callable[[socket.socket, bytes, bytes], None]
 
 
@@ -73,7 +75,7 @@ def scripted(answers: dict[bytes, Answer]) -> Iterator[int]:
 
 def opened(port: int, timeout: float = 5.0) -> MailboxSession:
     session = MailboxSession("127.0.0.1", port, "none", timeout=timeout)
-    session.open(Credentials("ops@example.com", "pw"))
+    session.open(Credentials("ops@example.com", PASSWORD))
     return session
 
 
@@ -156,3 +158,13 @@ def test_any_lines_from_the_server_end_in_a_mailbox_error_or_an_answer(
         finally:
             session.abort()
         assert time.monotonic() - started < 4 * 2 * 3
+
+
+def test_a_refused_login_names_the_account() -> None:
+    def refuse(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        conn.sendall(tag + b" NO [AUTHENTICATIONFAILED] Authentication failed.\r\n")
+
+    with scripted({b"LOGIN": refuse}) as port, pytest.raises(LoginRefused) as refused:
+        opened(port)
+    assert "ops@example.com" in str(refused.value)
+    assert PASSWORD not in str(refused.value)
