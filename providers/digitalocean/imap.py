@@ -395,6 +395,17 @@ def _trouble(said: str) -> ServerFailure:
     return ServerFailure(f"the IMAP server said {said!r}; opening the mailbox again")
 
 
+def _uids_of(data: list[Any]) -> list[int]:
+    """The UIDs of a UID SEARCH answer as imaplib gives it: the words of its `* SEARCH`
+    lines, or [None] when there was none (RFC 3501 wants one even when nothing matched; a
+    server leaving it out failed every pass with "invalid literal for int() ... 'None'")."""
+    words = b" ".join(item for item in data if isinstance(item, bytes)).split()
+    if not all(word.isdigit() for word in words):
+        shown = b" ".join(words)[:80].decode("ascii", "replace")
+        raise ServerFailure(f"the server's UID SEARCH answer is not a list of UIDs: {shown!r}")
+    return [int(word) for word in words]
+
+
 def _said(error: imaplib.IMAP4.error) -> str:
     """What the server said, without the command imaplib puts before it."""
     return re.sub(r"^command: \S+ => ", "", str(error))
@@ -638,7 +649,7 @@ class MailboxSession:
                 # Mail that came after the NOOP: Dovecot searches its previous view and then
                 # announces it, and IDLE did not announce it again (found 25 min late).
                 announced |= self._count(conn)
-                found.update(int(word) for word in _reason(data).split())
+                found.update(_uids_of(data))
                 if high >= top:
                     break
                 low = high + 1

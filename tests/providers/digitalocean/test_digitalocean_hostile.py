@@ -168,3 +168,31 @@ def test_a_refused_login_names_the_account() -> None:
         opened(port)
     assert "ops@example.com" in str(refused.value)
     assert PASSWORD not in str(refused.value)
+
+
+def test_a_search_answered_without_its_search_line_finds_nothing_without_error() -> None:
+    # RFC 3501 wants `* SEARCH` even when nothing matched; a server that leaves it out then
+    # failed every pass with "invalid literal for int() with base 10: 'None'", reconnecting
+    # forever with an error that said nothing of the server.
+    def bare(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        conn.sendall(tag + b" OK Search completed.\r\n")
+
+    with scripted({b"UID SEARCH": bare}) as port:
+        session = opened(port)
+        try:
+            assert session.new_uids(0) == []
+        finally:
+            session.abort()
+
+
+def test_a_search_answer_that_is_not_uids_is_an_error_that_says_so() -> None:
+    def garbled(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        conn.sendall(b"* SEARCH 1 2 three\r\n" + tag + b" OK Search completed.\r\n")
+
+    with scripted({b"UID SEARCH": garbled}) as port:
+        session = opened(port)
+        try:
+            with pytest.raises(MailboxError, match="not a list of UIDs: '1 2 three'"):
+                session.new_uids(0)
+        finally:
+            session.abort()
