@@ -4,13 +4,19 @@ the server answers to which command, over a real socket."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import _require_dovecot
 from forewarn.providers.digitalocean.imap import (
     _MAXLINE,
     Credentials,
@@ -18,8 +24,12 @@ from forewarn.providers.digitalocean.imap import (
     MailboxError,
     MailboxSession,
 )
+from forewarn.providers.digitalocean.settings import Settings
+from forewarn.testing.dovecot import Dovecot
+from forewarn.testing.waiting import stop_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_digitalocean_mailbox import reclaim, running, settings_for
 
 # What the server does with one command: (the socket, the tag, the command in upper case).
 PASSWORD = "pw-4711-secret"
@@ -77,6 +87,25 @@ def opened(port: int, timeout: float = 5.0) -> MailboxSession:
     session = MailboxSession("127.0.0.1", port, "none", timeout=timeout)
     session.open(Credentials("ops@example.com", PASSWORD))
     return session
+
+
+def _settings(tmp_path: Path, port: int, **changes: Any) -> Settings:
+    credentials = tmp_path / "imap.env"
+    credentials.write_text(
+        f"FOREWARN_IMAP_USER=ops@example.com\nFOREWARN_IMAP_PASSWORD={PASSWORD}\n"
+    )
+    credentials.chmod(0o600)
+    options: dict[str, Any] = {
+        "url": "http://127.0.0.1:9",
+        "droplet_id": "424242424",
+        "droplet_name": "gpu-spot-1",
+        "imap_host": "127.0.0.1",
+        "imap_port": port,
+        "imap_tls": "none",
+        "credentials_file": credentials,
+        "retry_max": 1.0,
+    }
+    return Settings(**{**options, **changes})
 
 
 def test_a_literal_larger_than_any_answer_is_refused_before_it_is_read() -> None:
@@ -196,3 +225,67 @@ def test_a_search_answer_that_is_not_uids_is_an_error_that_says_so() -> None:
                 session.new_uids(0)
         finally:
             session.abort()
+
+
+async def test_a_server_silent_mid_idle_is_left_within_the_renewal_and_its_answers(
+    tmp_path: Path,
+) -> None:
+    # The server's process hangs (stopped, deadlocked) with its connection open: keepalive
+    # probes are answered by its kernel, so only the renewal finds it, and DONE's answer
+    # is bounded by ANSWERS_PER_CALL imap_timeout. The watcher then reconnects.
+    silent = threading.Event()
+    connections: list[float] = []
+
+    def hang(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        conn.sendall(b"+ idling\r\n")
+        connections.append(time.monotonic())
+        silent.wait(30)
+
+    with scripted({b"IDLE": hang}) as port:
+        settings = _settings(tmp_path, port, idle_renew=1.0, imap_timeout=0.5)
+        try:
+            async with running(settings, tmp_path / "s") as run:
+                await run.until(lambda: len(connections) >= 1, what="the first IDLE")
+                await run.until(lambda: len(connections) >= 2, timeout=20, what="a second IDLE")
+                # The renewal (1 s), DONE's answers (4 x 0.5 s), and a backoff (<= 1 s).
+                assert connections[1] - connections[0] < 1.0 + 2.0 + 1.2 + 2.0
+                assert run.health.errors_by_kind.get("imap", 0) >= 1
+        finally:
+            silent.set()
+
+
+async def test_dovecot_restarted_mid_idle_loses_no_mail_delivered_while_it_was_down(
+    tmp_path: Path,
+) -> None:
+    server = Dovecot(_require_dovecot()).start()
+    try:
+        user = server.add_user()
+        settings = settings_for(server, user, tmp_path, idle_renew=600, imap_timeout=2.0)
+        async with running(settings, tmp_path / "s") as run:
+            await run.idling()
+            # Its master and every process it started (the session's imap process, which
+            # may outlive the master), as a crash or `systemctl restart` with the
+            # clients shut down ends them.
+            assert server.proc is not None
+            master = server.proc.pid
+            children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+            stop_process(server.proc, 10)
+            for child in map(int, children):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            # The mail is filed while the server is down: written to the Maildir, as a
+            # delivery agent does, and read once the watcher is back in.
+            new = Path(server.root, "mail", user.name, "new")
+            new.mkdir(parents=True, exist_ok=True)
+            (new / "1.delivered-while-down").write_bytes(reclaim())
+            server.proc = subprocess.Popen(
+                [server.binary, "-F", "-c", str(server.root / "dovecot.conf")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            await run.until(lambda: len(run.reports) == 1, timeout=30)
+            await run.idling()
+            assert run.health.errors_by_kind.get("imap", 0) >= 1
+            assert len(run.reports) == 1
+    finally:
+        server.stop()
