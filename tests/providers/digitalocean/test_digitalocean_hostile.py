@@ -4,6 +4,7 @@ the server answers to which command, over a real socket."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -25,7 +26,7 @@ from forewarn.providers.digitalocean.imap import (
     MailboxSession,
 )
 from forewarn.providers.digitalocean.settings import Settings
-from forewarn.testing.dovecot import Dovecot
+from forewarn.testing.dovecot import Dovecot, MailUser
 from forewarn.testing.waiting import stop_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -289,3 +290,34 @@ async def test_dovecot_restarted_mid_idle_loses_no_mail_delivered_while_it_was_d
             assert len(run.reports) == 1
     finally:
         server.stop()
+
+
+async def test_a_mail_deleted_between_search_and_fetch_is_passed_over_and_the_next_read(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="forewarn")
+    dovecot.append(mail_user, reclaim(subject="Weekly newsletter"))
+    dovecot.append(mail_user, reclaim())
+    fetch = MailboxSession.fetch
+    deleted: list[int] = []
+
+    def deleted_first(session: MailboxSession, uid: int) -> Any:
+        if not deleted:
+            deleted.append(uid)
+            other = dovecot.connect(mail_user)
+            try:
+                other.select("INBOX")
+                other.uid("STORE", str(uid), "+FLAGS", "(\\Deleted)")
+                other.expunge()
+            finally:
+                other.logout()
+        return fetch(session, uid)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MailboxSession, "fetch", deleted_first)
+        async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "s") as run:
+            await run.until(lambda: len(run.reports) == 1, timeout=20)
+            await run.idling()
+        assert run.health.errors == 0, run.health.last_error
+    assert deleted == [1]
+    assert "mail UID 1 was gone when fetched; passed over" in caplog.text
