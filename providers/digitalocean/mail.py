@@ -19,7 +19,7 @@ import contextlib
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -110,6 +110,8 @@ class Verdict:
     # A new time given only as a shift of the old one ("brought forward by 1 hour"): the
     # watcher applies it to the earliest reclaim standing for this droplet.
     shift: timedelta | None = None
+    # The headers of the mail read cut at the parser's limits (`Mail.cut_headers`).
+    cut_headers: tuple[str, ...] = ()
 
 
 def _droplet_patterns(rules: MatchRules) -> tuple[tuple[str, re.Pattern[str]], ...]:
@@ -629,7 +631,11 @@ def reclaim_verdict(
     """From the raw message to its verdict; ParseError when the message is unreadable.
     `received`: when the server received it (IMAP INTERNALDATE), if known."""
     moment = now() if callable(now) else now
-    return judge(read_mail(raw), rules, key, moment, received)
+    mail = read_mail(raw)
+    verdict = judge(mail, rules, key, moment, received)
+    if mail.cut_headers:
+        verdict = replace(verdict, cut_headers=mail.cut_headers)
+    return verdict
 
 
 __all__ = [

@@ -10,7 +10,7 @@ import email
 import email.policy
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
@@ -41,6 +41,9 @@ class Mail:
     # None, as without one): the verdict names it, so an operator learns why the times are
     # counted from the mail's receipt.
     unreadable_date: str | None = None
+    # The headers whose value was read cut (HEADER_LIMIT, HEADERS_BUDGET), in the order met:
+    # the watcher says so, since a reclaim whose Subject or From was cut may be passed over.
+    cut_headers: tuple[str, ...] = ()
 
 
 def read_mail(raw: bytes) -> Mail:
@@ -48,9 +51,14 @@ def read_mail(raw: bytes) -> Mail:
     if not raw.strip():
         raise ParseError("the message is empty")
     try:
-        message = email.message_from_bytes(raw, policy=_parsing_once())
+        registry = _ParsedOnce()
+        policy = email.policy.default.clone(header_factory=registry)
+        message = email.message_from_bytes(raw, policy=policy)
         assert isinstance(message, EmailMessage)
-        return _mail_of(message)
+        mail = _mail_of(message)
+        if registry.cut:
+            mail = replace(mail, cut_headers=tuple(dict.fromkeys(registry.cut)))
+        return mail
     except ParseError:
         raise
     except Exception as error:  # the email package raises many kinds on malformed input
@@ -80,12 +88,15 @@ class _ParsedOnce(HeaderRegistry):
         super().__init__()
         self._parsed: dict[tuple[str, str], BaseHeader] = {}
         self._budget = HEADERS_BUDGET
+        self.cut: list[str] = []  # names of the values read cut
 
     def __call__(self, name: str, value: str) -> BaseHeader:
         found = self._parsed.get((name, value))
         if found is None:
             kept = value[: max(0, min(HEADER_LIMIT, self._budget))]
             self._budget -= len(kept)
+            if len(kept) < len(value):
+                self.cut.append(name)
             found = self._parsed[(name, value)] = super().__call__(name, kept)
         return found
 

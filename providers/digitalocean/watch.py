@@ -178,6 +178,8 @@ class DigitalOceanWatcher:
         # Mails cut at FETCH_LIMIT already said (`_said_cut`), by (UIDVALIDITY, UID): a mail
         # read ahead of a pass is judged again in its place.
         self._cut_said: set[tuple[int, int]] = set()
+        # Mails read with a header cut already said (`_said_headers_cut`), keyed alike.
+        self._headers_cut_said: set[tuple[int, int]] = set()
 
     def progress_bound(self) -> float | None:
         """Its longest wait (an IDLE renewal, a poll interval, a reconnection backoff) and a
@@ -505,6 +507,7 @@ class DigitalOceanWatcher:
         started = time.monotonic()
         verdict = await _off_loop(self._judge, uid, mail, rules, seen)
         self._said_cut(uid, mail, verdict)
+        self._said_headers_cut(uid, verdict)
         took = time.monotonic() - started
         # A mail slow to judge (a large digest, or one written to be slow) delays
         # the mails after it: worth the operator's eye.
@@ -516,6 +519,33 @@ class DigitalOceanWatcher:
             took,
         )
         return verdict
+
+    def _said_headers_cut(self, uid: int, verdict: Verdict) -> None:
+        """Say, once, that a mail was read with a header cut at the parser's limits: a
+        WARNING when it raised nothing (read cut, a reclaim's Subject or From may not match,
+        and nothing said why it was passed over), else at INFO."""
+        if not verdict.cut_headers:
+            return
+        key = (self._session.uidvalidity if self._session is not None else 0, uid)
+        if key in self._headers_cut_said:
+            return
+        self._headers_cut_said.add(key)
+        # Loaded with the parser that made the verdict (`_mail`).
+        limits = importlib.import_module(f"{__package__}.message")
+        acted = verdict.report is not None or verdict.replaces
+        # The reason may quote the cut header itself: its start is enough.
+        why = verdict.why if len(verdict.why) <= 160 else verdict.why[:157] + "..."
+        log.log(
+            logging.INFO if acted else logging.WARNING,
+            "digitalocean: mail UID %d: its %s header%s longer than the %d characters the "
+            "watcher reads of one (%d of all of a mail's together), and read cut there; %s",
+            uid,
+            ", ".join(verdict.cut_headers),
+            "s are" if len(verdict.cut_headers) > 1 else " is",
+            limits.HEADER_LIMIT,
+            limits.HEADERS_BUDGET,
+            "it was acted on all the same" if acted else f"it raises nothing ({why})",
+        )
 
     def _said_cut(self, uid: int, mail: Fetched, verdict: Verdict) -> None:
         """Warn, once, of a mail from the reclaim sender with a reclaim subject that was cut
