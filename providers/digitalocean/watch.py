@@ -391,8 +391,10 @@ class DigitalOceanWatcher:
         # Only the metadata service's `Date` re-times a reclaim after a step of the clock.
         self.health.dated = self.droplet.clock is not None
         self._emit_on_clock(self._saved_reclaims(sent), emit)
-        # Off the loop: the first call compiles the mail parser's patterns (`_mail`).
-        rules = await _off_loop(match_rules, self.settings, self.droplet)
+        # Off the loop: the first call loads and compiles the mail parser (`_mail`), 1.3 to
+        # 2.9 s at a load of 10. The first login goes on meanwhile: it needs no rules, and
+        # `_read_mailbox` waits for them only once the mailbox is open.
+        rules = asyncio.ensure_future(_off_loop(match_rules, self.settings, self.droplet))
         log.info(
             "digitalocean: watching %s:%d/%s for reclaim emails naming droplet %s",
             s.imap_host,
@@ -419,8 +421,11 @@ class DigitalOceanWatcher:
                 await asyncio.sleep(backoff.next())
         finally:
             following.cancel()
+            rules.cancel()
 
-    async def _read_mailbox(self, emit: Emit, rules: MatchRules, backoff: Backoff) -> None:
+    async def _read_mailbox(
+        self, emit: Emit, building: asyncio.Future[MatchRules], backoff: Backoff
+    ) -> None:
         s = self.settings
         assert s.imap_host is not None and s.credentials_file is not None
         credentials = load_credentials(s.credentials_file)  # re-read on each connect: rotation
@@ -439,6 +444,7 @@ class DigitalOceanWatcher:
         seen = self._seen
         seen.begin(session.uidvalidity, session.uidnext)
         backoff.reset()
+        rules = await building  # done after the first connection
         while True:
             # Mail delivered before max_age raises nothing: no need to read it (a first
             # start on a large mailbox reads only the last days).

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import _require_dovecot
+from forewarn.providers.digitalocean import watch
 from forewarn.providers.digitalocean.imap import (
     _MAXLINE,
     Credentials,
@@ -321,3 +322,28 @@ async def test_a_mail_deleted_between_search_and_fetch_is_passed_over_and_the_ne
         assert run.health.errors == 0, run.health.last_error
     assert deleted == [1]
     assert "mail UID 1 was gone when fetched; passed over" in caplog.text
+
+
+async def test_the_imap_login_does_not_wait_for_the_rules_to_be_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Building the rules loads and compiles the mail parser (1.3 to 2.9 s at load 10); the
+    # login waited for it, though it needs none of it. Here the rules are done only once
+    # the server has seen the login: in that order the watcher never logged in.
+    logged_in = threading.Event()
+
+    def login(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        logged_in.set()
+        conn.sendall(tag + b" OK logged in\r\n")
+
+    build = watch.match_rules
+
+    def rules_after_the_login(*args: Any) -> Any:
+        assert logged_in.wait(10), "no login while the rules were being built"
+        return build(*args)
+
+    monkeypatch.setattr(watch, "match_rules", rules_after_the_login)
+    with scripted({b"LOGIN": login}) as port:
+        async with running(_settings(tmp_path, port), tmp_path / "s") as run:
+            await run.until(lambda: run.health.successes >= 1, timeout=20, what="a pass")
+            assert run.health.errors == 0, run.health.last_error
