@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _require_dovecot
 from forewarn.providers.digitalocean import watch
 from forewarn.providers.digitalocean.imap import (
     _MAXLINE,
@@ -257,9 +256,10 @@ async def test_a_server_silent_mid_idle_is_left_within_the_renewal_and_its_answe
 
 
 async def test_dovecot_restarted_mid_idle_loses_no_mail_delivered_while_it_was_down(
-    tmp_path: Path,
+    dovecot: Dovecot, tmp_path: Path
 ) -> None:
-    server = Dovecot(_require_dovecot()).start()
+    # A server of its own, to restart: the shared one (`dovecot`) says it is installed.
+    server = Dovecot(dovecot.binary).start()
     try:
         user = server.add_user()
         settings = settings_for(server, user, tmp_path, idle_renew=600, imap_timeout=2.0)
