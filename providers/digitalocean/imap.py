@@ -395,6 +395,17 @@ def _trouble(said: str) -> ServerFailure:
     return ServerFailure(f"the IMAP server said {said!r}; opening the mailbox again")
 
 
+def _failure(conn: imaplib.IMAP4, error: Exception) -> str:
+    """What went wrong with a command, as said to the user: a BYE as the server said it
+    (imaplib gave "command: UID => Server shutting down.", its prefix and no word of the
+    BYE), else the error without imaplib's prefix."""
+    if isinstance(error, imaplib.IMAP4.abort) and conn.untagged_responses.get("BYE"):
+        return f"the IMAP server said * BYE {_said(error)}"
+    if isinstance(error, imaplib.IMAP4.error):
+        return _said(error)
+    return str(error)
+
+
 def _uids_of(data: list[Any]) -> list[int]:
     """The UIDs of a UID SEARCH answer as imaplib gives it: the words of its `* SEARCH`
     lines, or [None] when there was none (RFC 3501 wants one even when nothing matched; a
@@ -658,7 +669,7 @@ class MailboxSession:
             # `n:*` always names the highest UID, even one below n.
             return sorted(uid for uid in found if uid > after_uid)
         except (OSError, imaplib.IMAP4.error, ValueError) as error:
-            raise ServerFailure(f"searching the mailbox failed: {error}") from None
+            raise ServerFailure(f"searching the mailbox failed: {_failure(conn, error)}") from None
 
     def fetch(self, uid: int) -> Fetched | None:
         """The message (its first FETCH_LIMIT bytes), left unread (BODY.PEEK), with when the

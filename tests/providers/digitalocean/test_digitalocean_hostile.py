@@ -347,3 +347,22 @@ async def test_the_imap_login_does_not_wait_for_the_rules_to_be_built(
         async with running(_settings(tmp_path, port), tmp_path / "s") as run:
             await run.until(lambda: run.health.successes >= 1, timeout=20, what="a pass")
             assert run.health.errors == 0, run.health.last_error
+
+
+def test_a_bye_in_answer_to_a_search_is_said_as_a_bye() -> None:
+    # It read "searching the mailbox failed: command: UID => shutting down": imaplib's
+    # prefix, and no word that the server had ended the connection.
+    def bye(conn: socket.socket, tag: bytes, command: bytes) -> None:
+        conn.sendall(b"* BYE Server shutting down.\r\n")
+        conn.close()
+
+    with scripted({b"UID SEARCH": bye}) as port:
+        session = opened(port)
+        try:
+            with pytest.raises(MailboxError) as failed:
+                session.new_uids(0)
+        finally:
+            session.abort()
+    assert str(failed.value) == (
+        "searching the mailbox failed: the IMAP server said * BYE Server shutting down."
+    )
