@@ -159,6 +159,14 @@ def _file_system_type(path: Path) -> int | None:
     return int(struct.unpack_from("<q", buffer.raw)[0])
 
 
+def name_path(error: OSError, path: Path) -> None:
+    """`error` with `path` as its file name when it names none: an error of a write, a flush
+    or an fsync of an open file (`[Errno 28] No space left on device`) named no file, so a
+    full disk under a save named neither the store nor the disk."""
+    if error.filename is None:
+        error.filename = str(path)
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -169,6 +177,7 @@ def fsync_dir(path: Path) -> None:
         # over too, as the agent's state writer does). Raised, every save there failed at
         # its first directory and the job never had a checkpoint.
         if error.errno != errno.EINVAL:
+            name_path(error, path)
             raise
     finally:
         os.close(fd)
@@ -385,7 +394,11 @@ class LocalWriter(ObjectWriter):
         self._started_to = 0  # the bytes the disk was asked to start on
 
     def _sink(self, data: Buffer) -> None:
-        self._file.write(data)
+        try:
+            self._file.write(data)
+        except OSError as error:
+            name_path(error, self._path)  # the file's final name: its temp goes
+            raise
         if self._durable:
             self._written += memoryview(data).nbytes
             if self._written - self._started_to >= WRITEBACK_STEP:
@@ -395,15 +408,19 @@ class LocalWriter(ObjectWriter):
                 self._started_to = self._written
 
     def _finish(self) -> None:
-        self._file.flush()
-        if self._durable:
-            # The disk starts writing while this thread hashes the blocks still queued, so
-            # the fsync finds most of the file already written.
-            start_writeback(self._file.fileno())
-        self._hasher.help()
-        if self._durable:
-            os.fsync(self._file.fileno())
-        self._file.close()
+        try:
+            self._file.flush()
+            if self._durable:
+                # The disk starts writing while this thread hashes the blocks still queued,
+                # so the fsync finds most of the file already written.
+                start_writeback(self._file.fileno())
+            self._hasher.help()
+            if self._durable:
+                os.fsync(self._file.fileno())
+            self._file.close()
+        except OSError as error:
+            name_path(error, self._path)
+            raise
         os.replace(self._temp, self._path)
 
     def _discard(self) -> None:
@@ -503,6 +520,10 @@ class LocalBackend(Backend):
                 if self.durable:
                     os.fsync(handle.fileno())
             os.replace(temp, path)
+        except OSError as error:
+            temp.unlink(missing_ok=True)
+            name_path(error, path)
+            raise
         except BaseException:
             temp.unlink(missing_ok=True)
             raise

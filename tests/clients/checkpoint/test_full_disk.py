@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
-from support import requires, tmpfs_disk
+from support import fill_disk, requires, tmpfs_disk
 
 pytestmark = requires("torch")
 
@@ -110,6 +110,34 @@ def test_a_full_disk_without_retention_to_run_still_fails_and_deletes_nothing(
         latest = store.latest(verify="checksums")
         assert latest is not None and latest.step == 1
         store.delete(1)
+
+
+def test_a_full_disk_names_the_file_it_could_not_write(small_disk: Path) -> None:
+    """The documented `with store.save(step) as gen:` on a full disk raised the bare `OSError:
+    [Errno 28] No space left on device`, naming no file, store or disk (found: a 40 MiB tmpfs
+    store, a 30 MiB save, and a disk filled by another process after the files landed, at
+    the manifest): the error names the path it could not write; nothing of the save is
+    left, and the generation before restores."""
+    root = small_disk / "store"
+    store = CheckpointStore(root)
+    store.flush(1, lambda gen: gen.write_bytes("model.bin", os.urandom(1 << 20)))
+    with pytest.raises(OSError) as failed, store.save(2) as gen:
+        gen.write_bytes("model.bin", os.urandom(4 << 20))  # more than the disk holds
+    assert str(failed.value) == (
+        f"[Errno 28] No space left on device: '{root}/step-000000000002/model.bin'"
+    )
+    assert store.steps() == [1]
+    with pytest.raises(OSError) as failed, store.save(3) as gen:
+        gen.write_bytes("model.bin", os.urandom(64 << 10))
+        fill_disk(small_disk)  # another process takes the rest: the manifest fails
+    assert str(failed.value) == (
+        f"[Errno 28] No space left on device: '{root}/step-000000000003/MANIFEST.json'"
+    )
+    (small_disk / "checkpoint.pt").unlink()
+    assert store.steps() == [1]
+    assert sorted(os.listdir(root)) == ["LATEST", "step-000000000001"]  # no temp, no lock
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 1
 
 
 # A writer killed mid-save (a reclaim's SIGKILL at the deadline): its step committed before,
