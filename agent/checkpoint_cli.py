@@ -29,8 +29,10 @@ from forewarn.clients.checkpoint import (
     GenerationRemovedError,
     S3Options,
     StoreConfigError,
+    StoreNotFoundError,
 )
 from forewarn.clients.checkpoint.generation import Generation, Verification, read_generation
+from forewarn.clients.checkpoint.local import LocalBackend
 from forewarn.clients.checkpoint.manifest import COMMIT, generation_name, parse_generation_name
 from forewarn.clients.checkpoint.store import PASSED_OVER
 from forewarn.protocol.errors import UsageError
@@ -259,6 +261,12 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         args.url, keep=keep, verify=verify, s3=options if options.given() else None
     )
     root = getattr(store.backend, "root", None)
+    if isinstance(store.backend, LocalBackend):
+        try:
+            store.backend.raise_if_unreachable()  # no empty store, no first start
+        except StoreNotFoundError:
+            store.close()
+            raise
     # (`get --allow-empty` at a first start: the store's directory comes with the first save.)
     first_start = (
         getattr(args, "allow_empty", False) and isinstance(root, Path) and not root.exists()

@@ -17,7 +17,9 @@ class StoreConfigError(CheckpointError, ValueError):
 
 class StoreNotFoundError(CheckpointError, FileNotFoundError):
     """The store's S3 bucket does not exist; the message names the bucket and the prefix
-    (botocore's `NoSuchBucket` named neither)."""
+    (botocore's `NoSuchBucket` named neither). Or a local store's directory is behind a
+    symbolic link whose target does not exist (a volume not mounted): the message names the
+    link and its target."""
 
 
 class InvalidNameError(CheckpointError, ValueError):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .backend import CLAIM_STEM, RANK_CLAIM, Backend, ObjectWriter, OnDone, claim_stem
-from .errors import CommitError
+from .errors import CommitError, StoreNotFoundError
 from .hashing import Buffer
 from .manifest import COMMIT, parse_generation_name
 
@@ -165,6 +165,23 @@ def name_path(error: OSError, path: Path) -> None:
     full disk under a save named neither the store nor the disk."""
     if error.filename is None:
         error.filename = str(path)
+
+
+def dangling_link(path: Path) -> tuple[Path, str] | None:
+    """The symbolic link, `path` itself or a directory above it, whose target does not exist
+    (the volume it points to not mounted, or removed), with that target; None when there is
+    none. Never raises."""
+    current = path
+    try:
+        while not os.path.exists(current):
+            if os.path.islink(current):
+                return current, os.readlink(current)
+            if current == current.parent:
+                return None
+            current = current.parent
+    except OSError:
+        return None
+    return None
 
 
 def fsync_dir(path: Path) -> None:
@@ -499,6 +516,21 @@ class LocalBackend(Backend):
             self._raise_if_read_only(key, exc)
             raise
 
+    def raise_if_unreachable(self) -> None:
+        """Raise `StoreNotFoundError` when the store's directory is behind a symbolic link
+        whose target is gone: read as a missing directory, it was an empty store, `latest()`
+        returned None and the job trained from step 0 as at a first start; a save raised
+        `FileExistsError` naming the link."""
+        found = dangling_link(self.root)
+        if found is not None:
+            link, target = found
+            raise StoreNotFoundError(
+                f"the store {self.url} cannot be reached: {link} is a symbolic link to "
+                f"{target}, which does not exist (a volume not mounted, a directory removed or "
+                "not made yet): no checkpoint there can be read or saved; mount the volume or "
+                "make the directory, or give another store URL"
+            )
+
     def _raise_if_read_only(self, what: str, error: OSError) -> None:
         """A clear error for a store on a read-only file system: the bare `[Errno 30]
         Read-only file system` named a hidden lock or temp file, not the store."""
@@ -543,6 +575,7 @@ class LocalBackend(Backend):
             with _HELD.mutex:
                 return self._claim(prefix if rank == 0 else f"{prefix} (rank {rank})", path)
         except OSError as exc:
+            self.raise_if_unreachable()
             self._raise_if_read_only(prefix, exc)
             raise
 
@@ -907,6 +940,7 @@ class LocalBackend(Backend):
                 # linked back was invisible: latest() resumed from the step before it).
                 return [entry.name for entry in entries if entry.is_dir()]
         except (FileNotFoundError, NotADirectoryError):
+            self.raise_if_unreachable()
             return []
 
     def list_sizes(self, prefix: str) -> dict[str, int]:

@@ -796,6 +796,32 @@ def test_a_restart_scripts_first_start_gets_nothing_with_allow_empty(
     assert step.returncode == 2 and "--allow-empty" in step.stderr, step.stderr
 
 
+def test_a_local_store_behind_a_dangling_symlink_is_unreadable_not_empty(tmp_path: Path) -> None:
+    """`get STORE DEST --allow-empty` on a store whose symbolic link's target is gone (its
+    volume not mounted) took it for a first start: `nothing copied`, exit 0, and the job
+    trained from scratch; `ls` said `no such directory`, naming the link only. It is a store
+    that cannot be read (exit 3), its link and target named."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    link = tmp_path / "ckpt"
+    link.symlink_to(volume)
+    with CheckpointStore(link) as store, store.save(5) as gen:
+        gen.write_bytes("model.bin", b"four")
+    for child in sorted(volume.rglob("*"), reverse=True):
+        child.rmdir() if child.is_dir() else child.unlink()
+    volume.rmdir()
+    said = f"{link} is a symbolic link to {volume}, which does not exist"
+    for argv in (
+        ("get", str(link), str(tmp_path / "out"), "--allow-empty"),
+        ("ls", str(link)),
+        ("verify", str(link)),
+    ):
+        done = forewarn(*argv)
+        assert done.returncode == 3 and said in done.stderr, (argv, done.stdout, done.stderr)
+        assert "nothing copied" not in done.stdout
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_empty_s3_store_spelled_with_an_inner_double_slash_says_which_it_is_not(
     bucket: str, tmp_path: Path
 ) -> None:

@@ -884,3 +884,31 @@ def test_a_file_system_without_directory_sync_still_saves(
     assert latest is not None and latest.step == 3 and latest.read_bytes("model.bin") == b"w3"
     assert store.steps() == [2, 3] and store.latest_hint() == 3
     store.close()
+
+
+@pytest.mark.parametrize("where", ["store", "above"])
+def test_a_store_behind_a_dangling_symlink_is_no_first_start(tmp_path: Path, where: str) -> None:
+    """A store reached through a symbolic link whose target went away (the volume it points
+    to not mounted after a reboot, or removed): `latest()` returned None, so the job trained
+    from step 0 as at a first start, and its save raised `FileExistsError: [Errno 17] File
+    exists: '/ckpt'` (found: a store at a link to a directory then removed). Both now raise
+    `StoreNotFoundError` naming the link and its target, and nothing is made anywhere."""
+    from forewarn.clients.checkpoint import StoreNotFoundError
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    link = tmp_path / "ckpt"
+    link.symlink_to(volume)
+    root = link if where == "store" else link / "run-7"
+    CheckpointStore(root).flush(1, lambda gen: gen.write_bytes("model.bin", b"weights"))
+    for child in sorted(volume.rglob("*"), reverse=True):
+        child.rmdir() if child.is_dir() and not child.is_symlink() else child.unlink()
+    volume.rmdir()  # the volume is gone; the link stays
+    store = CheckpointStore(root)
+    said = f"{link} is a symbolic link to {volume}, which does not exist"
+    with pytest.raises(StoreNotFoundError, match=said):
+        store.latest()
+    with pytest.raises(StoreNotFoundError, match=said):
+        store.flush(2, lambda gen: gen.write_bytes("model.bin", b"weights"))
+    assert not volume.exists()
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]
