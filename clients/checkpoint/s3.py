@@ -334,7 +334,8 @@ class S3Writer(ObjectWriter):
             # their next block, or by their own timeouts on a stalled connection).
             while not wait([self._collecting], timeout=_STOP_TICK).done:
                 self.raise_if_stopped()
-        self._etags.append(self._collecting.result())
+        with self._backend.bucket_named():  # a bucket deleted while the parts upload
+            self._etags.append(self._collecting.result())
         self._collecting = None
         self._moved()
 
@@ -364,12 +365,13 @@ class S3Writer(ObjectWriter):
         if self.on_sent is not None:
             self.on_sent()
         try:
-            backend.completer.complete_multipart_upload(
-                Bucket=backend.bucket,
-                Key=self._key,
-                UploadId=self._upload_id,
-                MultipartUpload={"Parts": parts},
-            )
+            with backend.bucket_named():
+                backend.completer.complete_multipart_upload(
+                    Bucket=backend.bucket,
+                    Key=self._key,
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
         except Exception as exc:
             if _error_code(exc) != "NoSuchUpload" or not self._completed_already(parts):
                 raise

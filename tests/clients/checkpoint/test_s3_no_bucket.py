@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointError, CheckpointStore, StoreNotFoundError
+from s3_proxy import XML, Reply, Request, S3Proxy
 
 
 @pytest.fixture
@@ -99,3 +100,57 @@ def test_the_command_names_the_missing_bucket_and_exits_3(
     assert result.stderr.count("\n") == 1, result.stderr
     assert f"the bucket {missing_bucket!r} does not exist" in result.stderr
     assert "'runs/job-1'" in result.stderr
+
+
+class BucketDeleted(S3Proxy):
+    """The bucket is deleted while a save is under way: from the first request `trigger`
+    matches on, every request is answered `NoSuchBucket`, as S3 answers once it is gone."""
+
+    def __init__(self, upstream: str, trigger: Callable[[Request], bool]) -> None:
+        super().__init__(upstream)
+        self.trigger = trigger
+        self.gone = False
+
+    def answer(self, request: Request) -> Reply | None:
+        self.gone = self.gone or self.trigger(request)
+        if not self.gone:
+            return None
+        return Reply(404, XML, _NO_SUCH_BUCKET)
+
+
+_NO_SUCH_BUCKET = (
+    b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchBucket</Code>"
+    b"<Message>The specified bucket does not exist</Message></Error>"
+)
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        lambda request: request.command == "PUT" and request.query.get("partNumber") == ["2"],
+        lambda request: request.command == "POST" and "uploadId" in request.query,
+    ],
+    ids=["at a part", "at the completion"],
+)
+def test_a_bucket_deleted_while_a_save_uploads_is_named(
+    moto_endpoint: str, bucket: str, trigger: Callable[[Request], bool]
+) -> None:
+    """A bucket deleted mid-save (its parts uploading, or at the upload's completion) failed
+    the save with botocore's bare `NoSuchBucket: An error occurred (NoSuchBucket) when calling
+    the UploadPart operation: The specified bucket does not exist`, naming neither the bucket
+    nor the store, where a first save's request raised StoreNotFoundError (found: a fault
+    proxy in front of moto answering NoSuchBucket from the second part on)."""
+    from forewarn.clients.checkpoint import S3Options
+    from forewarn.clients.checkpoint.s3 import MIN_PART
+
+    with BucketDeleted(moto_endpoint, trigger) as proxy:
+        store = CheckpointStore(
+            f"s3://{bucket}/runs/job-1",
+            s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART, concurrency=1),
+        )
+        try:
+            with pytest.raises(StoreNotFoundError, match=f"the bucket {bucket!r} does not"):
+                store.flush(1, lambda gen: gen.write_bytes("model.pt", os.urandom(3 * MIN_PART)))
+        finally:
+            store.close()
+    assert proxy.gone
