@@ -104,6 +104,7 @@ EXPORTS = {
         "StoreConfigError",
         "StoreNotFoundError",
         "TrainingState",
+        "UnfinishedUpload",
         "Verification",
         "WriteCancelled",
         "async_save_dcp",

@@ -9,7 +9,7 @@ Only the standard library is imported here: boto3 loads with the first S3 reques
 with the first torch helper call.
 """
 
-from .backend import Backend, ObjectWriter
+from .backend import Backend, ObjectWriter, UnfinishedUpload
 from .background import BackgroundSaveError, BackgroundSaver, FinalSave, SaveTiming, load_state
 from .batch import BatchProgress
 from .dcp import DcpAsyncSave, async_save_dcp, load_dcp, save_dcp
@@ -61,6 +61,7 @@ __all__ = [
     "StoreConfigError",
     "StoreNotFoundError",
     "TrainingState",
+    "UnfinishedUpload",
     "Verification",
     "WriteCancelled",
     "async_save_dcp",
