@@ -650,8 +650,17 @@ class LocalBackend(Backend):
             if _is_at(path, fd):
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        except OSError as error:
+            # A disk already full (an exit's save after the job filled it): the bare `[Errno
+            # 28]` named nothing, and the lock file and its descriptor stayed behind.
+            with contextlib.suppress(OSError):
+                path.unlink()  # held: a writer waiting on it looks again, as at a release
+            os.close(fd)
+            name_path(error, path)
+            raise
         found = os.fstat(fd)
         held = (found.st_dev, found.st_ino)
         _HELD.files.add(held)

@@ -140,6 +140,27 @@ def test_a_full_disk_names_the_file_it_could_not_write(small_disk: Path) -> None
     assert latest is not None and latest.step == 1
 
 
+def test_a_disk_already_full_at_the_saves_claim_names_its_lock_file(small_disk: Path) -> None:
+    """A guard's exit save on a disk already full failed at its claim (the writer's name in
+    the step's lock file) with the bare `OSError: [Errno 28] No space left on device`, and
+    left that lock file behind (found: a guard's SIGTERM save on a filled 40 MiB tmpfs:
+    `the checkpoint of step 25 was NOT saved (OSError: [Errno 28] No space left on
+    device)`, `.step-000000000025.lock` left). The error names the lock file; it goes."""
+    root = small_disk / "store"
+    store = CheckpointStore(root)
+    store.flush(1, lambda gen: gen.write_bytes("model.bin", os.urandom(64 << 10)))
+    fill_disk(small_disk)
+    with pytest.raises(OSError) as failed, store.save(2) as gen:
+        gen.write_bytes("model.bin", b"weights")
+    assert str(failed.value) == (
+        f"[Errno 28] No space left on device: '{root}/.step-000000000002.lock'"
+    )
+    assert sorted(os.listdir(root)) == ["LATEST", "step-000000000001"]
+    (small_disk / "checkpoint.pt").unlink()
+    store.flush(2, lambda gen: gen.write_bytes("model.bin", b"weights"))  # space is back
+    assert store.steps() == [1, 2]
+
+
 # A writer killed mid-save (a reclaim's SIGKILL at the deadline): its step committed before,
 # then its next save's file half written when the kill came.
 KILLED_WRITER = """
