@@ -178,15 +178,17 @@ class S3Claim:
                 return False
             raise
         log.warning(
-            "forewarn: took over the claim on %s in %s from %s, %s (a writer that was killed)",
+            "forewarn: took over the claim on %s in %s from %s, %s",
             self._prefix,
             self._url,
             holder,
-            "whose process is gone"
+            # An earlier save of this process that failed (its credentials expired, the
+            # service failing) could not remove its claim: no writer was killed.
+            "whose process is gone (a writer that was killed)"
             if gone
             else "left by an earlier failed save of this process"
             if left
-            else f"not renewed for {age:.0f} s",
+            else f"not renewed for {age:.0f} s (a writer that was killed)",
         )
         self._held(taken)
         return True

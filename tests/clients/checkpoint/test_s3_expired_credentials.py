@@ -1,0 +1,71 @@
+"""Credentials that expire while a save uploads (a session token's hour ran out): the save
+fails, nothing of it is committed, and what it could not remove without credentials (its
+upload, its claim) is taken over by the next save of the step once they are renewed."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import boto3
+import pytest
+from forewarn.clients.checkpoint import CheckpointStore, S3Options
+from forewarn.clients.checkpoint.s3 import MIN_PART
+from s3_proxy import XML, Reply, Request, S3Proxy
+
+_EXPIRED = (
+    b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ExpiredToken</Code>"
+    b"<Message>The provided token has expired.</Message></Error>"
+)
+
+
+class Expiring(S3Proxy):
+    """Answers every request ExpiredToken while `expired` is set."""
+
+    expired = False
+
+    def answer(self, request: Request) -> Reply | None:
+        return Reply(400, XML, _EXPIRED) if self.expired else None
+
+
+def test_a_save_whose_credentials_expire_is_taken_over_by_the_next_one(
+    moto_endpoint: str, bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The next save's warning said the claim was `left by an earlier failed save of this
+    process (a writer that was killed)`: no writer was killed (found: a fault proxy in front
+    of moto answering ExpiredToken from a save's second part on)."""
+    caplog.set_level(logging.WARNING, "forewarn.checkpoint")
+    with Expiring(moto_endpoint) as proxy:
+        store = CheckpointStore(
+            f"s3://{bucket}/run",
+            s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART, concurrency=1),
+        )
+        store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
+
+        def write(gen: object) -> None:
+            with gen.open("model.bin") as stream:  # type: ignore[attr-defined]
+                stream.write(os.urandom(MIN_PART))
+                proxy.expired = True  # the token's hour ends mid-file
+                stream.write(os.urandom(MIN_PART + 1000))
+
+        with pytest.raises(Exception, match="ExpiredToken"):
+            store.flush(2, write)
+        proxy.expired = False  # renewed
+        latest = store.latest(verify="checksums")
+        assert latest is not None and latest.step == 1
+        caplog.clear()
+        store.flush(2, lambda gen: gen.write_bytes("model.bin", b"weights-2"))
+        store.close()
+    said = [record.getMessage() for record in caplog.records if "took over" in record.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert "left by an earlier failed save of this process" in said[0]
+    assert "killed" not in said[0]
+    # The failed save's upload could not be aborted without credentials; this store's next
+    # sweep (UPLOAD_SWEEP_INTERVAL), another process's first save, or `prune
+    # --abort-uploads` aborts it, as it would a killed writer's.
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint)
+    left = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert [upload["Key"] for upload in left] == ["run/step-000000000002/model.bin"]
+    assert CheckpointStore(f"s3://{bucket}/run").abort_stale_uploads() == 1
+    latest = CheckpointStore(f"s3://{bucket}/run").latest(verify="checksums")
+    assert latest is not None and latest.read_bytes("model.bin") == b"weights-2"
