@@ -432,7 +432,7 @@ class S3Writer(ObjectWriter):
         # unfinished saves by RELEASE_WITHIN) the upload, its parts billed, and the step's
         # claim stayed behind. A part that completes after the abort may still hold storage
         # (S3 documents it), so each one ending well aborts the upload once more.
-        self._abort_upload()
+        self._abort_upload(say=True)
         for future in running:
             future.add_done_callback(self._abort_after)
 
@@ -440,13 +440,27 @@ class S3Writer(ObjectWriter):
         if not part.cancelled() and part.exception() is None:
             self._abort_upload()
 
-    def _abort_upload(self) -> None:
-        # One left unaborted (the service unreachable) expires by the bucket's lifecycle rule,
-        # or is aborted by a later job's first save.
-        with contextlib.suppress(Exception):
-            self._backend.client.abort_multipart_upload(
-                Bucket=self._backend.bucket, Key=self._key, UploadId=self._upload_id
+    def _abort_upload(self, *, say: bool = False) -> None:
+        # One left unaborted (the service unreachable, credentials expired) expires by the
+        # bucket's lifecycle rule, or is aborted by a later sweep. Said once (`say`): left
+        # unsaid, its parts stayed stored and billed with nothing telling of them.
+        backend = self._backend
+        try:
+            backend.client.abort_multipart_upload(
+                Bucket=backend.bucket, Key=self._key, UploadId=self._upload_id
             )
+        except Exception as exc:
+            if say and _error_code(exc) != "NoSuchUpload":
+                log.warning(
+                    "forewarn: could not abort the upload of %s in %s (%s): its parts stay "
+                    "stored (and billed) until the bucket's lifecycle rule expires them, a "
+                    "later save's sweep of unfinished uploads aborts it, or `forewarn "
+                    "checkpoint prune %s --keep N --abort-uploads` does",
+                    self._key,
+                    backend.url,
+                    exc,
+                    backend.url,
+                )
 
 
 # A save's client is made for this share of the time left, and made again once the time left

@@ -31,7 +31,8 @@ class Expiring(S3Proxy):
 def test_a_save_whose_credentials_expire_is_taken_over_by_the_next_one(
     moto_endpoint: str, bucket: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The next save's warning said the claim was `left by an earlier failed save of this
+    """The failed save's upload, which it could not abort, went unsaid. The next save's
+    warning said the claim was `left by an earlier failed save of this
     process (a writer that was killed)`: no writer was killed (found: a fault proxy in front
     of moto answering ExpiredToken from a save's second part on)."""
     caplog.set_level(logging.WARNING, "forewarn.checkpoint")
@@ -50,6 +51,11 @@ def test_a_save_whose_credentials_expire_is_taken_over_by_the_next_one(
 
         with pytest.raises(Exception, match="ExpiredToken"):
             store.flush(2, write)
+        # Its upload could not be aborted: said, not suppressed (its parts stay billed).
+        assert (
+            f"could not abort the upload of run/step-000000000002/model.bin in s3://{bucket}/run"
+            in caplog.text
+        )
         proxy.expired = False  # renewed
         latest = store.latest(verify="checksums")
         assert latest is not None and latest.step == 1
