@@ -41,6 +41,22 @@ def retry_delay(failures: int) -> float:
     return min(RETRY_FIRST_SECONDS * 2.0 ** min(failures - 2, 32), RETRY_MAX_SECONDS)
 
 
+# A save-and-continue: the reasons (`_pending`'s keys) whose save may wait, with training
+# going on, for the background save in flight to end: it could only start after it anyway.
+_DEFERRABLE = frozenset({"periodic", "retry", "drain", "flag"})
+_ASKED_WORDS = {"drain": "drain's", "flag": "flag file's"}
+
+
+def _deferrable(pending: Mapping[str, Any]) -> bool:
+    """Whether only saves that continue training ask (see `_skips_scheduled`). A drain counts
+    when a notice asked for it (its value is the notice's id); `request("drain")`, the loop's
+    own ask, sets None and, as every `request()`, waits for the upload instead (the end of a
+    run asks so, and the loop leaves right after its save)."""
+    if not set(pending) <= _DEFERRABLE:
+        return False
+    return "drain" not in pending or pending["drain"] is not None
+
+
 class BackgroundSaves(ExitReporting):
     """The background-save side of `CheckpointGuard`. It says what it saved through
     `ExitReporting` (its base), as a save the loop waits for does."""
@@ -95,14 +111,17 @@ class BackgroundSaves(ExitReporting):
             self._start_background(background)
 
     def _skips_scheduled(self, step: int) -> bool:
-        """due(): whether the save due at `step` is skipped, because the schedule alone asks
-        for it (a periodic step, or the retry of a failed save) while the background save
-        before it is still uploading. Said once per save in flight; the first step after that
-        save ends saves. A save asked for by anything else (a notice, the flag file, a signal,
-        a request) still waits for it in save_state, as does an exit, which cancels it when
-        the time left says so. Waited for, a stalled upload held the loop at its next periodic
-        step until it was given up (EXIT_STALL_SECONDS, 120 s): training stopped for minutes
-        of an S3 outage for a save that could not be made anyway."""
+        """due(): whether the save due at `step` is skipped, because only a save-and-continue
+        asks for it (a periodic step, the retry of a failed save, a drain notice, the flag
+        file) while the background save before it is still uploading. Said once per save in
+        flight; the first step after that save ends saves (a drain's or the flag file's save
+        stays pending until then). A signal, a `request()` (the end of a run) or an exit still
+        waits for it in save_state, an exit cancelling it when the time left says so. Waited
+        for, a stalled upload held the loop at its next periodic step until it was given up
+        (EXIT_STALL_SECONDS, 120 s): training stopped for minutes of an S3 outage for a save
+        that could not be made anyway; and a drain that came during a slow upload held the
+        loop for the rest of that upload (1.9 s against a 0.3 s copy), where the save it asks
+        for could only start once that upload ended anyway."""
         saver = self.saver
         if saver is None or self._exit:
             return False
@@ -112,12 +131,23 @@ class BackgroundSaves(ExitReporting):
         if saver.give_up_if_stalled():
             return False  # its failure (on_done recorded it) is raised by this due()
         with self._lock:
-            if self._notice_ids or not set(self._pending) <= {"periodic", "retry"}:
+            if not _deferrable(self._pending):
                 return False
             told = self._skipped_for == in_flight
             self._skipped_for = in_flight
             self._due_since = None  # no save is running for this step: none is timed
-        if not told:
+            asked = sorted(set(self._pending) & {"drain", "flag"})
+        if not told and asked:
+            log.info(
+                "forewarn: the %s save due at step %d waits: the background save of step %d "
+                "is still uploading (%s); training goes on, and the first step after it ends "
+                "saves for it",
+                " and ".join(_ASKED_WORDS[reason] for reason in asked),
+                step,
+                in_flight,
+                _uploading_words(saver.stalled_seconds()),
+            )
+        elif not told:
             log.info(
                 "forewarn: the save due at step %d is skipped: the background save of step %d "
                 "is still uploading (%s); the first step after it ends saves",
