@@ -239,7 +239,7 @@ class CheckpointStore:
         self._closed = False
         # What `latest()` last said it passed over (see `_tell_passed_over`): said once, not at
         # every call of a job that looks often.
-        self._told_passed_over: tuple[int, tuple[int, ...]] | None = None
+        self._told_passed_over: tuple[int | None, tuple[int, ...]] | None = None
         # The steps whose generations `restore()` found did not load (a flipped byte the
         # sizes check passes), by what was wrong: the job resumed below one and trains
         # through its step again, and its save there was refused as already committed.
@@ -1031,20 +1031,23 @@ class CheckpointStore:
                     )
             if not changing:
                 return None
+        self._tell_passed_over(None, passed_over)
         return None
 
-    def _tell_passed_over(self, generation: Generation, passed_over: list[int]) -> None:
+    def _tell_passed_over(self, generation: Generation | None, passed_over: list[int]) -> None:
         """Say which generation resume gets and why, when newer ones were passed over as not
         committed: a job killed mid-save resumed from an older step without a word, and the
         store's listing showed the newer one (`partial`), leaving the user to guess whether
         resume had missed it. Whether a live writer still saves it is told apart from one
-        that died (its claim)."""
+        that died (its claim). `generation` None: nothing committed is left to resume from
+        (a job killed during its first save): the job starts from nothing, which the agent
+        logs as "a fresh run", and this says why."""
         # This process's own saves under way are its own news.
         own = self._in_process()
         passed_over = [step for step in passed_over if step not in own]
         if not passed_over:
             return
-        said = (generation.step, tuple(passed_over))
+        said = (None if generation is None else generation.step, tuple(passed_over))
         if said == self._told_passed_over:
             return
         self._told_passed_over = said
@@ -1058,6 +1061,14 @@ class CheckpointStore:
             )
         if saving:
             reasons.append(f"{_names(saving)} {_is(saving)} still being saved by another process")
+        if generation is None:
+            log.warning(
+                "forewarn: no committed generation in %s to resume from: %s",
+                self.url,
+                "; ".join(reasons),
+                extra={PASSED_OVER: True},
+            )
+            return
         log.warning(
             "forewarn: checkpoint %s in %s is the newest committed generation, resuming from "
             "it: newer %s",

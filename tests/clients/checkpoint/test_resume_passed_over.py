@@ -15,7 +15,8 @@ from forewarn.clients.checkpoint import CheckpointStore
 
 # Saves step 1 whole, then step 2, and dies (SIGKILL) at argv[2]: "write" (mid-file), one of
 # the commit's small files ("MANIFEST.json", "COMMIT") or "LATEST" (after the COMMIT marker:
-# step 2 is whole), or holds its save open until stdin closes ("hold").
+# step 2 is whole), or holds its save open until stdin closes ("hold"). With a third argument,
+# "first", it saves no step 1: step 2 is the store's first save.
 _WRITER = """
 import os, signal, sys
 from forewarn.clients.checkpoint import CheckpointStore, S3Options
@@ -23,9 +24,10 @@ from forewarn.clients.checkpoint import CheckpointStore, S3Options
 url, phase = sys.argv[1], sys.argv[2]
 options = {"s3": S3Options(part_size=5 << 20)} if url.startswith("s3://") else {}
 store = CheckpointStore(url, **options)
-with store.save(1) as gen:
-    with gen.open("state.pt") as f:
-        f.write(b"one")
+if sys.argv[3:] != ["first"]:
+    with store.save(1) as gen:
+        with gen.open("state.pt") as f:
+            f.write(b"one")
 put = store.backend.put_small
 
 def dying(key, data):
@@ -111,3 +113,31 @@ def test_a_save_another_process_still_writes_is_named_as_such(
         return
     assert len(said) == 1, said
     assert "newer step-000000000002 is still being saved by another process" in said[0], said
+
+
+def test_a_first_save_killed_before_its_commit_marker_is_named_by_a_start_from_nothing(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """found: a torch job SIGKILLed at a terminate's deadline while its first checkpoint was
+    being written (step 20 uploading, the exit's save of step 21 started) left step 21
+    partial; the next job's `restore()` returned None without a word and the agent logged
+    "nothing to resume (a fresh run, or one that saved nothing before it stopped)", where
+    the same kill after one committed save named the partial generation it passed over."""
+    killed = subprocess.run(
+        [sys.executable, "-c", _WRITER, store_url, "COMMIT", "first"],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -9, killed.stderr
+    store = CheckpointStore(store_url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="forewarn.checkpoint"):
+            assert store.latest() is None
+            assert store.restore(lambda generation: generation) is None  # said once
+    finally:
+        store.close()
+    said = [r.getMessage() for r in caplog.records if "no committed generation" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("forewarn: no committed generation in "), said
+    assert "to resume from: step-000000000002 is not committed" in said[0], said
+    assert "writer was killed or failed before the COMMIT marker" in said[0], said
