@@ -69,7 +69,8 @@ class BackgroundSaves(ExitReporting):
     _flag_step: int | None
     _failures_in_row: int
     _retry_at: float
-    _skipped_for: int | None  # the save in flight a scheduled save was last skipped for
+    # The save in flight a save was last skipped for, and the drain or flag file it was for.
+    _skipped_for: tuple[int, tuple[str, ...]] | None
     _exit_saving: int | None  # the step of the exit's save while `final()` runs
     _closing: bool  # close() waits for the save in flight: the loop has left
     every_steps: int | None  # CheckpointGuard's schedule, and when it last saved
@@ -133,10 +134,12 @@ class BackgroundSaves(ExitReporting):
         with self._lock:
             if not _deferrable(self._pending):
                 return False
-            told = self._skipped_for == in_flight
-            self._skipped_for = in_flight
+            asked = tuple(sorted(set(self._pending) & {"drain", "flag"}))
+            # Said once per save in flight, and again when a drain comes after a periodic
+            # step was skipped for it: that line did not say the drain waits.
+            told = self._skipped_for == (in_flight, asked)
+            self._skipped_for = (in_flight, asked)
             self._due_since = None  # no save is running for this step: none is timed
-            asked = sorted(set(self._pending) & {"drain", "flag"})
         if not told and asked:
             log.info(
                 "forewarn: the %s save due at step %d waits: the background save of step %d "

@@ -1882,3 +1882,49 @@ def test_a_periodic_save_due_while_one_uploads_is_skipped_once_said_and_a_reques
     # Skipped behind step 10, step 20's save came at the first due() after it ended: here,
     # the request's at step 25, which the schedule's counts from.
     assert not guard.due(26) and guard.due(35)
+
+
+def test_a_drain_during_an_upload_is_said_once_after_a_skipped_periodic_step(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A periodic step skipped while step 10 uploads, then a drain during that same upload:
+    the drain's wait is said too (once), and the first due() after the upload saves for it."""
+    from datetime import datetime, timezone
+
+    from forewarn.clients.event import Event
+
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(10)
+    caplog.set_level(logging.INFO, logger="forewarn.clients")
+    try:
+        assert guard.due(10)
+        guard.save_state(10, state(10))
+        assert backend.stuck.acquire(timeout=60)
+        assert not guard.due(20)
+        now = datetime.now(timezone.utc)
+        guard._on_event(
+            Event(
+                id="local/manual/d1",
+                seq=1,
+                action="drain",
+                reason="manual",
+                provider="local",
+                deadline=None,
+                noticed_at=now,
+                sent_at=now,
+            )
+        )
+        assert not any(guard.due(step) for step in range(21, 25))
+    finally:
+        release.set()
+    waits = [r.getMessage() for r in caplog.records if "save due at step" in r.getMessage()]
+    assert len(waits) == 2, waits
+    assert "the save due at step 20 is skipped" in waits[0], waits
+    assert waits[1].startswith("forewarn: the drain's save due at step 21 waits: "), waits
+    assert guard.saver.wait() is not None
+    assert guard.due(25)
+    result = guard.save_state(25, state(25))
+    assert result.notices == ("local/manual/d1",) and "drain" in result.reasons, result
+    guard.close()
