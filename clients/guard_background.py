@@ -47,6 +47,11 @@ _DEFERRABLE = frozenset({"periodic", "retry", "drain", "flag"})
 _ASKED_WORDS = {"drain": "drain's", "flag": "flag file's"}
 
 
+# A final save still within its estimate is on course when that estimate ends this long
+# before the deadline at least (`_exit_save_moving`).
+ON_COURSE_SECONDS = 1.0
+
+
 def _deferrable(pending: Mapping[str, Any]) -> bool:
     """Whether only saves that continue training ask (see `_skips_scheduled`). A drain counts
     when a notice asked for it (its value is the notice's id); `request("drain")`, the loop's
@@ -220,7 +225,7 @@ class BackgroundSaves(ExitReporting):
         self._recorded(step)
         return result
 
-    def _exit_save_moving(self, since: float) -> str | bool:
+    def _exit_save_moving(self, since: float, left: float | None = None) -> str | bool:
         """For the exit's save still running near its deadline (`_check_exit_save_late`): what
         the saver is doing when its bytes moved within TAIL_QUIET_SECONDS (its final save
         writing, or the background save it waits for first); False while `final()` has not
@@ -236,6 +241,12 @@ class BackgroundSaves(ExitReporting):
         if quiet is not None:
             if quiet >= TAIL_QUIET_SECONDS:
                 return True
+            needed = saver.final_seconds_needed()
+            if left is not None and needed is not None and 0 < needed <= left - ON_COURSE_SECONDS:
+                # Within its estimate, which ends before the deadline: "in a lead shorter than
+                # it needs" was said of a final save of 3.2 s 4.8 s before its deadline, which
+                # committed 0.5 s later. Said at a later tick if it runs past its estimate.
+                return False
             return f"it is still writing (its bytes moved {quiet:.0f}s ago)"
         in_flight = saver.in_flight
         if in_flight is not None and saver.stalled_seconds() < TAIL_QUIET_SECONDS:

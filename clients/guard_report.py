@@ -148,10 +148,11 @@ class ExitReporting(GuardState):
             _deadline_words(events, "it runs until it ends"),
         )
 
-    def _exit_save_moving(self, since: float) -> str | bool:
+    def _exit_save_moving(self, since: float, left: float | None = None) -> str | bool:
         """What the exit's save that began at `since` is doing when its bytes are seen moving
-        (a background saver's), False while that is not known yet, True when it is not
-        moving or cannot be known. See BackgroundSaves."""
+        (a background saver's), False while that is not known yet or the save is on course to
+        end within the `left` seconds to the deadline, True when it is not moving or cannot
+        be known. See BackgroundSaves."""
         return True
 
     def _barrier_words(self) -> str | None:
@@ -185,7 +186,7 @@ class ExitReporting(GuardState):
         known = [value for value in left if value is not None]
         if not known or min(known) > EXIT_SAVE_LATE_SECONDS:
             return
-        moving = self._exit_save_moving(since)
+        moving = self._exit_save_moving(since, min(known))
         if moving is False:
             return  # not known yet: said at a later tick
         self._told_late = since

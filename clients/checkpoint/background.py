@@ -425,6 +425,10 @@ class BackgroundSaver:
         self._stream: Any = None  # the file the save in flight writes (an ObjectWriter)
         self._in_final = False  # final() is running
         self._final_motion: SaveMotion | None = None  # the final save's, while it writes
+        # When the final save began its write (monotonic), and the durable time of the last
+        # background save, by which it is expected to take as long (final_seconds_needed).
+        self._final_writing_since: float | None = None
+        self._final_estimate: float | None = None
         store.finish_on_close(self)
 
     # -- the training thread's side -------------------------------------------------------
@@ -737,6 +741,7 @@ class BackgroundSaver:
             timeout = max(left + FINAL_SAVE_GRACE_SECONDS, CANCEL_GRACE_SECONDS)
         motion = SaveMotion()
         self._final_motion = motion
+        self._final_writing_since, self._final_estimate = time.monotonic(), final_estimate
         try:
             generation = self._write(
                 job,
@@ -748,6 +753,7 @@ class BackgroundSaver:
             )
         finally:
             self._final_motion = None
+            self._final_writing_since = None
         self.last_durable = generation
         seconds = time.monotonic() - started
         self.last = SaveTiming(step, seconds, seconds)
@@ -826,6 +832,15 @@ class BackgroundSaver:
         completes); None when `final()` writes none."""
         motion = self._final_motion
         return None if motion is None else motion.quiet_seconds()
+
+    def final_seconds_needed(self) -> float | None:
+        """How much longer the final save `final()` is writing is expected to take, by the
+        last background save's durable time; 0 once it has run that long; None when `final()`
+        writes none or no save was timed."""
+        since, estimate = self._final_writing_since, self._final_estimate
+        if since is None or estimate is None:
+            return None
+        return max(estimate - (time.monotonic() - since), 0.0)
 
     def progress_words(self) -> str:
         """How far the save in flight is, for a log line: its bytes sent, of how many once
