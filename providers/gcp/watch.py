@@ -33,7 +33,7 @@ from forewarn.providers.report import Report
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id
 from ..errortext import error_text
-from ..fetch import fetch
+from ..fetch import Answer, fetch
 from ..skew import CLOCK_AHEAD, resume_skew, take_skew
 from .active import ACTIVE_FILE, PENDING_FILE, ActiveNotices
 from .settings import Settings
@@ -97,6 +97,28 @@ def metadata_root(url: str | None, environ: Mapping[str, str] | None = None) -> 
     if base.endswith(METADATA_PATH):
         base = base[: -len(METADATA_PATH)]
     return base + METADATA_PATH
+
+
+# The error kind of an answer that is not the metadata server's (`not_the_server`).
+FOREIGN = "not-metadata-server"
+
+
+def not_the_server(key: str, response: Answer | httpx.Response) -> str | None:
+    """What is wrong with `response` when it lacks `Metadata-Flavor: Google`, which the
+    metadata server puts on every answer (contracts 2.1): then it comes from something else
+    on the address (a proxy, a captive portal, another service), and its value is no notice
+    and no end of one. None for the metadata server's own answer. Before, a `NONE` answered
+    that way cleared a TERMINATE_ON_HOST_MAINTENANCE drain, and a `TRUE` was a preemption."""
+    flavor = response.headers.get(FLAVOR_HEADER)
+    if flavor == FLAVOR:
+        return None
+    said = "no Metadata-Flavor header" if flavor is None else f"Metadata-Flavor {flavor[:40]!r}"
+    server = response.headers.get("Server")
+    by = f" (Server: {server[:60]!r})" if server else ""
+    return (
+        f"{key}: HTTP {response.status_code} with {said}{by}: not the metadata server's "
+        f"answer (it sends Metadata-Flavor: Google on every one); ignored"
+    )
 
 
 # Pure parsers: response text in, value out, ParseError on anything the contract forbids.
@@ -876,11 +898,12 @@ class GcpWatcher:
                         params={"recursive": "true", "alt": "json"},
                         deadline=2.0,
                     )
-                    if response.status_code == 200:
+                    foreign = not_the_server(SCHEDULING_DIR, response)
+                    if response.status_code == 200 and foreign is None:
                         self.on_host_maintenance = parse_on_host_maintenance(response.text)
                         self.reported_notice_duration = parse_notice_duration(response.text)
                         return
-                    problem = f"HTTP {response.status_code}"
+                    problem = foreign or f"HTTP {response.status_code}"
                 except httpx.HTTPError as error:
                     problem = error_text(error)
                 except ParseError as error:
@@ -903,10 +926,11 @@ class GcpWatcher:
         for attempt in range(1, GPU_READ_ATTEMPTS + 1):
             try:
                 response = await fetch(self.client, "GET", self.url(MACHINE_TYPE_KEY), deadline=2.0)
-                if response.status_code == 200:
+                foreign = not_the_server(MACHINE_TYPE_KEY, response)
+                if response.status_code == 200 and foreign is None:
                     self.has_gpus = gpu_machine_type(response.text)
                     return
-                problem = f"HTTP {response.status_code}"
+                problem = foreign or f"HTTP {response.status_code}"
             except httpx.HTTPError as error:
                 problem = error_text(error)
             self.health.error("machine-type", f"{MACHINE_TYPE_KEY}: {problem}")
@@ -991,6 +1015,10 @@ class GcpWatcher:
             kind = "unavailable" if response.status_code == 503 else f"http-{response.status_code}"
             self._bad(key, kind, f"{key}: HTTP {response.status_code}")
             return None
+        foreign = not_the_server(key, response)
+        if foreign is not None:
+            self._bad(key, FOREIGN, foreign)
+            return None
         return _Answer(response.text, response.headers.get("ETag"))
 
     async def _watch_upcoming(self, emit: Emit) -> None:
@@ -1045,6 +1073,11 @@ class GcpWatcher:
                     continue
                 self._good(UPCOMING_KEY)
                 return True, None, {"status": 503}
+            foreign = not_the_server(UPCOMING_KEY, response)
+            if foreign is not None and response.status_code in (200, 404):
+                # Read as "nothing scheduled", it cleared the window in force.
+                self._bad(UPCOMING_KEY, FOREIGN, foreign)
+                return False, None, {}
             if response.status_code == 404:
                 self._good(UPCOMING_KEY)
                 return True, None, {"status": 404}
@@ -1091,7 +1124,7 @@ class GcpWatcher:
             response = await fetch(self.client, "GET", self.url(MAINTENANCE_KEY), deadline=2.0)
         except httpx.HTTPError:
             return False
-        return response.status_code == 200
+        return response.status_code == 200 and not_the_server(MAINTENANCE_KEY, response) is None
 
     def _good(self, key: str) -> None:
         """A good answer of `key`, reported as a success only while no other key is failing:
@@ -1118,6 +1151,7 @@ def build(settings: Settings, context: WatcherContext) -> GcpWatcher:
 
 
 __all__ = [
+    "FOREIGN",
     "MAINTENANCE_VALUES",
     "GcpWatcher",
     "NoticeTrack",
@@ -1128,6 +1162,7 @@ __all__ = [
     "local_gpus",
     "maintenance_report",
     "metadata_root",
+    "not_the_server",
     "on_boot_clock",
     "on_this_clock",
     "parse_maintenance_event",

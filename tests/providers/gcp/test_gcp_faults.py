@@ -102,6 +102,8 @@ async def test_connection_refused_until_the_server_comes_up() -> None:
 # Transport faults a server cannot easily produce, through respx.
 
 ROOT = "http://metadata.test/computeMetadata/v1"
+# On every answer of the metadata server; one without it is not the server's (test_gcp_flavor).
+GOOGLE = {"Metadata-Flavor": "Google"}
 
 
 @respx.mock(assert_all_mocked=True)
@@ -111,7 +113,7 @@ async def test_transport_errors_are_counted_and_retried(respx_mock: respx.MockRo
         httpx.ReadTimeout("hung"),
         httpx.RemoteProtocolError("peer closed connection"),
         httpx.Response(503, text="Service Unavailable"),
-        httpx.Response(200, text="\x00\xff garbage", headers={"ETag": "g"}),
+        httpx.Response(200, text="\x00\xff garbage", headers={"ETag": "g", **GOOGLE}),
     ]
 
     def maintenance(request: httpx.Request) -> httpx.Response:
@@ -124,15 +126,23 @@ async def test_transport_errors_are_counted_and_retried(respx_mock: respx.MockRo
                 raise step
             assert isinstance(step, httpx.Response)
             return step
-        return httpx.Response(200, text="TERMINATE_ON_HOST_MAINTENANCE", headers={"ETag": "t"})
+        return httpx.Response(
+            200, text="TERMINATE_ON_HOST_MAINTENANCE", headers={"ETag": "t", **GOOGLE}
+        )
 
     respx_mock.get(f"{ROOT}/instance/maintenance-event").mock(side_effect=maintenance)
     respx_mock.get(f"{ROOT}/instance/preempted").mock(
-        return_value=httpx.Response(200, text="FALSE", headers={"ETag": "f"})
+        return_value=httpx.Response(200, text="FALSE", headers={"ETag": "f", **GOOGLE})
     )
-    respx_mock.get(f"{ROOT}/instance/scheduling/").mock(return_value=httpx.Response(404))
-    respx_mock.get(f"{ROOT}/instance/machine-type").mock(return_value=httpx.Response(404))
-    respx_mock.get(f"{ROOT}/instance/upcoming-maintenance").mock(return_value=httpx.Response(404))
+    respx_mock.get(f"{ROOT}/instance/scheduling/").mock(
+        return_value=httpx.Response(404, headers=GOOGLE)
+    )
+    respx_mock.get(f"{ROOT}/instance/machine-type").mock(
+        return_value=httpx.Response(404, headers=GOOGLE)
+    )
+    respx_mock.get(f"{ROOT}/instance/upcoming-maintenance").mock(
+        return_value=httpx.Response(404, headers=GOOGLE)
+    )
     watcher = GcpWatcher(
         Settings(url="http://metadata.test", retry_delay=0.01, upcoming_interval=5), environ={}
     )
@@ -160,12 +170,18 @@ async def test_a_server_without_etags_is_one_warning_not_a_flood(
     # retry_delay, four a second by default, for as long as the server runs.
     keys = {"preempted": "FALSE", "maintenance-event": "NONE"}
     routes = [
-        respx_mock.get(f"{ROOT}/instance/{key}").mock(return_value=httpx.Response(200, text=value))
+        respx_mock.get(f"{ROOT}/instance/{key}").mock(
+            return_value=httpx.Response(200, text=value, headers=GOOGLE)
+        )
         for key, value in keys.items()
     ]
     for key in ("scheduling/", "machine-type"):
-        respx_mock.get(f"{ROOT}/instance/{key}").mock(return_value=httpx.Response(200, text="{}"))
-    respx_mock.get(f"{ROOT}/instance/upcoming-maintenance").mock(return_value=httpx.Response(404))
+        respx_mock.get(f"{ROOT}/instance/{key}").mock(
+            return_value=httpx.Response(200, text="{}", headers=GOOGLE)
+        )
+    respx_mock.get(f"{ROOT}/instance/upcoming-maintenance").mock(
+        return_value=httpx.Response(404, headers=GOOGLE)
+    )
     settings = Settings(url="http://metadata.test", retry_delay=0.01, upcoming_interval=0.01)
     watcher = GcpWatcher(settings, environ={})
     run = WatchRun(watcher)
