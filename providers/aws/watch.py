@@ -246,6 +246,8 @@ class AwsWatcher:
             response = await self.client.http.get(IDENTITY_PATH, timeout=left)
             if response.status_code == 401:
                 return True
+            if response.status_code == 403 and error.kind == "token-http-403":
+                self.health.not_detected = _turned_off(response.headers.get("Server"))
             answer = Answer(response.status_code, response.content)
         if answer.status != 200:
             return False
@@ -535,6 +537,21 @@ def imds_url(configured: str | None) -> str:
     if not url.startswith("http://"):
         raise ValueError(f"aws.url: IMDS speaks plain http, got {configured!r}")
     return url
+
+
+def _turned_off(server: str | None) -> str:
+    """Why detection said no when the token PUT and a tokenless GET both answered 403: what
+    an EC2 instance whose metadata endpoint is turned off answers (another cloud's metadata
+    server may answer so too; its `Server` tells them apart). Said where `--provider auto`
+    logs why AWS was not picked: there it was only "its detection probe said no", and the
+    agent ran on without AWS, its spot interruptions unread."""
+    by = f" (Server: {server[:60]!r})" if server else ""
+    return (
+        f"the token PUT and a tokenless GET of {IDENTITY_PATH} answered 403{by}: on EC2 that "
+        "is the instance metadata endpoint turned off, and no interruption notice can be read "
+        "until it is on (aws ec2 modify-instance-metadata-options --instance-id <id> "
+        "--http-endpoint enabled, or HttpEndpoint: enabled in the launch template)"
+    )
 
 
 def _status_message(path: str, answer: Answer) -> str:

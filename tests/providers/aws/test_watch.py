@@ -504,6 +504,21 @@ async def test_detect_is_false_against_another_metadata_service() -> None:
         await watcher.aclose()
 
 
+async def test_detect_says_why_when_imds_is_turned_off() -> None:
+    # An EC2 instance whose metadata endpoint is turned off answers 403 to every request.
+    # `--provider auto` logged `auto: aws not picked: its detection probe said no`, and the
+    # agent ran on without AWS, its spot interruptions unread, the cause and fix unsaid.
+    sim = ImdsSimulator()
+    sim.add_fault("status", path="/", status=403, body="Forbidden")
+    with SimServer(sim) as server:
+        health = PollHealth("aws")
+        watcher = AwsWatcher(Settings(url=server.url), health)
+        assert not await watcher.detect()
+        await watcher.aclose()
+    why = health.not_detected or ""
+    assert "403" in why and "--http-endpoint enabled" in why, why
+
+
 async def test_detect_is_false_within_a_second_when_nothing_answers() -> None:
     sim = ImdsSimulator()
     sim.add_fault("hang", path="/", seconds=30)
