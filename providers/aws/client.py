@@ -282,7 +282,13 @@ def _date(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 def _transport_error(what: str, error: httpx.HTTPError, timeout: float) -> ImdsError:
     if isinstance(error, httpx.TimeoutException):
-        return ImdsError("timeout", f"{what} timed out after {timeout:g}s")
+        # The setting is named: IMDS answers within milliseconds, and one slower than the
+        # timeout failed every poll with nothing saying which setting waits longer.
+        return ImdsError(
+            "timeout",
+            f"{what} timed out after {timeout:g}s (IMDS answers within milliseconds; a slower "
+            "one needs a longer aws.timeout, FOREWARN_AWS_TIMEOUT)",
+        )
     if isinstance(error, httpx.ConnectError):
         return ImdsError("connect", f"{what}: cannot connect: {error or type(error).__name__}")
     if isinstance(error, AnswerTooLarge):

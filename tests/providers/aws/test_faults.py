@@ -226,3 +226,16 @@ async def test_detection_does_not_use_up_the_explanation(
         await watcher.aclose()
     (line,) = log_lines(caplog, "token-timeout")
     assert "Fix:" in line
+
+
+async def test_a_slow_imds_is_said_with_the_setting_that_waits_longer(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    # IMDS answering in 1 s against a 0.3 s timeout (as one answering in 5 s against the
+    # default 2 s): every poll failed with `GET ... timed out after 0.3s`, and nothing said
+    # which setting waits longer, so a slow IMDS stayed unread.
+    sim.add_fault("hang", path=SPOT_PATH, seconds=1)
+    async with watching(server.url, timeout=TIMEOUT, **CADENCE) as run:
+        await run.until(lambda: run.health.errors_by_kind.get("timeout", 0) >= 2, 10, "timeouts")
+        said = run.health.last_message or ""
+    assert "timed out after 0.3s" in said and "aws.timeout" in said, said
