@@ -807,12 +807,18 @@ def _section_keys(model: type[Settings]) -> list[str]:
 
 def variable_problem(variable: str, model: type[Settings], *, strict: bool = False) -> str | None:
     """Why the FOREWARN_ variable `variable` is no setting of `model`, or None (also for a
-    variable without the prefix). Not `strict` (the agent's own environment): only a name one
+    variable without the prefix, unless it is a setting's with the prefix misspelt:
+    `FORWARN_EXIT_MARGIN`). Not `strict` (the agent's own environment): only a name one
     typo away from a setting, since pydantic-settings ignores an unknown one and names a
     section's unknown key itself. `strict` (`forewarn render cloud-init --env`, a file that
     holds the agent's settings only): any name that is no setting."""
     name = variable.upper().removeprefix("FOREWARN_")
     keys = [key.upper() for key in model.model_fields]
+    misspelt = name == variable.upper() and _prefix_problem(
+        name, [*keys, *_section_keys(model), "CONFIG"]
+    )
+    if misspelt:
+        return misspelt
     if strict and name == variable.upper() and name in [*keys, *_section_keys(model)]:
         # `--env exit_margin=30s`: the agent reads FOREWARN_ variables only, and ignored it.
         return f"not a setting (the agent reads FOREWARN_{name})"
@@ -832,6 +838,21 @@ def variable_problem(variable: str, model: type[Settings], *, strict: bool = Fal
     if near:
         return f"not a setting (did you mean FOREWARN_{near[0]}?)"
     return "not a setting" if strict else None
+
+
+def _prefix_problem(name: str, settings: list[str]) -> str | None:
+    """Why `name` (a variable without the `FOREWARN_` prefix, in upper case) is no setting,
+    when it is a setting's variable with the prefix misspelt (`FORWARN_EXIT_MARGIN`,
+    `FOREWARNS_AWS_URL`, `FOREWARNEXIT_MARGIN`), or None. The rest must be a setting's name
+    exactly, and the prefix close to `FOREWARN`: another program's `XDG_RUNTIME_DIR` or
+    `FORWARD_CONTROL` is none of ours."""
+    for key in sorted(settings, key=len, reverse=True):
+        if not name.endswith(key):
+            continue
+        prefix = name[: -len(key)].rstrip("_")
+        if prefix and difflib.SequenceMatcher(None, prefix, "FOREWARN").ratio() >= 0.85:
+            return f"not read, the agent reads FOREWARN_ variables (did you mean FOREWARN_{key}?)"
+    return None
 
 
 def _check_environment_names(model: type[Settings]) -> None:

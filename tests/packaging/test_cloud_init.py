@@ -358,6 +358,12 @@ def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: s
             "--env exit_margin: not a setting (the agent reads FOREWARN_EXIT_MARGIN)",
         ),
         ("AWS_URL=http://127.0.0.1:9", "(the agent reads FOREWARN_AWS_URL)"),
+        # The prefix misspelt: rendered, and on the machine the agent ignored it.
+        (
+            "FORWARN_EXIT_MARGIN=30s",
+            "--env FORWARN_EXIT_MARGIN: not read, the agent reads FOREWARN_ variables "
+            "(did you mean FOREWARN_EXIT_MARGIN?)",
+        ),
     ],
 )
 def test_an_agent_variable_that_is_no_setting_exits_2(variable: str, complaint: str):
