@@ -482,7 +482,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     except ConfigError as error:
         raise UsageError(_name_flags(str(error), flags, overrides, args.set or [])) from None
     setup_logging(settings.log_level, settings.log_format)
-    for note in settings.overridden:
+    for note in [*settings.overridden, *settings.unused_sections]:
         logging.getLogger("forewarn.agent").warning("%s", note)
     try:
         return run_agent(settings, exit_process=True)

@@ -185,6 +185,27 @@ class Settings(BaseSettings):
         or a FOREWARN_ variable sets that key too; the agent logs them at start."""
         return list(self._overridden)
 
+    @property
+    def unused_sections(self) -> list[str]:
+        """One line for each provider's section that a source sets while `providers` names
+        other watchers (and not `auto`); the agent logs them at start. `providers = ["local"]`
+        beside an `[aws]` table started no AWS watcher without a word. A warning, not an
+        error: one file or ConfigMap may serve machines whose FOREWARN_PROVIDERS differs."""
+        if "auto" in self.providers:
+            return []
+        notes = []
+        for name in self.registry.names():
+            section = getattr(self, name, None)
+            if name in self.providers or name not in self.model_fields_set:
+                continue
+            if isinstance(section, BaseModel) and section.model_fields_set:
+                notes.append(
+                    f"config section [{name}] is set, but providers "
+                    f"({', '.join(self.providers)}) does not name {name}: its watcher does "
+                    "not run, and these settings are not used"
+                )
+        return notes
+
     @field_validator("*", mode="before")
     @classmethod
     def _seconds_accept_durations(cls, value: Any, info: ValidationInfo) -> Any:

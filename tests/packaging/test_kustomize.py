@@ -528,6 +528,7 @@ def test_the_configmap_is_the_agents_one_configuration(
             monkeypatch.setenv(variable, value)
         settings = load_settings(file)
         assert settings.overridden == [], settings.overridden
+        assert settings.unused_sections == [], settings.unused_sections
         assert file is None, f"the image's {file} is read beside the ConfigMap"
         if "metrics" in components:
             assert settings.metrics_listen() == ("::", 9464)
