@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -166,6 +167,16 @@ def _is_text_list(annotation: Any) -> bool:
     return get_origin(annotation) is list and get_args(annotation) == (str,)
 
 
+def _bare_as_text(value: Any) -> Any:
+    """A TOML integer or date as its text (`3164444`, `2020-07-01`); anything else as is: a
+    boolean, a fraction or a time is no text anyone meant, and stays for the key to refuse."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return value.isoformat()
+    return value
+
+
 def read_value(field: FieldInfo | None, value: Any) -> Any:
     """`value` as a key of `field` reads it, whatever the source: an empty path is the key's
     default (`FOREWARN_STATE_DIR=` was Path("."), the working directory, while the clients
@@ -279,7 +290,15 @@ class ProviderSettings(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _seconds_accept_durations(cls, value: Any, info: ValidationInfo) -> Any:
-        return read_value(cls.model_fields.get(info.field_name or ""), value)
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and _is_text(field.annotation):
+            # A bare number or date, as TOML reads `droplet_id = 3164444` and
+            # `api_version = 2020-07-01`, is its text: refused as "Input should be a valid
+            # string (got datetime.date(2020, 7, 1))", it stopped the agent with exit 2. In
+            # a provider's section alone: the top-level `events` and `control` are read by
+            # the clients too, which take a string only, and must agree with the agent.
+            value = _bare_as_text(value)
+        return read_value(field, value)
 
 
 class EndpointSettings(ProviderSettings):
