@@ -40,6 +40,7 @@ from forewarn.providers.settings import (
     ProviderSettings,
     _holds_path,
     read_value,
+    refuse_shell_variable,
     split_list,
 )
 from pydantic import (
@@ -377,6 +378,7 @@ def _absolute_ipc(endpoint: str) -> str:
     if path is None or not str(path):
         return endpoint
     written = endpoint[len("ipc://") :]
+    refuse_shell_variable(written)
     if written.startswith("~"):
         endpoint = "ipc://" + os.path.expanduser(written)
         written = endpoint[len("ipc://") :]

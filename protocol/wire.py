@@ -257,6 +257,30 @@ def read_toml(path: Path) -> dict[str, Any]:
         ) from None
 
 
+_SHELL_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def shell_variable(path: str) -> str | None:
+    """The first shell variable `path` holds (`$HOME`, `${STATE_DIRECTORY}`), or None. No
+    shell reads the config file, an EnvironmentFile, a Docker `--env-file` or a ConfigMap,
+    so such a path is refused, by the agent and the clients alike: read as written, the agent
+    made a directory named `$HOME` where no one looked. A `$` that names no variable
+    (`price$5`) is part of the path."""
+    found = _SHELL_VARIABLE.search(path)
+    return found.group() if found else None
+
+
+def shell_variable_problem(path: str) -> str | None:
+    """Why `path` cannot be used as written (`shell_variable`), or None."""
+    variable = shell_variable(path)
+    if variable is None:
+        return None
+    return (
+        f"{path.strip(string.whitespace)!r} holds {variable}, which nothing expands here: "
+        "write the path out (a `~` at its start is the home directory)"
+    )
+
+
 def read_client_config(path: Path) -> ClientConfig:
     """`runtime_dir`, `events` and `control` of the TOML file at `path`, read as the agent
     reads them (keys in any case, a blank value is unset, `~` is a home directory, a relative
@@ -277,6 +301,10 @@ def read_client_config(path: Path) -> ClientConfig:
         if "\x00" in value:  # "\u0000" in TOML: no path or endpoint holds one
             raise ConfigFileError(f"config file {path}: config key {key}: holds a NUL character")
         found[name] = value.strip(string.whitespace)  # as the agent reads them
+        held = ipc_path(found[name]) if name != "runtime_dir" else found[name]
+        problem = shell_variable_problem(str(held)) if held is not None else None
+        if problem:
+            raise ConfigFileError(f"config file {path}: config key {key}: {problem}")
     runtime = found.get("runtime_dir", "")
     return ClientConfig(
         path=path,
@@ -726,6 +754,8 @@ __all__ = [
     "request_too_large",
     "resolve_endpoints",
     "runtime_dir",
+    "shell_variable",
+    "shell_variable_problem",
     "unquoted",
     "unreachable",
     "with_token",

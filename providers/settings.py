@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 from urllib.parse import urlsplit
 
 from forewarn.protocol.timefmt import parse_duration
+from forewarn.protocol.wire import shell_variable_problem
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
@@ -167,6 +168,13 @@ def _is_text_list(annotation: Any) -> bool:
     return get_origin(annotation) is list and get_args(annotation) == (str,)
 
 
+def refuse_shell_variable(path: str) -> None:
+    """A ValueError when `path` holds a shell variable (`wire.shell_variable`)."""
+    problem = shell_variable_problem(path)
+    if problem:
+        raise ValueError(problem)
+
+
 def _bare_as_text(value: Any) -> Any:
     """A TOML integer or date as its text (`3164444`, `2020-07-01`); anything else as is: a
     boolean, a fraction or a time is no text anyone meant, and stays for the key to refuse."""
@@ -209,6 +217,7 @@ def read_value(field: FieldInfo | None, value: Any) -> Any:
     if field is not None and isinstance(value, str) and _holds_path(field.annotation):
         if not value.strip(string.whitespace):
             return field.get_default(call_default_factory=True)
+        refuse_shell_variable(value)
         # `state_dir = "~/forewarn"` made a directory named `~` in the working directory; a
         # ConfigMap's YAML block (`FOREWARN_RUNTIME_DIR: |`) ends the value with a newline,
         # which made `/run/forewarn\n` beside the shared volume.
@@ -331,6 +340,7 @@ __all__ = [
     "is_seconds",
     "name_arg",
     "read_value",
+    "refuse_shell_variable",
     "seconds",
     "shown_as_written",
     "split_list",

@@ -995,6 +995,12 @@ def test_the_agent_and_its_clients_agree_on_the_runtime_directory(value: str) ->
     so the agent served where no client looked."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FOREWARN_RUNTIME_DIR", value)
+        if re.search(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_])", value):
+            # A shell variable nothing expands (`$HOME/run`): the agent refuses it, naming it
+            # (test_path_variables.py), so no agent serves where a client would look.
+            with pytest.raises(ConfigError, match="which nothing expands here"):
+                load_settings()
+            return
         assert load_settings().resolved_runtime_dir() == runtime_dir()
 
 
