@@ -166,8 +166,10 @@ def _provider_names(choices: Sequence[str]) -> Callable[[str], list[str]]:
             )
         for name, as_written in zip(names, written, strict=True):
             if name not in choices:
-                near = difflib.get_close_matches(name, choices, n=1)
-                hint = f"did you mean {near[0]!r}?" if near else f"choose from {', '.join(choices)}"
+                from forewarn.providers.registry import nearest_provider
+
+                near = nearest_provider(name, choices)
+                hint = f"did you mean {near!r}?" if near else f"choose from {', '.join(choices)}"
                 # Named as typed: `--provider AMAZON` was refused as 'amazon'.
                 raise argparse.ArgumentTypeError(f"invalid choice {as_written!r} ({hint})")
         return names

@@ -35,7 +35,7 @@ from forewarn.protocol.wire import (
     runtime_dir,
     unquoted,
 )
-from forewarn.providers.registry import REGISTRY, Registry
+from forewarn.providers.registry import ALIASES, REGISTRY, Registry, nearest_provider
 from forewarn.providers.settings import (
     ProviderSettings,
     _holds_path,
@@ -644,6 +644,12 @@ def describe_error(
             # match of `URL` is `url` to difflib.
             known = {name.lower(): name for name in _known_keys(model, loc)}
             near = difflib.get_close_matches(str(loc[-1]).lower(), list(known), n=1)
+            if len(loc) == 1:
+                # `[k8s]`, `[do]`: a provider's section by what people call it.
+                registry = getattr(model, "registry", None)
+                names = registry.names() if isinstance(registry, Registry) else ()
+                meant = nearest_provider(str(loc[0]), names)
+                near = [meant] if meant is not None and str(loc[0]).lower() in ALIASES else near
             top = {name.lower(): name for name in model.model_fields}
             leaf = str(loc[-1])
             section = model.model_fields.get(str(loc[0])) if len(loc) == 2 else None
@@ -857,6 +863,11 @@ def variable_problem(variable: str, model: type[Settings], *, strict: bool = Fal
         not strict and any(name.startswith(section + "_") for section in sections)
     ):
         return None
+    alias, _, rest = name.partition("_")
+    meant = ALIASES.get(alias.lower(), "").upper()
+    if meant in sections and f"{meant}_{rest}" in section_keys:
+        # FOREWARN_K8S_NODE_NAME, FOREWARN_DO_IMAP_HOST: a section by what people call it.
+        return f"not a setting (did you mean FOREWARN_{meant}_{rest}?)"
     near = difflib.get_close_matches(name, keys + section_keys, n=1, cutoff=0.8)
     if near:
         return f"not a setting (did you mean FOREWARN_{near[0]}?)"

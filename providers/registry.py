@@ -63,14 +63,39 @@ class Registry:
         """The message for an unknown provider name, with the nearest known one."""
         choices = list(known) if known is not None else list(self._specs)
         text = f"unknown provider {name!r}"
-        near = difflib.get_close_matches(name, choices, n=1)
+        near = nearest_provider(name, choices)
         if near:
-            text += f" (did you mean {near[0]!r}?)"
+            text += f" (did you mean {near!r}?)"
         return f"{text}; known: {', '.join(choices)}"
 
     def plus(self, *specs: ProviderSpec[Any]) -> Registry:
         """A registry with these specs added (for tests and embedders)."""
         return Registry([*self, *specs])
+
+
+# What people call a provider, where no spelling of it is close to the name it has here:
+# `providers = ["k8s"]`, `--provider do` and a `[k8s]` table were refused with no suggestion.
+ALIASES = {
+    "k8s": "kubernetes",
+    "kube": "kubernetes",
+    "eks": "kubernetes",
+    "gke": "kubernetes",
+    "aks": "kubernetes",
+    "do": "digitalocean",
+    "ec2": "aws",
+    "gce": "gcp",
+}
+
+
+def nearest_provider(name: str, choices: Iterable[str]) -> str | None:
+    """The provider among `choices` that `name` most likely means: by a common name for it
+    (`ALIASES`), else the closest spelling, else None."""
+    known = list(choices)
+    meant = ALIASES.get(name.lower())
+    if meant in known:
+        return meant
+    near = difflib.get_close_matches(name.lower(), known, n=1)
+    return near[0] if near else None
 
 
 REGISTRY = Registry(
@@ -84,4 +109,4 @@ REGISTRY = Registry(
     ]
 )
 
-__all__ = ["REGISTRY", "Registry", "UnknownProvider"]
+__all__ = ["ALIASES", "REGISTRY", "Registry", "UnknownProvider", "nearest_provider"]
