@@ -56,7 +56,7 @@ def test_the_path_keys_are_found() -> None:
     )
 
 
-@settings(max_examples=examples(40), deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     key=st.sampled_from(PATH_KEYS),
     source=st.sampled_from(["toml", "env", "set"]),
