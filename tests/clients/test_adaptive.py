@@ -6,8 +6,8 @@ import ast
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 from forewarn.clients import adaptive, overhead
 from forewarn.clients.adaptive import (
@@ -18,6 +18,12 @@ from forewarn.clients.adaptive import (
     young_interval,
 )
 from forewarn.clients.overhead import Scenario, best_interval
+from support import LazyModule
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # imported at first use, not while collecting (tests/test_collection_imports.py)
+    np = LazyModule("numpy")
 
 
 def test_before_any_flush_the_interval_is_the_minimum() -> None:
@@ -159,7 +165,7 @@ def test_it_imports_the_standard_library_only(module: object) -> None:
 # Flush times around a mean the optimum is planned for; regret is the extra overhead of the
 # adaptive interval over the optimum for the mean flush, averaged once the window is full.
 FLUSH = 20.0
-Draw = Callable[[np.random.Generator, int], np.ndarray]
+Draw = Callable[["np.random.Generator", int], "np.ndarray"]
 
 
 def lognormal(sigma: float) -> Draw:

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 from forewarn.agent.config import load_settings
@@ -29,7 +28,10 @@ from kustomize_render import (
     render_example,
 )
 from status_probe import run_check, runs_status, silent_agent, status_timeout
-from support import AgentProcess, agent_env, requires
+from support import AgentProcess, LazyModule, agent_env, requires
+
+# Imported at first use, not while collecting (tests/test_collection_imports.py).
+kubernetes_validate = LazyModule("kubernetes_validate")
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.32.0"

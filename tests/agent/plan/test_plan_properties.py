@@ -8,30 +8,42 @@ tests/clients/test_overhead.py; these check the plan's inputs reach it as docume
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 from forewarn.agent.plan import Timing, choose_interval, notice, overhead, warnings
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
-from support import examples
+from support import LazyModule, examples
 
-NODES, WEIGHTS = np.polynomial.legendre.leggauss(64)
+if TYPE_CHECKING:
+    import numpy as np
+else:  # imported at first use, not while collecting (tests/test_collection_imports.py)
+    np = LazyModule("numpy")
 
 
-Curve = Callable[[np.ndarray], np.ndarray]
+@functools.cache
+def gauss_legendre() -> tuple[np.ndarray, np.ndarray]:
+    """The nodes and weights of 64-point Gauss-Legendre quadrature on [-1, 1]."""
+    nodes, weights = np.polynomial.legendre.leggauss(64)
+    return nodes, weights
+
+
+Curve = Callable[["np.ndarray"], "np.ndarray"]
 
 
 def integrate(f: Curve, low: float, high: float, breaks: list[float]) -> float:
     """∫ f over [low, high], split at `breaks` (where f jumps)."""
     edges = sorted({low, high, *(b for b in breaks if low < b < high)})
     total = 0.0
+    nodes, weights = gauss_legendre()
     for a, b in itertools.pairwise(edges):
-        x = (b - a) / 2 * NODES + (a + b) / 2
-        total += float((b - a) / 2 * np.sum(WEIGHTS * f(x)))
+        x = (b - a) / 2 * nodes + (a + b) / 2
+        total += float((b - a) / 2 * np.sum(weights * f(x)))
     return total
 
 

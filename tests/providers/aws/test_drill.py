@@ -11,11 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.stub import ANY, Stubber
 from forewarn.providers.aws import drill
-from support import agent_env, run_forewarn
+from support import LazyModule, agent_env, run_forewarn
+
+# Imported at first use, not while collecting (tests/test_collection_imports.py).
+boto3 = LazyModule("boto3")
+botocore_stub = LazyModule("botocore.stub")
 
 INSTANCE = "i-0123456789abcdef0"
 ROLE = "arn:aws:iam::123456789012:role/fis-spot"
@@ -34,8 +36,8 @@ class Stubbed:
             aws_access_key_id="testing", aws_secret_access_key="testing", region_name="eu-west-1"
         )
         self.clients = drill.Clients(fis=session.client("fis"), iam=session.client("iam"))
-        self.fis = Stubber(self.clients.fis)
-        self.iam = Stubber(self.clients.iam)
+        self.fis = botocore_stub.Stubber(self.clients.fis)
+        self.iam = botocore_stub.Stubber(self.clients.iam)
 
     def created_and_started(self, template_id: str, template: dict[str, Any]) -> None:
         self.fis.add_response(
@@ -45,7 +47,7 @@ class Stubbed:
             "start_experiment",
             {"experiment": {"id": "EXP1", "state": {"status": "initiating"}}},
             {
-                "clientToken": ANY,
+                "clientToken": botocore_stub.ANY,
                 "experimentTemplateId": template_id,
                 "tags": {"Name": "forewarn-drill"},
             },
@@ -71,7 +73,7 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stubbed]:
 
 def expected_template(role: str = ROLE, duration: str = "PT2M") -> dict[str, Any]:
     return {
-        "clientToken": ANY,
+        "clientToken": botocore_stub.ANY,
         "description": f"forewarn drill: spot interruption of {INSTANCE}",
         "roleArn": role,
         "stopConditions": [{"source": "none"}],
@@ -85,7 +87,7 @@ def expected_template(role: str = ROLE, duration: str = "PT2M") -> dict[str, Any
         "actions": {
             "interrupt": {
                 "actionId": "aws:ec2:send-spot-instance-interruptions",
-                "description": ANY,
+                "description": botocore_stub.ANY,
                 "parameters": {"durationBeforeInterruption": duration},
                 "targets": {"SpotInstances": "spotInstance"},
             }
@@ -165,7 +167,7 @@ def test_create_role_makes_the_fis_role_first(stubbed: Stubbed) -> None:
         {
             "RoleName": drill.ROLE_NAME,
             "AssumeRolePolicyDocument": json.dumps(drill.TRUST_POLICY),
-            "Description": ANY,
+            "Description": botocore_stub.ANY,
         },
     )
     stubbed.iam.add_response(
@@ -210,7 +212,7 @@ def test_without_yes_nothing_is_sent(
     template, _ = json.JSONDecoder().raw_decode(out[start:])
     expected = expected_template()
     del expected["clientToken"]
-    template["actions"]["interrupt"]["description"] = ANY
+    template["actions"]["interrupt"]["description"] = botocore_stub.ANY
     assert template == expected
     assert "Nothing was sent" in out
 

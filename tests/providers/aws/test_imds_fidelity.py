@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from botocore.utils import InstanceMetadataFetcher, InstanceMetadataRegionFetcher
 from forewarn.providers.aws.imds import (
     IDENTITY_PATH,
     SCHEDULED_PATH,
@@ -23,6 +22,10 @@ from forewarn.providers.aws.imds import (
 )
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
+from support import LazyModule
+
+# Imported at first use, not while collecting (tests/test_collection_imports.py).
+botocore_utils = LazyModule("botocore.utils")
 
 
 @pytest.fixture
@@ -38,7 +41,7 @@ def get(http: httpx.Client, path: str) -> httpx.Response:
 
 def test_botocore_region_fetcher_reads_the_simulator(server: SimServer, sim: ImdsSimulator) -> None:
     # botocore asks for placement/availability-zone/ (with the slash) and cuts the last letter.
-    fetcher = InstanceMetadataRegionFetcher(
+    fetcher = botocore_utils.InstanceMetadataRegionFetcher(
         timeout=2, num_attempts=1, base_url=server.url + "/", env={}
     )
     assert fetcher.retrieve_region() == "us-east-1"
@@ -49,7 +52,9 @@ def test_botocore_region_fetcher_reads_the_simulator(server: SimServer, sim: Imd
 def test_botocore_credential_fetcher_reads_role_credentials(
     server: SimServer, sim: ImdsSimulator
 ) -> None:
-    fetcher = InstanceMetadataFetcher(timeout=2, num_attempts=1, base_url=server.url + "/", env={})
+    fetcher = botocore_utils.InstanceMetadataFetcher(
+        timeout=2, num_attempts=1, base_url=server.url + "/", env={}
+    )
     credentials = fetcher.retrieve_iam_role_credentials()
     assert credentials["role_name"] == "forewarn-sim-role"
     assert credentials["access_key"].startswith("ASIA")
