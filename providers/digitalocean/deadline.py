@@ -25,7 +25,6 @@ from .written import (
     RELATIVE,
     TIME_ONLY,
     WEEKDAYS,
-    WRITTEN_TIMES,
     amount_hours,
     is_year_of_a_date,
     less_tolerance,
@@ -33,6 +32,7 @@ from .written import (
     shift_before,
     tolerance_at,
     written_time,
+    written_times,
 )
 
 # Marks the words of a deadline whose numeric date has two readings (day or month first).
@@ -295,7 +295,7 @@ class _Matches:
         forms: list[tuple[re.Match[str], ...]] = []
         tails: list[int | None] = []
         scanned: list[bool] = []
-        for index, (needed, pattern) in enumerate(WRITTEN_TIMES):
+        for index, (needed, pattern) in enumerate(written_times()):
             if needed is not None:
                 if needed not in present:
                     present[needed] = needed.search(text) is not None

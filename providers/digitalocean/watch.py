@@ -863,8 +863,11 @@ def _mail() -> ModuleType:
     """The mail parser (`mail`), loaded on first use: its patterns take about half a CPU-second
     to compile, and an agent of `--provider auto` builds this watcher to probe for
     DigitalOcean on any cloud. Loaded by the watcher once it watches, in a thread off the
-    loop (its heartbeats go on), before the first mail is judged."""
-    return importlib.import_module(f"{__package__}.mail")
+    loop (its heartbeats go on), before the first mail is judged. Its dated-time patterns,
+    built at their first use (`written.written_times`), are built here with it."""
+    module = importlib.import_module(f"{__package__}.mail")
+    importlib.import_module(f"{__package__}.written").written_times()
+    return module
 
 
 def reclaim_verdict(

@@ -734,11 +734,26 @@ _TOLERANCES.append(
         re.IGNORECASE,
     )
 )
+
+
 # A tolerance between a time and its date ("14:00 UTC (± 30 min) on December 3", "14:00 UTC
 # -30min on December 3"): the date was lost, and the time read on the mail's day, days early.
-WRITTEN_TIMES = _written_time_patterns(
-    "|".join(re.sub(r"\(\?P<\w+>", "(?:", tolerance.pattern) for tolerance in _TOLERANCES)
-)
+# Built at the first mail read, not as this module loads: compiling them is ~0.5 CPU-s, paid
+# before by every process that imported the mail reader (each pytest worker collecting the
+# mail tests) whether or not it read a mail. `WRITTEN_TIMES` names the same list.
+@functools.cache
+def written_times() -> list[tuple[re.Pattern[str] | None, re.Pattern[str]]]:
+    """The patterns of a time with its date, each with the pattern a text must hold for it
+    to be tried (`_written_time_patterns`, with the tolerances as the margin)."""
+    return _written_time_patterns(
+        "|".join(re.sub(r"\(\?P<\w+>", "(?:", tolerance.pattern) for tolerance in _TOLERANCES)
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WRITTEN_TIMES":
+        return written_times()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def tolerance_at(text: str, end: int) -> re.Match[str] | None:
@@ -1107,7 +1122,6 @@ __all__ = [
     "SHIFT",
     "TIME_ONLY",
     "WEEKDAYS",
-    "WRITTEN_TIMES",
     "amount_hours",
     "is_year_of_a_date",
     "less_tolerance",
@@ -1115,4 +1129,5 @@ __all__ = [
     "shift_before",
     "tolerance_at",
     "written_time",
+    "written_times",
 ]

@@ -17,7 +17,7 @@ from do_support import verdict
 from forewarn.providers.digitalocean import cancel, deadline
 from forewarn.providers.digitalocean import message as mail_message
 from forewarn.providers.digitalocean.message import read_mail
-from forewarn.providers.digitalocean.written import WRITTEN_TIMES
+from forewarn.providers.digitalocean.written import written_times
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import examples
@@ -94,11 +94,10 @@ def test_a_mail_without_a_usable_time_is_scanned_for_times_once_per_text() -> No
         return _Counted(pattern, scans.setdefault(name, []))
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            deadline,
-            "WRITTEN_TIMES",
-            [(needed, counted(f"dated {n}", p)) for n, (needed, p) in enumerate(WRITTEN_TIMES)],
-        )
+        dated = [
+            (needed, counted(f"dated {n}", p)) for n, (needed, p) in enumerate(written_times())
+        ]
+        patch.setattr(deadline, "written_times", lambda: dated)
         for name in ("TIME_ONLY", "EPOCH", "RELATIVE"):
             patch.setattr(deadline, name, counted(name, getattr(deadline, name)))
         found = verdict(body)

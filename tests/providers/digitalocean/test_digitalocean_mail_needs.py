@@ -7,14 +7,14 @@ from __future__ import annotations
 import re
 
 from forewarn.providers.digitalocean.deadline import _Matches
-from forewarn.providers.digitalocean.written import WRITTEN_TIMES
+from forewarn.providers.digitalocean.written import written_times
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import examples
 
 
 def _tried(text: str) -> list[re.Pattern[str]]:
-    return [pattern for needed, pattern in WRITTEN_TIMES if needed is None or needed.search(text)]
+    return [pattern for needed, pattern in written_times() if needed is None or needed.search(text)]
 
 
 def _both_ways(date: str) -> list[str]:
@@ -36,7 +36,7 @@ def test_a_mail_whose_dates_have_no_year_is_not_searched_for_dates_with_one() ->
     tried = _tried(text)
     with_year = {
         pattern
-        for _needed, pattern in WRITTEN_TIMES
+        for _needed, pattern in written_times()
         if any(pattern.search(text) for text in _WITH_YEAR)
         and not any(pattern.search(text) for text in _WITHOUT_YEAR)
     }
@@ -76,7 +76,7 @@ def test_leaving_out_the_forms_whose_date_is_absent_finds_every_time(parts: list
     text = "".join(parts)
     everything = [
         (index, *match.span())
-        for index, (_needed, pattern) in enumerate(WRITTEN_TIMES)
+        for index, (_needed, pattern) in enumerate(written_times())
         for match in pattern.finditer(text)
     ]
     assert list(_Matches(text).dated_by_place) == everything

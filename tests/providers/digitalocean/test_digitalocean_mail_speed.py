@@ -9,6 +9,8 @@ import inspect
 import re
 import re._constants as sre_constants
 import re._parser as sre_parser
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -356,3 +358,27 @@ def test_a_shift_written_across_where_the_first_reading_starts_is_read_in_the_wh
         deadline._dated_in(text[cut:], sent, sent.tzinfo)
         assert deadline._dated_in(text, sent, sent.tzinfo) == own, cut
         assert any(tail is not None for tail in deadline._matches(text).tails), cut
+
+
+def test_loading_the_mail_reader_compiles_no_dated_time_pattern() -> None:
+    # Every xdist worker imports the mail tests to collect them, and the dated forms' patterns
+    # (~0.5 CPU-s of compiling) were built as `written` loaded, whether or not the process
+    # then read a mail. They are built at their first use, and the watcher builds them where
+    # it loads the parser (`watch._mail`, in a thread off the loop, before the first mail).
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import forewarn.providers.digitalocean.mail\n"
+            "from forewarn.providers.digitalocean import watch, written\n"
+            "print('WRITTEN_TIMES' in vars(written), written.written_times.cache_info().currsize)\n"
+            "watch._mail()\n"
+            "print(written.written_times.cache_info().currsize)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == ["False", "0", "1"]
+    assert written.WRITTEN_TIMES is written.written_times()
