@@ -81,3 +81,13 @@ def test_a_property_count_of_sixty_or_more_is_named_with_examples() -> None:
                 if int(count) >= NAMED_FROM and "stateful_step_count" not in line:
                     plain.append(f"{path.relative_to(tests)}:{number}")
     assert not plain, plain
+
+
+def test_a_property_without_a_count_draws_sixty_in_the_suite_and_all_in_the_thorough_run() -> None:
+    """237 property tests name no `max_examples` (Hypothesis's default, 100): the suite's
+    profile draws 60 of their fixed draw, `thorough` and `explore` all 100."""
+    from hypothesis import settings
+
+    assert settings.get_profile("forewarn").max_examples == 60
+    assert settings.get_profile("thorough").max_examples == 100
+    assert settings.get_profile("explore").max_examples == 100
