@@ -7,11 +7,13 @@ from __future__ import annotations
 import logging
 import os
 
-import boto3
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore, S3Options
 from forewarn.clients.checkpoint.s3 import MIN_PART
 from s3_proxy import XML, Reply, Request, S3Proxy
+from support import LazyModule
+
+boto3 = LazyModule("boto3")
 
 _EXPIRED = (
     b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ExpiredToken</Code>"
