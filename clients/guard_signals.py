@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 from .guard_state import GuardState
+from .guard_terminal import detach_hung_up_terminal, watch_terminal_output
 from .workers import guard_handles_sigterm
 from .workers_guardbyte import guard_handles_sighup
 
@@ -74,6 +75,9 @@ class SignalHandling(GuardState):
                     # closes): the guard saves on it, its workers feed the loop until then.
                     guard_handles_sighup(True)
                     self._protecting_from_hangup = True
+                    # A print to the terminal after it hung up, before that SIGHUP, raised
+                    # EIO in the loop: such a write is dropped and saved on (guard_terminal).
+                    watch_terminal_output()
                 # None: a handler installed outside Python, which Python cannot put back;
                 # handing None to signal.signal() raises, so the default stands in for it.
                 self._previous_handlers[signum] = signal.SIG_DFL if previous is None else previous
@@ -146,7 +150,7 @@ class SignalHandling(GuardState):
             return
         name = signal.Signals(signum).name
         if signum == signal.SIGHUP:
-            _detach_hung_up_terminal()
+            detach_hung_up_terminal()
         if self._exit and ("signal" in self._pending or self._exit_answered):
             if signum in (signal.SIGTERM, signal.SIGHUP) or _a_launchers_rank():
                 # Platforms send SIGTERM more than once: systemd's KillMode=control-group hits
@@ -271,27 +275,6 @@ def _hangup_is_ours(handler: object) -> bool:
     return handler == signal.SIG_DFL or isinstance(
         getattr(handler, "__self__", None), SignalHandling
     )
-
-
-def _detach_hung_up_terminal() -> None:
-    """Point stdout and stderr at /dev/null where they are a terminal that has hung up: the
-    loop's next progress line to it raised `OSError: [Errno 5] Input/output error`, and the
-    job ended with a traceback before the save the SIGHUP asked for. A terminal still there
-    (a SIGHUP sent by hand) keeps them."""
-    for fd in (1, 2):
-        try:
-            if os.isatty(fd):
-                continue  # a terminal that answers: not hung up
-            name = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if not name.startswith(("/dev/pts/", "/dev/tty")):
-            continue
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, fd)
-        finally:
-            os.close(null)
 
 
 def _calls_request(handler: object) -> bool:

@@ -12,7 +12,7 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
-from support import eventually, sighup_as_in_a_terminal
+from support import as_in_a_terminal, eventually, sighup_as_in_a_terminal
 
 SCRIPT = Path(__file__).with_name("hangup_job.py")
 
@@ -93,3 +93,51 @@ def test_a_job_started_under_nohup_trains_on_through_a_sighup(tmp_path: Path) ->
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     assert records(record)[-1] == {"exit": 143}
+
+
+def test_a_print_to_a_terminal_that_hung_up_saves_as_its_sighup_would(tmp_path: Path) -> None:
+    """Found printing each step to the terminal (`bash -i` under a pty, as sshd runs it) and
+    closing it: the terminal answers a write with EIO from the moment it hangs up, and bash's
+    SIGHUP comes a moment later; a print in between raised `OSError: [Errno 5] Input/output
+    error` in the loop, before the guard saw any signal, and the job ended unsaved. Here the
+    job's output is a terminal that is not its controlling one (no SIGHUP ever comes): the
+    window made as long as it gets. The print that meets the hung-up terminal is dropped, and
+    the guard saves and exits as on that terminal's SIGHUP."""
+    record = tmp_path / "record"
+    master, terminal = pty.openpty()
+    try:
+        job = subprocess.Popen(
+            as_in_a_terminal([sys.executable, str(SCRIPT), str(record)]),
+            stdin=subprocess.DEVNULL,
+            stdout=terminal,
+            stderr=terminal,
+            cwd=tmp_path,
+            env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
+            start_new_session=True,  # the pty is not its controlling terminal: no SIGHUP
+        )
+    finally:
+        os.close(terminal)
+    said = b""
+    try:
+        with suppress(OSError):  # the job's terminal output, read so it never blocks
+
+            def read() -> bool:
+                nonlocal said
+                said += os.read(master, 65536)
+                return steps(record) >= 5
+
+            eventually(read, timeout=60, what="step 5")
+        os.close(master)  # the terminal hangs up
+        master = -1
+        code = job.wait(timeout=60)
+    finally:
+        if master >= 0:
+            os.close(master)
+        with suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    done = records(record)
+    saved = [r["saved"] for r in done if "saved" in r]
+    assert saved and saved[-1] >= 5, (done[-3:], said[-2000:])
+    assert done[-1] == {"exit": 129}, done[-3:]
+    assert code == 129

@@ -1,0 +1,126 @@
+"""The job's output to its terminal while a guard handles SIGHUP: a write that meets the terminal
+hung up is dropped, and the guard saves as on the terminal's SIGHUP.
+
+A terminal answers every write with EIO from the moment it hangs up (its ssh session closed:
+the pty's master side closed), and the shell's SIGHUP to the job comes a moment later, or never
+where the job is not in the terminal's session. A progress line printed in that window raised
+`OSError: [Errno 5] Input/output error` in the loop, before the guard saw any signal, and the
+job ended unsaved (a loop printing every millisecond, typed into `bash -i` under a pty and the
+terminal closed: 5 of 10 runs). So `sys.stdout` and `sys.stderr`, where they are the process's
+own and a terminal, are given a raw file that catches that EIO: the terminal is gone for good
+(it no longer answers as a terminal), its descriptors are pointed at /dev/null, the process is
+sent the SIGHUP the shell would send (the guard's handler saves and exits 129; the shell's, when
+it comes, is a repeat), and the write is dropped, as every later one is. Output that is not a
+terminal is not wrapped, and costs nothing more.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, cast
+
+from . import workers_guardbyte
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+# The process that wrapped its streams; a child forked from it (a fork worker) drops a write
+# to the hung-up terminal too, but sends no SIGHUP: the guard there is its parent's copy.
+_wrapped_in = 0
+
+
+class _TerminalFile(io.FileIO):
+    """The raw file under a wrapped `sys.stdout` or `sys.stderr`: a terminal's descriptor."""
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        try:
+            return _write(self, data)
+        except OSError as error:
+            if error.errno != errno.EIO or not _hung_up(self.fileno()):
+                raise
+            return memoryview(data).nbytes  # dropped: the terminal is gone
+
+
+_write = io.FileIO.write
+
+
+def _hung_up(fd: int) -> bool:
+    """Whether the terminal `fd` is has hung up while a guard handles SIGHUP; if so its
+    descriptors are pointed at /dev/null and the guard's process is sent SIGHUP."""
+    if workers_guardbyte._guards_handling_sighup <= 0 or os.isatty(fd):
+        # No guard to save on it (closed, or SIGHUP not its: `nohup`), or a terminal that
+        # still answers (an orphaned background job's write): as without forewarn.
+        return False
+    detach_hung_up_terminal()
+    if os.getpid() == _wrapped_in:
+        # As the shell's SIGHUP would: the guard's handler, on the main thread, asks for the
+        # save and the exit (or the handler that replaced it does what it does).
+        os.kill(os.getpid(), signal.SIGHUP)
+    return True
+
+
+def watch_terminal_output() -> None:
+    """Give `sys.stdout` and `sys.stderr` a raw file that catches a hung-up terminal's EIO,
+    where each is the interpreter's own and a terminal (once per process; kept after the guard
+    closes, where it acts only while a guard handles SIGHUP)."""
+    global _wrapped_in
+    if _wrapped_in == os.getpid():
+        return
+    _wrapped_in = os.getpid()
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        # Only the interpreter's own: one a job or a tool put there (a tee, a capture) is its.
+        if stream is None or stream is not getattr(sys, f"__{name}__"):
+            continue
+        if type(stream) is not io.TextIOWrapper:
+            continue
+        try:
+            fd = stream.fileno()
+            if not os.isatty(fd):
+                continue
+            stream.flush()
+        except (OSError, ValueError):
+            continue
+        raw = _TerminalFile(fd, "w", closefd=False)
+        raw.name = stream.name  # '<stdout>', as before
+        # Buffered as it was: unbuffered (`python -u`, PYTHONUNBUFFERED) its layer below the
+        # text is the raw file itself; given a buffer there, a line written without a flush
+        # (a logging handler's) waited in it.
+        below = io.BufferedWriter(raw) if isinstance(stream.buffer, io.BufferedWriter) else raw
+        wrapped = io.TextIOWrapper(
+            cast(io.BufferedWriter, below),  # or the raw file, as Python's own is under -u
+            encoding=stream.encoding,
+            errors=stream.errors,
+            line_buffering=stream.line_buffering,
+            write_through=stream.write_through,
+        )
+        wrapped.mode = stream.mode  # type: ignore[misc]
+        setattr(sys, name, wrapped)
+
+
+def detach_hung_up_terminal() -> None:
+    """Point stdout and stderr at /dev/null where they are a terminal that has hung up: the
+    loop's next progress line to it raised `OSError: [Errno 5] Input/output error`, and the
+    job ended with a traceback before the save the SIGHUP asked for. A terminal still there
+    (a SIGHUP sent by hand) keeps them."""
+    for fd in (1, 2):
+        try:
+            if os.isatty(fd):
+                continue  # a terminal that answers: not hung up
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not name.startswith(("/dev/pts/", "/dev/tty")):
+            continue
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+
+
+__all__ = ["detach_hung_up_terminal", "watch_terminal_output"]
