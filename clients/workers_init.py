@@ -38,9 +38,10 @@ def ignore_job_signals(worker_id: int | None = None) -> None:
     process. The main process's own SIGTERM still ends it: the DataLoader and
     multiprocessing's exit handler stop workers that way, and a worker deaf to them would hold
     the job's exit up. The sender is known from the signal's siginfo (`sigwaitinfo`, Linux);
-    where that is not available SIGTERM is ignored outright. Give `worker_init_fn()` instead
-    under spawn and forkserver: only it also ends the worker when the main process exits,
-    which matters when a thread the worker had before this call takes that SIGTERM."""
+    where that is not available SIGTERM is ignored outright. Given to a torch DataLoader
+    (`worker_init_fn=ignore_job_signals`), its workers run `worker_init_fn()` in its place
+    (`_chain_torch_worker_init`): they also end when the main process exits, and outlive a
+    closed terminal's SIGHUP while a guard handles it."""
     if multiprocessing.parent_process() is None:
         # Not a worker: `worker_init_fn=ignore_job_signals()`, called where it should be
         # given. The training process itself ignored SIGINT and exited 0 on its parent's
@@ -146,9 +147,18 @@ def _chain_torch_worker_init(process: Any) -> None:
         # Given worker_init_fn(): a fork worker reads whether a guard handles SIGHUP here.
         init.hangup = workers_guardbyte._guard_handles_sigterm_here
         return
-    if init is ignore_job_signals or init is worker_init_fn:
-        # Protected already, or this module's factory given uncalled: its worker raises the
-        # TypeError that says so.
+    if init is worker_init_fn:
+        return  # this module's factory given uncalled: its worker raises the TypeError
+    if init is ignore_job_signals:
+        # Given uncalled, as people write it: protected from SIGTERM and SIGINT with or without
+        # a guard, as asked, but not from the SIGHUP a closed terminal sends the job's whole
+        # process group while a guard handles it (it had no byte to read that from), so the
+        # loop raised `DataLoader worker (pid …) is killed by signal: Hangup` before the save.
+        # It is `worker_init_fn()`'s, with the hangup byte and a lifeline.
+        chained = _Chained(None)
+        chained.hangup = workers_guardbyte._guard_handles_sigterm_here
+        args[index] = chained
+        process._args = tuple(args)
         return
     if init is not None and not callable(init):
         return  # not an init torch could call either: its own error stands

@@ -4,7 +4,10 @@ ones run out within a few steps; run by hand in a terminal. It records each step
 and its exit code in a file (the terminal is gone by then)
 and ends with `sys.exit(guard.exit_code)`.
 
-    hangup_loader_job.py RECORD loader|pool|executor fork|spawn|forkserver
+    hangup_loader_job.py RECORD loader|pool|executor fork|spawn|forkserver [INIT]
+
+INIT, the DataLoader's worker_init_fn: none (the default), ignore_job_signals (given
+uncalled, as people write it) or worker_init_fn() (the README's spelling).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
-from forewarn.clients import CheckpointGuard
+from forewarn.clients import CheckpointGuard, worker_init_fn
+from forewarn.clients.workers import ignore_job_signals
 from torch.utils.data import DataLoader, Dataset
 
 
@@ -37,6 +41,9 @@ def square(x: int) -> int:
 def main() -> int:
     record = open(sys.argv[1], "a", buffering=1)  # noqa: SIM115 (open for the whole run)
     kind, method = sys.argv[2], sys.argv[3]
+    init = {"none": None, "ignore_job_signals": ignore_job_signals}.get(
+        sys.argv[4] if len(sys.argv) > 4 else "none", worker_init_fn()
+    )
     guard = CheckpointGuard(every_steps=100_000, notices=False)
     model = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -47,7 +54,13 @@ def main() -> int:
             lambda: torch.tensor(list(pool.map(square, range(4))), dtype=torch.float), None
         )
     else:
-        loader = DataLoader(Slow(), batch_size=2, num_workers=2, multiprocessing_context=context)
+        loader = DataLoader(
+            Slow(),
+            batch_size=2,
+            num_workers=2,
+            multiprocessing_context=context,
+            worker_init_fn=init,
+        )
         batches = (batch.float() for batch in loader)
     for step, batch in enumerate(batches, start=1):
         loss = model(batch.view(-1, 1)).pow(2).mean()

@@ -60,6 +60,24 @@ def test_a_closed_terminal_leaves_the_workers_feeding_the_loop_until_the_save(
     SIGHUP to the job's process group killed the workers, and the loop raised `DataLoader
     worker (pid …) is killed by signal: Hangup` before the guard's save (exit 1, every step
     since the last save lost); a Pool's map hung on its dead workers."""
+    closed_terminal(tmp_path, [kind, method])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("init", ["ignore_job_signals", "worker_init_fn()"])
+def test_workers_given_their_init_outlive_a_closed_terminal_either_way_it_is_written(
+    tmp_path: Path, init: str, method: str
+) -> None:
+    """Found reading the README: `worker_init_fn=ignore_job_signals` given uncalled (as people
+    write it) left the workers without SIGHUP protection, so a closed terminal's SIGHUP ended
+    them and the loop raised `DataLoader worker (pid …) is killed by signal: Hangup` before
+    the save; `worker_init_fn()` protected them. Both spellings now protect the same."""
+    closed_terminal(tmp_path, ["loader", method, init])
+
+
+def closed_terminal(tmp_path: Path, job: list[str]) -> None:
+    """The job (hangup_loader_job.py's arguments after RECORD) typed into `bash -i` under a
+    pty, as sshd runs it, the terminal closed after step 5: saved, exit 129, nothing left."""
     record = tmp_path / "record"
     env = dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path), PS1="$ ")
     pid, master = pty.fork()
@@ -74,7 +92,7 @@ def test_a_closed_terminal_leaves_the_workers_feeding_the_loop_until_the_save(
     # traceback, if any, is what a failure here must show.
     errors = tmp_path / "job.err"
     os.set_blocking(master, False)  # the terminal shows only bash's prompt now: never wait on it
-    command = shlex.join([sys.executable, str(SCRIPT), str(record), kind, method])
+    command = shlex.join([sys.executable, str(SCRIPT), str(record), *job])
     command += f" > {shlex.quote(str(tmp_path / 'job.out'))} 2> {shlex.quote(str(errors))}"
     sid = pid
     try:
