@@ -91,12 +91,35 @@ def _spawnv_passfds(path: Any, args: Any, passfds: Any) -> int:
     in it (_forkserver): a job-wide SIGTERM then ended it, and the DataLoader raised
     `EOFError` as it asked it for a worker."""
     caller = sys._getframe(1).f_locals.get("self")
+    if _is_resource_tracker(caller):
+        return _starting_resource_tracker(path, args, passfds)
     spawning = _forking.__dict__.pop("spawning", None)
     if (spawning is None or caller is not spawning) and not _preloading_fork_server(caller):
         return _plain_spawnv_passfds(path, args, passfds)
     if spawning is None or caller is not spawning:
         args = _with_jobs_sys_path(args)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED_AT_START)
+    try:
+        return _plain_spawnv_passfds(path, args, passfds)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _is_resource_tracker(caller: object) -> bool:
+    module = sys.modules.get("multiprocessing.resource_tracker")
+    tracker = getattr(module, "ResourceTracker", None)
+    return isinstance(tracker, type) and isinstance(caller, tracker)
+
+
+def _starting_resource_tracker(path: Any, args: Any, passfds: Any) -> int:
+    """multiprocessing's resource tracker, started with SIGHUP blocked, which it keeps: it
+    ignores SIGINT and SIGTERM so that it outlives its job and cleans up what the job leaves
+    (it ends when the job's last process closes its pipe), but a closed terminal's SIGHUP to
+    the job's whole process group ended it. The job, saving on that SIGHUP, then warned
+    `resource_tracker: process died unexpectedly, relaunching. Some resources might leak.`
+    with a `KeyError` traceback for every semaphore it freed after, and what the dead tracker
+    knew of was left behind had the job died before its exit."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     try:
         return _plain_spawnv_passfds(path, args, passfds)
     finally:

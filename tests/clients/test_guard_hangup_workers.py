@@ -193,3 +193,31 @@ def test_pool_workers_that_outlived_a_sighup_end_when_the_main_process_dies(
         with suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_the_resource_tracker_outlives_a_closed_terminals_sighup(
+    tmp_path: Path, method: str
+) -> None:
+    """Found sending a spawn (or forkserver) DataLoader job's process group SIGHUP, as bash does
+    as its terminal closes: multiprocessing's resource tracker, which ignores SIGINT and
+    SIGTERM so that it outlives its job and cleans up after it, died of it; the job saved and
+    exited 129, but warned twice `resource_tracker: process died unexpectedly, relaunching.
+    Some resources might leak.` and printed 14 `KeyError` tracebacks (each semaphore freed
+    after, unknown to the tracker started again), and what the dead tracker knew of would
+    not have been cleaned up after a crash."""
+    record = tmp_path / "record"
+    job = start_job(tmp_path, "loader", method)
+    try:
+        eventually(lambda: steps(record) >= 5, timeout=120, what="step 5")
+        os.killpg(job.pid, signal.SIGHUP)  # the closed terminal's, to the whole group
+        assert job.wait(timeout=60) == 129
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert records(record)[-1] == {"exit": 129}
+    assert job.stderr is not None
+    said = job.stderr.read()
+    assert "resource_tracker" not in said, said[-2000:]
+    assert "KeyError" not in said, said[-2000:]
