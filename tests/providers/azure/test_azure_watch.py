@@ -25,6 +25,7 @@ from hypothesis import given
 from hypothesis import settings as examples
 from hypothesis import strategies as st
 from support import agent_env, eventually_async, free_port, run_forewarn, running_watcher
+from support import examples as share_of
 
 
 @pytest.mark.parametrize(
@@ -578,7 +579,7 @@ def _mine(event: dict[str, object]) -> bool:
     return "gpu-0" in [name.lower() for name in resources]
 
 
-@examples(max_examples=60, deadline=None)
+@examples(max_examples=share_of(60), deadline=None)
 @given(
     changes=st.lists(st.tuples(_CHANGE, st.integers(-3, 1)), max_size=30),
     freeze=st.booleans(),
