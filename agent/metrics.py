@@ -281,7 +281,8 @@ class MetricsObserver(Observer):
         # first sample as the baseline: the event that created the series is never seen, and a
         # spot VM's first terminate is mostly its only one. So the series one alerts on start
         # at 0: each reason the provider declares, drain and terminate (clears are no alert),
-        # and the crash and state-write errors. Bounded by the providers' declared reasons.
+        # the terminates a job missed (unacked), and the crash and state-write errors. Bounded
+        # by the providers' declared reasons.
         # Histograms too: rate(forewarn_flush_seconds_bucket[1d]) read nothing of the first
         # flush, the one a job makes at its first notice.
         for name in providers:
@@ -291,6 +292,7 @@ class MetricsObserver(Observer):
                     self.notices.labels(name, reason, action)
                 self.escalations.labels(name, reason)
                 self.expired.labels(name, reason)
+                self.unacked.labels(name, reason)
                 self.lead_time.labels(name, reason)
             self.detection_delay.labels(name)
             for kind in AGENT_KINDS:

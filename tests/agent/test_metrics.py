@@ -986,6 +986,21 @@ def test_the_histograms_start_at_0_too():
     assert lead == {"aws"}
 
 
+def test_the_unacked_terminates_start_at_0_too():
+    """forewarn_unacked_terminates_total appeared at its first increment (walked: an agent
+    with local and aws, a job stopped under a 45 s drain, the scrape after its deadline
+    showed `{provider="local",reason="manual"} 1.0` and the scrapes before no series at
+    all), so increase() over it said 0 for the first terminate a job missed, mostly a spot
+    VM's only one: the alert on lost work never fired."""
+    observer = MetricsObserver()
+    observer.on_start(["local", "aws"])
+    found = scrape(observer)
+    for provider in ("local", "aws"):
+        for reason in REGISTRY[provider].reasons:
+            labels = {"provider": provider, "reason": reason}
+            assert value(found, "forewarn_unacked_terminates_total", **labels) == 0, labels
+
+
 @pytest.mark.parametrize("spec", list(REGISTRY), ids=lambda spec: spec.name)
 def test_a_provider_declares_every_reason_its_watcher_sets(spec: Any):
     """The metrics start a provider's series from its declared reasons: one it sets but does
