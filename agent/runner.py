@@ -1529,7 +1529,10 @@ class Agent:
                     background,
                 ],
             )
-        log.info(
+        # A save that raised left the job's state unsaved: a problem to see at WARNING, as an
+        # unacked terminate is, not a step of the notice's life like a saved ack.
+        log.log(
+            logging.WARNING if req.outcome == "failed" else logging.INFO,
             text,
             *args,
             extra={

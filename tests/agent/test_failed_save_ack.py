@@ -307,3 +307,34 @@ def test_a_shell_loop_whose_save_failed_is_named_so_when_its_hold_is_let_go(
         if loop.poll() is None:
             loop.kill()
             loop.wait()
+
+
+def test_a_failed_save_s_ack_is_logged_as_a_warning(tmp_path: Path) -> None:
+    """A job's save that raised (its state NOT saved) was logged at INFO, as a saved one
+    (walked: a job whose save raised OSError acked a terminate; the agent's log had `INFO
+    forewarn.agent: ack ... outcome=failed (OSError: disk full)`), so an agent run at
+    `--log-level warning`, or an alert on WARNING lines, never heard of the lost save."""
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, args=ARGS, env=env) as agent:
+        notice_id = _terminate(agent, 60)
+        assert agent.control(_failed_ack(notice_id))["ok"] is True
+        line: re.Match[str] = eventually(
+            lambda: re.search(
+                rf"^.*ack {re.escape(notice_id)} from trainer.*$", agent.output(), re.M
+            ),
+            10,
+            "the failed ack's line",
+        )
+        saved = dict(_failed_ack(notice_id), client="other", outcome="saved", flush_seconds=1.0)
+        saved.pop("note")
+        agent.control(saved)
+        other: re.Match[str] = eventually(
+            lambda: re.search(
+                rf"^.*ack {re.escape(notice_id)} from other.*$", agent.output(), re.M
+            ),
+            10,
+            "the saved ack's line",
+        )
+    assert " WARNING forewarn.agent: " in line.group(0), line.group(0)
+    assert "outcome=failed" in line.group(0) and WHY in line.group(0), line.group(0)
+    assert " INFO forewarn.agent: " in other.group(0), other.group(0)
