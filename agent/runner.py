@@ -810,6 +810,7 @@ class Agent:
         backoff = Backoff(BACKOFF_BASE, BACKOFF_CAP, jitter=0.5)
         while True:
             started = loop.time()
+            crash: BaseException | None = None
             try:
                 watcher = self.watchers.get(name)
                 if watcher is None:
@@ -822,7 +823,9 @@ class Agent:
                 raise
             except Exception as error:
                 problem, kind = f"{type(error).__name__}: {error}", WATCHER_FAILED
+                crash = error  # its traceback goes on the line: a crash is a bug to locate
                 if isinstance(error, WatcherStalled):
+                    crash = None  # no bug: logged above as what it is
                     kind = WATCHER_STALLED
                     self._stalled[name] = time.monotonic()
                     log.error("%s; restarting it", error)
@@ -843,7 +846,7 @@ class Agent:
             if loop.time() - started > 60:
                 backoff.reset()
             delay = backoff.next()
-            health.error(kind, f"{problem}; restarting in {delay:.1f}s")
+            health.error(kind, f"{problem}; restarting in {delay:.1f}s", exc_info=crash)
             await asyncio.sleep(delay)
 
     async def _watch_with_progress(self, watcher: Watcher, health: PollHealth) -> None:

@@ -102,14 +102,22 @@ class PollHealth:
         watcher as hung in the middle of reading."""
         self.last_progress = time.monotonic()
 
-    def error(self, kind: str, message: str, *, shown: str | None = None) -> None:
+    def error(
+        self,
+        kind: str,
+        message: str,
+        *,
+        shown: str | None = None,
+        exc_info: BaseException | None = None,
+    ) -> None:
         """Count an error; log it the first time, and again only after `repeat_log_seconds`,
         with the number of its kind in this episode (since polling last recovered).
         `shown` is what `status` shows of it where that is not `message` (a watcher that logs
         a kind's cause and fix once and a reminder after: `status` has no first line to see).
         A crash of the watcher (WATCHER_FAILED) or its restart when hung (WATCHER_STALLED) is an
         error but no poll of its endpoint, as in `forewarn_polls_total` (`status` counted each
-        crash as a poll), and no progress of the watcher."""
+        crash as a poll), and no progress of the watcher. `exc_info` (a crash's exception)
+        puts its traceback on the line when it is logged: a crash is a bug to locate."""
         if kind not in AGENT_KINDS:
             self.polls += 1
             self.last_progress = time.monotonic()
@@ -125,7 +133,15 @@ class PollHealth:
             count = self.episode_errors[kind]
             since = "polling recovered" if self.recovered_once else "the agent started"
             seen = "once" if count == 1 else f"{count} times"
-            log.warning("%s: %s: %s (seen %s since %s)", self.provider, kind, message, seen, since)
+            log.warning(
+                "%s: %s: %s (seen %s since %s)",
+                self.provider,
+                kind,
+                message,
+                seen,
+                since,
+                exc_info=exc_info,
+            )
         for listener in self.listeners:
             listener(self.provider, False, kind)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
+import traceback
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -80,6 +82,34 @@ async def test_a_crashing_watcher_is_retried_with_backoff_and_others_keep_going(
     assert 2 <= Crashing.runs <= 4, "retried, with backoff between tries"
     assert bad.errors_by_kind["watcher-failed"] == Crashing.runs
     assert good.errors == 0
+
+
+async def test_a_crashing_watcher_s_line_carries_its_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A watcher's crash (a bug in forewarn, not its endpoint failing) was logged as
+    `crashing: watcher-failed: RuntimeError: endpoint exploded; restarting in 1.0s` and
+    nothing more: no traceback at any log level, so neither the operator nor a bug report
+    could say where it crashed. The line logged (once a minute) now carries it."""
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    agent.board = NoticeBoard(Sequencer(), 30.0)
+    agent.watchers = {"crashing": Crashing()}  # type: ignore[dict-item]
+    agent._build = lambda name, health: Crashing()  # type: ignore[method-assign,assignment,return-value]
+    health = PollHealth("crashing")
+    caplog.set_level(logging.WARNING, logger="forewarn.providers")
+    task = asyncio.create_task(agent._supervise("crashing", health))
+    for _ in range(200):
+        await asyncio.sleep(0.01)  # polls for the first crash's line
+        if health.errors:
+            break
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    (record,) = [r for r in caplog.records if "watcher-failed" in r.getMessage()]
+    assert record.exc_info is not None, record.getMessage()
+    assert "endpoint exploded" in "".join(traceback.format_exception(*record.exc_info))
 
 
 class Recorder:
