@@ -97,13 +97,17 @@ async def _capped(response: httpx.Response, max_body: int, what: str) -> AsyncIt
 
 async def lines(response: httpx.Response, max_line: int) -> AsyncIterator[str]:
     """The lines of a streamed answer (a Kubernetes watch); a line longer than `max_line`
-    bytes fails the stream instead of growing a buffer without end."""
+    bytes fails the stream instead of growing a buffer without end. Only the bytes a chunk
+    brought are searched for the line's end: searching the whole partial line at every chunk
+    took 15 CPU-seconds for a 4 MiB line sent 16 bytes at a time."""
     pending = bytearray()
     async for chunk in response.aiter_bytes():
+        searched = len(pending)  # the partial line before this chunk has no newline
         pending += chunk
-        while (end := pending.find(b"\n")) >= 0:
+        while (end := pending.find(b"\n", searched)) >= 0:
             line = bytes(pending[:end])
             del pending[: end + 1]
+            searched = 0
             yield line.decode("utf-8", errors="replace")
         if len(pending) > max_line:
             raise AnswerTooLarge(f"a streamed line longer than {max_line} bytes")
