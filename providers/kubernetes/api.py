@@ -142,6 +142,22 @@ def status_message(body: bytes) -> str:
     return body[:200].decode(errors="replace") or "(empty body)"
 
 
+# What a 403 on each request says the identity needs, and the manifest that grants it: the
+# drill's refused patch was told the watcher's "list and watch on nodes", which it had.
+_READ_NODES = (
+    "the identity needs list and watch on nodes (packaging/kubernetes/base/clusterrole.yaml)"
+)
+FORBIDDEN_HINTS = {
+    "list": _READ_NODES,
+    "watch": _READ_NODES,
+    "patch": "the identity needs patch on nodes, as `kubectl cordon` does (for the agent: "
+    "packaging/kubernetes/components/cordon)",
+    "nodeclaim": "the identity needs get on nodeclaims.karpenter.sh "
+    "(packaging/kubernetes/components/karpenter)",
+}
+FORBIDDEN_OTHER = "the identity lacks the RBAC permission for this request"
+
+
 def error_for(
     status: int,
     body: bytes,
@@ -163,10 +179,7 @@ def error_for(
         )
     if status == 403:
         return ApiError(
-            "forbidden",
-            f"{what}: 403 {message}: the identity needs list and watch on nodes "
-            "(packaging/kubernetes/base/clusterrole.yaml)",
-            403,
+            "forbidden", f"{what}: 403 {message}: {FORBIDDEN_HINTS.get(what, FORBIDDEN_OTHER)}", 403
         )
     wait = retry_after(headers.get("Retry-After")) if headers is not None else None
     return ApiError(f"http-{status}", f"{what}: {status} {message}", status, wait)

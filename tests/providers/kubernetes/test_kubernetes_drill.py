@@ -232,3 +232,28 @@ def test_a_url_over_a_kubeconfig_is_named_as_the_server(
     assert f"through --url {server.url} (credentials from kubeconfig {config}, context ops)" in (
         done.stdout
     ), done.stdout
+
+
+def test_a_refused_patch_names_the_verb_it_needs_not_the_agents_role(
+    tmp_path: Path, run_kubernetes_drill_forked: Forked
+) -> None:
+    """An operator whose identity may read nodes but not patch them (the agent's own
+    ServiceAccount, say). Found: the drill's 403 ended with the hint made for the watcher,
+    "the identity needs list and watch on nodes (packaging/kubernetes/base/clusterrole.yaml)",
+    a role this identity has; the verb missing is patch."""
+    sim = KubernetesSimulator(node=NODE, token="op-token", grants=frozenset({"list:nodes"}))
+    with SimServer(sim) as server:
+        done = run_kubernetes_drill_forked(
+            "drill",
+            "kubernetes",
+            "--node",
+            NODE,
+            "--yes",
+            env=env(tmp_path, server),
+            timeout=DRILL_TIMEOUT,
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert 'cannot patch resource "nodes"' in done.stderr, done.stderr  # the server's words
+    assert "list and watch" not in done.stderr, done.stderr
+    assert "clusterrole.yaml" not in done.stderr, done.stderr
+    assert "needs patch on nodes" in done.stderr, done.stderr
