@@ -171,8 +171,9 @@ class KubernetesWatcher:
         self.too_large = 0  # "Too large resource version" answers since the last event
         self.bookmarks = 0
         self.short_streams = 0  # watches in a row that ended at once with no event
-        # The last watch was refused (403) after a list that was let through: lists stand in
-        # for it, but are no recovery of the watcher (`status` keeps the 403) until one opens.
+        # The last watch was refused (403) after a list that was let through, or answered 410
+        # or "Too large resource version" again right after a fresh list: lists stand in for
+        # it, but are no recovery of the watcher (`status` keeps the error) until one opens.
         self.watch_refused = False
         # Karpenter's deadline (the NodeClaim's termination timestamp) for the node being
         # disrupted now, by NodeClaim name; and whether the API server refused to show one.
@@ -273,8 +274,15 @@ class KubernetesWatcher:
                 self.gones += 1
                 log.info("kubernetes: %s; listing again", error)
                 self.resource_version = None
-                # One relist is normal; a 410 right after a fresh list is not.
+                # One relist is normal; a 410 right after a fresh list is not: a watch
+                # history that never holds the version the lists hand out (a list from an
+                # API server replica lagging behind another's watch window). Said in
+                # `status`, where the lists that stand in for the watch are no recovery
+                # (as for a refused watch): it looked healthy while no watch ever opened and
+                # the node's changes came only with the lists, up to retry_max late.
                 if self.gones > 1:
+                    self.health.error(error.kind, f"{error}; listing again")
+                    self.watch_refused = True
                     await self._pause(backoff)
             except TooLarge as error:
                 # Ahead of the server: an etcd restored from a snapshot went back to an older
@@ -289,6 +297,7 @@ class KubernetesWatcher:
                     # Again right after a fresh list: the server is not keeping up. Counted,
                     # so that `forewarn status` shows it rather than a healthy blind watch.
                     self.health.error(error.kind, f"{error}; listing again")
+                    self.watch_refused = True  # the lists meanwhile are no recovery
                     await self._pause(backoff, error.retry_after)
                 else:
                     log.warning("kubernetes: %s; listing again", error)
@@ -406,7 +415,7 @@ class KubernetesWatcher:
             # A good answer once the stream has held a while (or at its first event), not as
             # it opens: a server that ended every watch at once looked healthy in `status`
             # while the backoff between its watches made notices up to `retry_max` late.
-            held = loop.call_later(SHORT_STREAM, self._success)
+            held = loop.call_later(SHORT_STREAM, self._held)
             try:
                 await self._events(api, stream, emit)
             finally:
@@ -427,6 +436,14 @@ class KubernetesWatcher:
         else:
             log.info("kubernetes: %s", message)
         return False
+
+    def _held(self) -> None:
+        """The watch has held SHORT_STREAM: a good answer, and a 410 (or a version ahead)
+        after it is the history moving on, not one right after a fresh list. A quiet node's
+        watch without bookmarks gets one at every resume once the history has passed it."""
+        self.gones = 0
+        self.too_large = 0
+        self._success()
 
     async def _events(self, api: NodeApi, stream: AsyncIterator[WatchEvent], emit: Emit) -> None:
         """Handle one watch's events as they come, until the server ends it."""

@@ -771,6 +771,11 @@ async def test_a_watch_cache_that_never_catches_up_is_a_fault(
         await running.until(lambda: running.watcher.lists >= 3, what="lists again")
         kind = "resource-version-too-large"
         await running.until(lambda: running.health.errors_by_kind.get(kind, 0) >= 1)
+        # The lists in between are no recovery: `status` keeps the fault (it said healthy
+        # again after each list, a moment after saying so).
+        lists = running.watcher.lists
+        await running.until(lambda: running.watcher.lists >= lists + 2, what="more lists")
+        assert running.health.last_error == kind, running.health
 
 
 _CAUSE = {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
@@ -864,3 +869,60 @@ async def test_a_restored_cordon_applied_again_in_a_later_watch_gap_is_cleared_a
             lambda: running.summary() == [("drain", CORDON), ("clear", CORDON), ("drain", CORDON)],
             what="the second cordon cleared and raised",
         )
+
+
+async def test_a_watch_history_that_never_holds_the_listed_version_is_a_fault(
+    tmp_path: Path, start_watcher: Any
+) -> None:
+    """A server whose watches refuse every version its lists hand out (410: a list from an
+    API server replica whose cache lags behind another's watch window): the watcher lists
+    again each time, spaced out. Found: each list counted as a success, so `status` said
+    healthy while no watch ever opened and the node's changes came only with the lists, up to
+    `retry_max` late."""
+    from forewarn.providers.kubernetes import simulate
+    from forewarn.providers.simulator import SimResponse, SimServer
+
+    class ShortHistory(simulate.KubernetesSimulator):
+        def _watch(self, request: Any, matches: bool) -> Any:
+            with self.lock:
+                self.counts["gone"] += 1
+            status = simulate._status(410, "Expired", "too old resource version: 1 (2)")
+            headers = dict(simulate.STREAM_HEADERS)
+            line = simulate._line("ERROR", status)
+            return SimResponse(
+                200, content_type="application/json", headers=headers, stream=iter([line])
+            )
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    sim = ShortHistory(node=NODE, token=TOKEN, max_watch_seconds=30)
+    with SimServer(sim) as server:
+        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
+        await running.until(lambda: running.watcher.lists >= 4, what="lists again")
+        await running.until(
+            lambda: running.health.errors_by_kind.get("gone", 0) >= 1, what="a gone fault"
+        )
+        # The lists in between are no recovery: `status` keeps the fault.
+        lists = running.watcher.lists
+        await running.until(lambda: running.watcher.lists >= lists + 2, what="more lists")
+        assert running.health.last_error == "gone", running.health
+
+
+async def test_a_410_after_a_watch_that_held_is_no_fault(
+    cluster: Cluster, watching: Running
+) -> None:
+    """A quiet node, no bookmarks: each watch holds until the history has moved past its
+    version, and the next one gets a 410, again and again. That is the history's window,
+    not a server refusing every watch: a relist each time, and `status` stays healthy."""
+    for expire in (False, True, False):
+        lists = watching.watcher.lists
+        successes = watching.health.successes
+        # The watch from the last list holds (SHORT_STREAM) before the history moves on.
+        await watching.until(lambda s=successes: watching.health.successes > s, what="a held watch")
+        cluster.raise_("compact", expire_watches=expire)
+        if not expire:
+            cluster.raise_("timeout")  # the watch ends and resumes from a version now too old
+        await watching.until(lambda n=lists: watching.watcher.lists == n + 1, what="a relist")
+    assert watching.health.errors == 0, watching.health
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
