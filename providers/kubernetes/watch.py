@@ -42,7 +42,7 @@ from forewarn.providers.report import Report
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..errortext import error_text
-from ..fetch import within
+from ..fetch import AnswerTooLarge, within
 from ..httpdate import format_http_date
 from ..skew import ServiceClock, report_on_clock, resume_skew, sent_skew, take_skew
 from .api import REQUEST_TIMEOUT, ApiError, Gone, NodeApi, TooLarge, read_margin
@@ -327,6 +327,11 @@ class KubernetesWatcher:
             except httpx.HTTPError as error:
                 kind = "timeout" if isinstance(error, httpx.TimeoutException) else "transport"
                 self.health.error(kind, error_text(error))
+                if isinstance(error, AnswerTooLarge):
+                    # A line over the cap: resumed from the same version, the watch met the
+                    # same line at every resume, blind to the node's later changes until the
+                    # history dropped that version. List the node as it is now instead.
+                    self.resource_version = None
                 if certificate_refused(error):
                     # The cluster CA may have rotated: ca.crt (kube-root-ca.crt) or the
                     # kubeconfig's CA holds the new one now. The CA is read when resolving,

@@ -926,3 +926,43 @@ async def test_a_410_after_a_watch_that_held_is_no_fault(
     assert watching.health.errors == 0, watching.health
     cluster.raise_("cordon")
     await watching.report("drain", CORDON)
+
+
+async def test_an_event_over_the_line_cap_is_passed_by_a_relist(
+    tmp_path: Path, start_watcher: Any
+) -> None:
+    """One version of the Node is over the 4 MiB line cap (an annotation of `<` the API
+    server writes as `\\u003c`, six bytes each): a watch from before it meets that line at
+    every resume. Found: the watcher resumed from the same version each time, met the same
+    line, and a cordon made after it raised nothing until the history dropped that version
+    (410, minutes later). Past a line it could not read, it lists the node as it is now."""
+    from forewarn.providers.kubernetes import simulate
+    from forewarn.providers.simulator import SimResponse, SimServer
+
+    class OneHugeVersion(simulate.KubernetesSimulator):
+        huge_after: str | None = None  # the version whose next event is over the cap
+
+        def _watch(self, request: Any, matches: bool) -> Any:
+            if request.param("resourceVersion") == self.huge_after:
+                with self.lock:
+                    self.counts["huge"] = self.counts.get("huge", 0) + 1
+                line = b'{"type":"MODIFIED","object":{"metadata":{"annotations":{"a":"'
+                body = iter([line, b"\\u003c" * ((api.MAX_EVENT_LINE // 6) + 1), b'"}}}}\n'])
+                headers = dict(simulate.STREAM_HEADERS)
+                return SimResponse(
+                    200, content_type="application/json", headers=headers, stream=body
+                )
+            return super()._watch(request, matches)
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    sim = OneHugeVersion(node=NODE, token=TOKEN, max_watch_seconds=30)
+    with SimServer(sim) as server:
+        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
+        await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+        with sim.lock:
+            sim.huge_after = str(sim.rv)
+            sim.raise_notice("cordon", {})  # after the huge version, in the history
+            sim.raise_notice("timeout", {})  # the watch resumes from before the huge version
+        await running.report("drain", CORDON, timeout=15)
+        assert sim.counts["huge"] >= 1
