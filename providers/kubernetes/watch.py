@@ -30,7 +30,7 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
@@ -117,6 +117,12 @@ def restored_deadline(
         if report.id in ids and report.deadline is not None and report.detail.get("uid") == uid:
             return name, as_written(report)
     return None
+
+
+def restored_uid(reports: Iterable[Report]) -> str | None:
+    """The Node object (its `uid`) restored notices were raised for, if they say."""
+    uids = (report.detail.get("uid") for report in reports)
+    return next((uid for uid in uids if isinstance(uid, str) and uid), None)
 
 
 def as_written(report: Report) -> datetime:
@@ -350,6 +356,16 @@ class KubernetesWatcher:
         restored, self._restored = self._restored, {}
         mine = {k: r for k, r in restored.items() if r.detail.get("node") == api.node_name}
         if listed.node is not None:
+            was = restored_uid(mine.values()) if mine and not self.active else None
+            if was is not None and node_uid(listed.node) not in (None, was):
+                # Another Node object than the one the agent's notices were raised for (it
+                # was deleted and created again while the agent was down): as a watcher that
+                # never stopped, the old one's are cleared and the new one's raised afresh.
+                # Compared with no uid, the restored cordon stood for the new node's, and a
+                # job's guard that had saved for the old one saved nothing for the new one.
+                self.active = dict(mine)
+                self.node_uid = was
+                mine = {}
             if mine and not self.active and self.karpenter_deadline is None:
                 self.karpenter_deadline = restored_deadline(listed.node, api.node_name, mine)
             # The agent's notices from before are what a running watcher would have had as
@@ -383,8 +399,7 @@ class KubernetesWatcher:
         with its deletion's terminate, as a watcher that never stopped keeps them. Left to
         the agent, they were retired `notice_grace` after the restart (a clear of the deleted
         node's terminate), and a deletion while the agent was down raised no terminate."""
-        uids = [r.detail.get("uid") for r in restored]
-        uid = next((u for u in uids if isinstance(u, str) and u), None)
+        uid = restored_uid(restored)
         current = {report.id: report for report in restored}
         deleted = deleted_report(name, uid)
         current.setdefault(deleted.id, deleted)

@@ -966,3 +966,34 @@ async def test_an_event_over_the_line_cap_is_passed_by_a_relist(
             sim.raise_notice("timeout", {})  # the watch resumes from before the huge version
         await running.report("drain", CORDON, timeout=15)
         assert sim.counts["huge"] >= 1
+
+
+async def test_a_node_recreated_while_the_agent_was_down_raises_its_own_notices(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The agent restarts with a cordon of the Node object it saw before (its uid), and the
+    list shows another object under the name (deleted and created again while the agent was
+    down), cordoned too. Found: the restored cordon stood for the new node's, nothing sent
+    (the restart's first list compared no uid: a watcher that never stopped clears the old
+    one's and raises the new one's); a job's guard that had saved for the old cordon saved
+    nothing for the new node's disruption."""
+    from forewarn.providers.base import PollHealth, WatcherContext
+    from forewarn.providers.kubernetes.settings import Settings
+    from forewarn.providers.kubernetes.watch import KubernetesWatcher
+    from forewarn.providers.report import Report
+    from support import running_watcher
+
+    cluster.raise_("cordon")
+    new_uid = cluster.state()["node"]["metadata"]["uid"]
+    detail = {"node": NODE, "uid": "uid-of-the-deleted-node", "condition": "cordon"}
+    restored = Report(
+        id=CORDON, action="drain", reason="node-drain", provider="kubernetes", detail=detail
+    )
+    settings = Settings(url=cluster.url, node_name=NODE, token_file=cluster.token_file)
+    watcher = KubernetesWatcher(settings, WatcherContext(tmp_path, tmp_path, PollHealth("k")))
+    watcher.restored([restored])
+    async with running_watcher(Running(watcher)) as running:
+        await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+        assert running.summary() == [("clear", CORDON), ("drain", CORDON)], running.reports
+        assert running.reports[0].detail["uid"] == "uid-of-the-deleted-node"
+        assert running.reports[1].detail["uid"] == new_uid
