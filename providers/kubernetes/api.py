@@ -12,7 +12,7 @@ from urllib.parse import quote
 import httpx
 from forewarn.protocol.errors import ForewarnError
 
-from ..fetch import fetch, lines
+from ..fetch import AnswerTooLarge, fetch, lines
 from ..httpdate import retry_after_seconds
 from .config import Cluster
 from .kubeconfig import off_loop
@@ -304,6 +304,17 @@ class NodeApi:
 
     @staticmethod
     async def _events(response: httpx.Response) -> AsyncIterator[WatchEvent]:
+        try:
+            async for event in NodeApi._parsed(response):
+                yield event
+        except AnswerTooLarge:
+            raise AnswerTooLarge(
+                f"watch: an event line longer than {MAX_EVENT_LINE >> 20} MiB (a Node object "
+                "that large, or a broken server); listing the node again"
+            ) from None
+
+    @staticmethod
+    async def _parsed(response: httpx.Response) -> AsyncIterator[WatchEvent]:
         async for line in lines(response, MAX_EVENT_LINE):
             if not line.strip():
                 continue

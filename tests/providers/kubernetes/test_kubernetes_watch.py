@@ -929,7 +929,7 @@ async def test_a_410_after_a_watch_that_held_is_no_fault(
 
 
 async def test_an_event_over_the_line_cap_is_passed_by_a_relist(
-    tmp_path: Path, start_watcher: Any
+    tmp_path: Path, start_watcher: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """One version of the Node is over the 4 MiB line cap (an annotation of `<` the API
     server writes as `\\u003c`, six bytes each): a watch from before it meets that line at
@@ -966,6 +966,12 @@ async def test_an_event_over_the_line_cap_is_passed_by_a_relist(
             sim.raise_notice("timeout", {})  # the watch resumes from before the huge version
         await running.report("drain", CORDON, timeout=15)
         assert sim.counts["huge"] >= 1
+        # Said as what it was: the watch's event, its size and that the node is listed again
+        # (it read "AnswerTooLarge: a streamed line longer than 4194304 bytes").
+        said = [r.getMessage() for r in caplog.records if "AnswerTooLarge" in r.getMessage()]
+        assert said, caplog.text
+        assert "AnswerTooLarge: watch: an event line longer than 4 MiB" in said[0], said
+        assert "listing the node again" in said[0], said
 
 
 async def test_a_node_recreated_while_the_agent_was_down_raises_its_own_notices(
