@@ -44,12 +44,17 @@ before it is dropped, and it counts steps from 0 again (measured: after a save a
 `fit(max_steps=40)` ran 40 steps and saved steps 10, 20, 30 and 40). Resume a run
 with Lightning's own checkpoints (`dirpath`, then `trainer.fit(model, ckpt_path=...)`); an exit
 asked for during that restore is answered by the checkpoint resumed from, before any step.
+Such a resume reports its restore time (Lightning's, from loading the file until the loops are
+restored) and, from an exit's save of this callback (marked `forewarn_exit_save` in the
+checkpoint) with no newer one of its name beside it, `steps_lost=0` to the agent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
+import string
 import tempfile
 import threading
 import time
@@ -74,6 +79,7 @@ except ModuleNotFoundError as missing:
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard, SaveResult
+from ..guard_state import EXIT_SAVE
 from ..workers import protect_loader
 from ._guarded import GuardHolder
 
@@ -124,6 +130,13 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         # The strategy whose process_dataloader fit() goes through is wrapped, and what its
         # instance held under that name before (see `setup`).
         self._wrapped: tuple[Any, Any] | None = None
+        # The checkpoint connector whose resume_start and resume_end are timed, and what its
+        # instance held under those names before (see `_time_the_restore`).
+        self._timed: tuple[Any, Any, Any] | None = None
+        self._restore_started: float | None = None
+        self._restore_seconds: float | None = None  # of the restore this fit() made
+        self._restored_exit_save = False  # the checkpoint it restored was an exit's save
+        self._marking: Any = None  # what `on_save_checkpoint` adds to the save being written
 
     @staticmethod
     def dcp_state(module: Any, optimizers: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
@@ -154,8 +167,46 @@ class ForewarnCallback(GuardHolder, pl.Callback):
 
         self._wrapped = (strategy, strategy.__dict__.get("process_dataloader"))
         strategy.process_dataloader = protected  # type: ignore[method-assign]
+        self._time_the_restore(trainer)
+
+    def _time_the_restore(self, trainer: pl.Trainer) -> None:
+        """Time the restore of a resumed fit (`ckpt_path=`): from the connector's
+        `resume_start` (the file's load) to its `resume_end` (model, callbacks, optimizers,
+        schedulers and loops restored), for the `restore=` of the resume `guard.resumed`
+        reports. Without it the agent logged `restore=none`, though Lightning had restored."""
+        self._restore_started = self._restore_seconds = None
+        self._restored_exit_save = False
+        connector: Any = getattr(trainer, "_checkpoint_connector", None)
+        start = getattr(connector, "resume_start", None)
+        end = getattr(connector, "resume_end", None)
+        if not callable(start) or not callable(end):  # another Lightning: restore=none
+            return
+
+        def resume_start(*args: Any, **kwargs: Any) -> Any:
+            self._restore_started = time.monotonic()
+            return start(*args, **kwargs)
+
+        def resume_end(*args: Any, **kwargs: Any) -> Any:
+            result = end(*args, **kwargs)
+            if self._restore_started is not None and trainer.ckpt_path:
+                self._restore_seconds = time.monotonic() - self._restore_started
+            self._restore_started = None
+            return result
+
+        held = vars(connector)
+        self._timed = (connector, held.get("resume_start"), held.get("resume_end"))
+        connector.resume_start = resume_start
+        connector.resume_end = resume_end
 
     def _unwrap(self) -> None:
+        if self._timed is not None:
+            connector, start, end = self._timed
+            self._timed = None
+            for name, before in (("resume_start", start), ("resume_end", end)):
+                if before is None:
+                    vars(connector).pop(name, None)
+                else:
+                    setattr(connector, name, before)
         if self._wrapped is None:
             return
         strategy, before = self._wrapped
@@ -164,6 +215,19 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             strategy.__dict__.pop("process_dataloader", None)
         else:
             strategy.process_dataloader = before
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Only in the save this callback writes for an exit (see `_write`): Lightning's own
+        # ModelCheckpoint calls this too.
+        if self._marking:
+            checkpoint.update(self._marking)
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self._restored_exit_save = checkpoint.get(EXIT_SAVE) is True
 
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._install(trainer)
@@ -207,7 +271,11 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             # Resumed from a checkpoint (ckpt_path=): periodic saves count from there (from step
             # 0 the first step after every resume saved again).
             step = trainer.global_step
-            self.guard.resumed(step)
+            self.guard.resumed(
+                step,
+                restore_seconds=self._restore_seconds,
+                steps_lost=self._steps_lost(trainer, step),
+            )
             # An exit asked for while fit restored (a terminate, a SIGTERM) waited for the
             # first step, which a compile can make outlast the notice's lead, and for a full
             # save of it. The checkpoint fit resumed from holds this step: it answers the exit
@@ -215,6 +283,25 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             if self.guard.due(step):
                 where = f"{trainer.ckpt_path} (already there)" if trainer.ckpt_path else None
                 self._answered(trainer, self.guard.saved(step, 0.0, where=where))
+
+    def _steps_lost(self, trainer: pl.Trainer, step: int) -> int | None:
+        """0 when fit() resumed from an exit's save of this callback (the job stopped at its
+        step) and no newer checkpoint of its name is beside it: one there means the job
+        trained past this step (the newer one did not load, or was passed over). None, not
+        known, otherwise (a periodic or a drain's save: the job may have trained on)."""
+        if not self._restored_exit_save or not trainer.ckpt_path:
+            return None
+        resumed = Path(trainer.ckpt_path)
+        named = _step_of_name(self.filename)
+        try:
+            names = [entry.name for entry in resumed.parent.iterdir()]
+        except OSError:
+            return None
+        for name in names:
+            found = named.fullmatch(name)
+            if found is not None and int(found.group(1)) > step:
+                return None
+        return 0
 
     def on_train_batch_end(
         self,
@@ -274,8 +361,14 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         else:
             assert self.dirpath is not None
             path = self.dirpath / self.filename.format(step=step)
-            with _temporary_files_in(path.parent):
-                trainer.save_checkpoint(path)
+            # An exit's save says so in the checkpoint, as the guard's store's generations do:
+            # a resume from it lost no step (`on_train_start`).
+            self._marking = self.guard._exit_metadata(step, None)
+            try:
+                with _temporary_files_in(path.parent):
+                    trainer.save_checkpoint(path)
+            finally:
+                self._marking = None
             if path.exists():  # on the ranks that wrote it (a sharded save: a directory)
                 # Lightning leaves the bytes in the page cache: acked without this, a machine
                 # powered off after the terminate could come back without the checkpoint.
@@ -349,6 +442,19 @@ def _temporary_files_in(folder: Path) -> Iterator[None]:
         yield
     finally:
         tempfile.tempdir = previous
+
+
+def _step_of_name(filename: str) -> re.Pattern[str]:
+    """What a checkpoint file named by `filename` (`step-{step:08d}.ckpt`) looks like, its
+    step the first group; other fields match anything."""
+    parts = []
+    for literal, field, _spec, _conversion in string.Formatter().parse(filename):
+        parts.append(re.escape(literal))
+        if field is not None:
+            parts.append(r"(\d+)" if field == "step" else ".*?")
+    if r"(\d+)" not in parts:
+        return re.compile(r"(?!)")  # no step in the name: never newer
+    return re.compile("".join(parts))
 
 
 def _fitting(trainer: pl.Trainer) -> bool:

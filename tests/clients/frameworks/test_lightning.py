@@ -708,3 +708,49 @@ def pl_worker_init_function() -> Any:
     from lightning.fabric.utilities.seed import pl_worker_init_function
 
     return pl_worker_init_function
+
+
+def test_a_resume_from_the_exit_save_reports_its_restore_time_and_no_step_lost(
+    tmp_path: Path,
+) -> None:
+    """A fit drained, then terminated by a real agent, then resumed (`ckpt_path=`) from each
+    save. The callback's `guard.resumed(step)` passed neither figure, and the agent logged
+    `restore=none steps_lost=unknown` though Lightning had restored the exit's checkpoint:
+    now the restore Lightning made is timed and the exit's save marked, as the guard's
+    store does, so the resume from it says `steps_lost=0`; the one from the drain's save (the
+    job trained past it) still says `unknown`."""
+    with AgentProcess(tmp_path) as agent:
+        callback, data, trainer = _listening_fit(agent, tmp_path / "ckpt")
+
+        def operator() -> None:
+            eventually(lambda: trainer.global_step >= 5)
+            agent.control({"op": "notify", "action": "drain", "id": "local/r-drain"})
+            eventually(lambda: len(callback.saved_paths) == 1)
+            agent.control({"op": "notify", "action": "terminate", "id": "local/r-term"})
+
+        thread = threading.Thread(target=operator, daemon=True)
+        thread.start()
+        trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+        thread.join(timeout=5)
+        assert callback.exit_code == 143
+        drained, exited = callback.saved_paths
+        assert agent.control({"op": "clear"})["ok"]
+
+        def resume(path: Path) -> str:
+            step = torch.load(path, weights_only=False)["global_step"]
+            again, _, resumed = _listening_fit(agent, tmp_path / "ckpt")
+            resumed.fit_loop.epoch_loop.max_steps = step + 2
+            resumed.fit(
+                models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4), ckpt_path=path
+            )
+            assert again.exit_code == 0 and resumed.global_step == step + 2
+            pattern = rf"resume of \S+ at step {step}: restore=(\S+) steps_lost=(\S+)"
+            eventually(lambda: re.search(pattern, agent.log_path.read_text()) is not None)
+            found = re.search(pattern, agent.log_path.read_text())
+            assert found is not None
+            assert found.group(1) != "none", found[0]
+            assert float(found.group(1).rstrip("s")) >= 0, found[0]
+            return found.group(2)
+
+        assert resume(exited) == "0"
+        assert resume(drained) == "unknown"
