@@ -52,7 +52,9 @@ optimizer.state_dict(), "global_step": step}`, at the end of the step the guard 
 exit asked for during an evaluation is saved when it returns). Load the weights back with
 `load_dcp(store.latest(), {"model": model.state_dict()})` before training; that is not a
 Trainer resume (no scheduler, step counter or data position: `train()` counts from step 0).
-Resume a run from the Trainer's own checkpoints (`last_checkpoint` below).
+Resume a run from the Trainer's own checkpoints (`last_checkpoint` below): the resume reports
+its restore time (train()'s call to its first step) and, from an exit's save of this callback
+(a `forewarn.json` in its checkpoint) with no newer checkpoint beside it, `steps_lost=0`.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ except ModuleNotFoundError as missing:
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
+from ..guard_state import EXIT_SAVE
 from ..workers import protect_loader
 from ._guarded import GuardHolder
 
@@ -116,6 +119,10 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         self._limited: TrainingArguments | None = None
         self.saved_steps: list[int] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
+        # When the running train() was called, and the checkpoint it was asked to resume
+        # from: the resume figures `on_train_begin` reports (see `_resume_figures`).
+        self._train_called: float | None = None
+        self._resume_from: Any = None
 
     def on_init_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -155,6 +162,8 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
 
         @functools.wraps(train)
         def closing(*args: Any, **kwargs: Any) -> Any:
+            self._train_called = time.monotonic()
+            self._resume_from = kwargs.get("resume_from_checkpoint", args[0] if args else None)
             try:
                 return train(*args, **kwargs)
             except BaseException as error:
@@ -186,9 +195,47 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         if state.global_step:
             # Resumed from a checkpoint: periodic saves count from there (from step 0 the
             # first step after every resume saved again).
-            self.guard.resumed(state.global_step)
+            restore_seconds, steps_lost = self._resume_figures(args, state.global_step)
+            self.guard.resumed(
+                state.global_step, restore_seconds=restore_seconds, steps_lost=steps_lost
+            )
         self.guard  # noqa: B018 -- the signal handlers are in place before the first step
         return control
+
+    def _resume_figures(
+        self, args: TrainingArguments, step: int
+    ) -> tuple[float | None, int | None]:
+        """The restore time and steps lost of a train() resumed at `step`, for the agent's
+        resume line (it said `restore=none steps_lost=unknown` though the Trainer restored).
+        The restore time runs from train()'s call to this hook: the Trainer loads the model,
+        optimizer and scheduler there, between its own set-up, and says nothing of where
+        each begins. No step is lost when the checkpoint was an exit's save of this callback
+        (`_mark_exit_save`) and no newer `checkpoint-<step>` is beside it (one there: the job
+        trained past this step); else the steps lost are not known (None)."""
+        called, self._train_called = self._train_called, None
+        resume, self._resume_from = self._resume_from, None
+        restore_seconds = time.monotonic() - called if called is not None else None
+        if resume is True:  # the Trainer's own pick: the newest checkpoint directory
+            from transformers.trainer_utils import get_last_checkpoint
+
+            resume = get_last_checkpoint(args.output_dir)
+        if not isinstance(resume, (str, os.PathLike)):
+            return restore_seconds, None
+        folder = Path(resume)
+        try:
+            with open(folder / _EXIT_MARK, encoding="utf-8") as handle:
+                mark = json.load(handle)
+            if not (isinstance(mark, dict) and mark.get(EXIT_SAVE) is True):
+                return restore_seconds, None
+            if mark.get("global_step") != step:
+                return restore_seconds, None
+            for name in os.listdir(folder.parent):
+                found = _CHECKPOINT.match(name)
+                if found is not None and int(found.group(1)) > step:
+                    return restore_seconds, None
+        except (OSError, ValueError, RecursionError):  # no mark (or none readable): not known
+            return restore_seconds, None
+        return restore_seconds, 0
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -269,6 +316,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         where = f"{args.output_dir}/checkpoint-{state.global_step}"
         try:
             if os.path.isdir(where):  # on the ranks that wrote it
+                self._mark_exit_save(Path(where), state.global_step)
                 # The Trainer leaves the bytes in the page cache: acked without this, a machine
                 # powered off after the terminate could come back without the checkpoint.
                 fsync_tree(Path(where))
@@ -290,6 +338,17 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
                 self._limited = args
                 args.save_total_limit = None
         return control
+
+    def _mark_exit_save(self, folder: Path, step: int) -> None:
+        """An exit's save says so in its checkpoint (`forewarn.json`), as the guard's store's
+        generations do: a resume from it lost no step (`_resume_figures`). Written before
+        the fsync of the folder, so the ack finds it durable."""
+        if not self.guard._exit_metadata(step, None):
+            return
+        mark = folder / _EXIT_MARK
+        partial = mark.with_name(mark.name + ".tmp")
+        partial.write_text(json.dumps({EXIT_SAVE: True, "global_step": step}), encoding="utf-8")
+        os.replace(partial, mark)
 
     def _report_failure_of(self, trainer: Trainer | None) -> None:
         """Wrap `trainer._save_checkpoint` for the save just asked for: raised out of train()
@@ -496,6 +555,8 @@ def _mark_cut(trainer: Trainer | None) -> None:
 
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+# Beside the Trainer's files in the checkpoint of an exit's save (see `_mark_exit_save`).
+_EXIT_MARK = "forewarn.json"
 # The Trainer writes this last: a checkpoint directory without it is a save cut short.
 _TRAINER_STATE = "trainer_state.json"
 

@@ -977,3 +977,65 @@ def test_a_job_whose_train_raised_ends_on_the_platforms_sigterm(
     expected = "OSError" if failing == "save" else "RuntimeError"
     assert out.splitlines() == [f"raised {expected}"], (out, err)
     assert job.returncode == -signal.SIGTERM, err
+
+
+def test_a_resume_from_the_exit_save_reports_its_restore_time_and_no_step_lost(
+    tmp_path: Path,
+) -> None:
+    """train() drained, then terminated by a real agent, then resumed
+    (`resume_from_checkpoint=`) from each save. The callback's `guard.resumed(step)` passed
+    neither figure, and the agent logged `restore=none steps_lost=unknown` though the Trainer
+    had restored the exit's checkpoint: now the restore is timed and the exit's save marked,
+    so the resume from it says `steps_lost=0`; the one from the drain's save (the job trained
+    past it) still says `unknown`."""
+    import re
+
+    def callback_of(agent: AgentProcess) -> Any:
+        return fw.ForewarnTrainerCallback(
+            events=agent.events,
+            control=agent.control_endpoint,
+            handle_signals=False,
+            flag_file=None,
+        )
+
+    with AgentProcess(tmp_path) as agent:
+        callback = callback_of(agent)
+        args = models.arguments(tmp_path, max_steps=10_000)
+        trainer = hf.Trainer(
+            model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
+        )
+
+        def operator() -> None:
+            eventually(lambda: trainer.state.global_step >= 5)
+            agent.control({"op": "notify", "action": "drain", "id": "local/r-drain"})
+            eventually(lambda: len(callback.saved_steps) == 1)
+            agent.control({"op": "notify", "action": "terminate", "id": "local/r-term"})
+
+        thread = threading.Thread(target=operator, daemon=True)
+        thread.start()
+        trainer.train()
+        thread.join(timeout=5)
+        assert callback.exit_code == 143
+        drained, exited = callback.saved_steps
+        assert agent.control({"op": "clear"})["ok"]
+
+        def resume(step: int) -> str:
+            again = callback_of(agent)
+            resumed = hf.Trainer(
+                model=models.Tiny(),
+                args=models.arguments(tmp_path, max_steps=step + 2),
+                train_dataset=models.Points(),
+                callbacks=[again],
+            )
+            resumed.train(resume_from_checkpoint=str(tmp_path / "out" / f"checkpoint-{step}"))
+            assert again.exit_code == 0 and resumed.state.global_step == step + 2
+            pattern = rf"resume of \S+ at step {step}: restore=(\S+) steps_lost=(\S+)"
+            eventually(lambda: re.search(pattern, agent.log_path.read_text()) is not None)
+            found = re.search(pattern, agent.log_path.read_text())
+            assert found is not None
+            assert found.group(1) != "none", found[0]
+            assert float(found.group(1).rstrip("s")) >= 0, found[0]
+            return found.group(2)
+
+        assert resume(exited) == "0"
+        assert resume(drained) == "unknown"
