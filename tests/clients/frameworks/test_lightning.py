@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 from forewarn.protocol.timefmt import format_time, utcnow
-from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import (
+    AgentProcess,
+    LazyModule,
+    eventually,
+    examples,
+    fsynced_at_each_ack,
+    requires,
+)
 
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
 # tests/conftest.py); tests/agent/test_agent.py starts them fresh.
@@ -754,3 +763,24 @@ def test_a_resume_from_the_exit_save_reports_its_restore_time_and_no_step_lost(
 
         assert resume(exited) == "0"
         assert resume(drained) == "unknown"
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    prefix=st.text(alphabet=st.characters(blacklist_characters="{}/\x00"), max_size=12),
+    suffix=st.sampled_from([".ckpt", "", "-{epoch}.ckpt", "_x.pt"]),
+    spec=st.sampled_from(["", ":08d", ":d", ":012d"]),
+    step=st.integers(min_value=0, max_value=10**12),
+)
+def test_a_checkpoint_name_made_from_the_filename_gives_back_its_step(
+    prefix: str, suffix: str, spec: str, step: int
+) -> None:
+    """What tells `steps_lost` a newer checkpoint is beside the one resumed from: any name the
+    callback's `filename` makes gives its step back; one with no `{step}` never matches."""
+    from forewarn.clients.frameworks.lightning import _step_of_name
+
+    filename = prefix + "{step" + spec + "}" + suffix
+    name = filename.format(step=step, epoch=3)
+    found = _step_of_name(filename).fullmatch(name)
+    assert found is not None and int(found.group(1)) == step
+    assert _step_of_name(prefix + suffix).fullmatch(name) is None

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from forked_ranks import RankLauncher
-from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import (
+    AgentProcess,
+    LazyModule,
+    eventually,
+    examples,
+    fsynced_at_each_ack,
+    requires,
+)
 
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
 # tests/conftest.py); tests/agent/test_agent.py starts them fresh.
@@ -1039,3 +1049,50 @@ def test_a_resume_from_the_exit_save_reports_its_restore_time_and_no_step_lost(
 
         assert resume(exited) == "0"
         assert resume(drained) == "unknown"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=20), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(
+    mark=st.one_of(
+        _JSON.map(lambda value: json.dumps(value).encode()),
+        st.fixed_dictionaries(
+            {"forewarn_exit_save": st.sampled_from([True, False, 1, "true", None])},
+            optional={"global_step": st.sampled_from([7, 8, "7", 7.0, None, -1])},
+        ).map(lambda value: json.dumps(value).encode()),
+        st.binary(max_size=40),
+    ),
+    newer=st.booleans(),
+)
+def test_the_exit_mark_a_resume_reads_says_no_step_lost_only_when_it_is_whole(
+    mark: bytes, newer: bool
+) -> None:
+    """`forewarn.json` in the checkpoint a train() resumed from, whatever it holds (a write
+    cut short, another tool's file): no error, and `steps_lost=0` only for a mark of an
+    exit's save of this very step with no newer checkpoint beside it."""
+    import tempfile
+
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    with tempfile.TemporaryDirectory() as folder:
+        resumed = Path(folder) / "checkpoint-7"
+        resumed.mkdir()
+        (resumed / "forewarn.json").write_bytes(mark)
+        if newer:
+            (Path(folder) / "checkpoint-12").mkdir()
+        callback._resume_from = str(resumed)
+        _, lost = callback._resume_figures(None, 7)
+    try:
+        read = json.loads(mark)
+    except ValueError:
+        read = None
+    whole = isinstance(read, dict) and read.get("forewarn_exit_save") is True
+    whole = whole and isinstance(read, dict) and read.get("global_step") == 7
+    assert lost == (0 if whole and not newer else None)
