@@ -15,11 +15,14 @@ With `accumulate_grad_batches` it asks only after a batch that made the optimize
 save comes at the end of the step (a step cannot be interrupted), not inside it.
 After each validation batch of `fit()` it asks `guard.due_in_eval`: an exit that arrives
 mid-validation is saved there and then (the state of the last training step), instead of
-after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
-and then stops; the checkpoint is already durable. After an exit's save no further validation
-pass runs (Lightning would run one when `should_stop` is set), and fit() stops before the
-trainer's `min_steps` or `min_epochs` (Lightning would train on to them). A `validate()`,
-`test()` or `predict()` outside `fit()` asks nothing, makes no guard and leaves a guard given
+after a validation pass that may outlast the deadline, and the pass ends after that batch (a
+WARNING says its metrics cover the batches run; Lightning's end of the pass, its
+`on_validation_end` hooks, still runs), then fit() stops: Lightning ran the rest of the pass,
+and a job validating at its deadline was SIGKILLed (exit 137). After an exit's save no
+further validation pass runs (Lightning would run one when `should_stop` is set), and fit()
+stops before the trainer's `min_steps` or `min_epochs` (Lightning would train on to them). A
+`validate()`, `test()` or `predict()` outside `fit()` asks nothing, makes no guard and leaves
+a guard given
 (`guard=`) open: it trains nothing worth saving, and a save there (`step-{global_step}`, step 0
 with no fit, or a loaded module's step) wrote over the training checkpoint of that name in
 `dirpath`.
@@ -52,6 +55,7 @@ checkpoint) with no newer one of its name beside it, `steps_lost=0` to the agent
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import signal
 import string
@@ -82,6 +86,8 @@ from ..guard import CheckpointGuard, SaveResult
 from ..guard_state import EXIT_SAVE
 from ..workers import protect_loader
 from ._guarded import GuardHolder
+
+log = logging.getLogger("forewarn.checkpoint")
 
 
 def _add_lightnings_worker_seeding(dataloader: Any, rank: int) -> None:
@@ -334,6 +340,21 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             return
         if not self._exiting and self.guard.due_in_eval(trainer.global_step):
             self._save(trainer)
+            if self._exiting and not trainer.sanity_checking:
+                # Lightning ran the rest of the pass after the exit's save (measured: 79
+                # batches of 0.1 s past a 5 s lead), and the job, still validating at the
+                # deadline, was SIGKILLed: exit 137, not the 143 that says it was saved. A
+                # StopIteration from a hook of the step ends Lightning's evaluation loop
+                # (its own way out for `dataloader_iter` steps); the pass then ends as usual.
+                loop: Any = getattr(trainer, "_active_loop", None)
+                done = getattr(getattr(loop, "batch_progress", None), "current", None)
+                log.warning(
+                    "forewarn: validation at step %s cut short after %s batch(es) for the "
+                    "exit's save; its metrics cover those batches only",
+                    trainer.global_step,
+                    getattr(done, "processed", "?"),
+                )
+                raise StopIteration
 
     def _save(self, trainer: pl.Trainer) -> None:
         step = trainer.global_step

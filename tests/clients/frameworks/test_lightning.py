@@ -784,3 +784,48 @@ def test_a_checkpoint_name_made_from_the_filename_gives_back_its_step(
     found = _step_of_name(filename).fullmatch(name)
     assert found is not None and int(found.group(1)) == step
     assert _step_of_name(prefix + suffix).fullmatch(name) is None
+
+
+def test_a_terminate_mid_validation_ends_the_pass_and_the_job_exits_before_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """A real job (two DataLoader workers) gets a terminate with a 5 s lead from a real agent
+    as a 10 s validation pass begins. The save came at once, but Lightning then ran the rest
+    of the pass (measured: 79 batches of 0.1 s after the save), so the job was still
+    validating at the deadline: the platform's SIGTERM, then its SIGKILL, ended it with 137,
+    not the 143 that says its state was saved. The pass now ends after the batch of the save
+    (a WARNING says its metrics cover the batches run) and the job exits 143 in time."""
+    import subprocess
+    import sys
+
+    from forewarn.protocol.notifydeadline import seconds_fields
+
+    script = Path(__file__).with_name("lightning_long_validation_job.py")
+    with AgentProcess(tmp_path) as agent:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env["PYTHONPATH"] = os.pathsep.join([str(script.parent), env.get("PYTHONPATH", "")])
+        argv = [sys.executable, str(script), str(tmp_path / "ckpt")]
+        job = subprocess.Popen(
+            [*argv, agent.events, agent.control_endpoint],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            assert job.stdout is not None
+            assert job.stdout.readline() == "validating\n"
+            notice: dict[str, Any] = {"op": "notify", "action": "terminate", "id": "local/v"}
+            notice.update(seconds_fields(5.0))
+            assert agent.control(notice)["ok"]
+            out, err = job.communicate(timeout=5.0)  # the deadline: the job is gone by then
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait(30)
+        assert job.returncode == 143, err[-3000:]
+        after = int(out.strip().rsplit(" ", 1)[-1])
+        assert after <= 2, out
+        assert "cut short" in err, err[-3000:]
+        assert [path.name for path in (tmp_path / "ckpt").glob("*.ckpt")] == ["step-00000020.ckpt"]
