@@ -346,9 +346,14 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         if not self.guard._exit_metadata(step, None):
             return
         mark = folder / _EXIT_MARK
-        partial = mark.with_name(mark.name + ".tmp")
-        partial.write_text(json.dumps({EXIT_SAVE: True, "global_step": step}), encoding="utf-8")
-        os.replace(partial, mark)
+        # Each rank that has the folder (a shared filesystem) writes its own copy under its
+        # own name: one name for all, a rank's replace found the other's moved away.
+        partial = mark.with_name(f"{mark.name}.{os.getpid()}.tmp")
+        try:
+            partial.write_text(json.dumps({EXIT_SAVE: True, "global_step": step}), encoding="utf-8")
+            os.replace(partial, mark)
+        except OSError as exc:  # the checkpoint is whole without it: the resume says unknown
+            log.warning("forewarn: cannot mark %s as an exit's save: %s", folder, exc)
 
     def _report_failure_of(self, trainer: Trainer | None) -> None:
         """Wrap `trainer._save_checkpoint` for the save just asked for: raised out of train()
