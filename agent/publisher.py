@@ -339,6 +339,11 @@ class Publisher:
         # The same socket without asyncio, to read the rest of a message already received.
         router_sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.router.underlying)
         while True:
+            # Awaiting a receive or send that ZeroMQ completes at once never gives the loop
+            # to another task: a client pipelining requests (8,000 acks a second), or raw
+            # DEALER messages that get no answer, held every heartbeat and escalation for as
+            # long as it sent. Yield before each message.
+            await asyncio.sleep(0)
             frames, dropped = await self._receive(router_sync)
             split = _envelope(frames)
             if split is None:

@@ -892,3 +892,59 @@ def test_a_control_endpoint_something_else_answers_on_is_refused_in_one_line(
     assert second.returncode == 2, stderr
     assert "unexpected" not in stderr and len(stderr.splitlines()) == 1, stderr
     assert f"already answers on {endpoint}" in stderr, stderr
+
+
+# A control client pipelining requests without waiting for answers, as its own process: a
+# DEALER with the REQ envelope, sending acks (each valid, answered) as fast as it can for the
+# given seconds; `bare`: the same without the envelope's empty frame (a raw DEALER, never
+# answered). Prints "started" after its first, then how many it sent.
+CONTROL_FLOODER = """
+import sys, time, zmq
+endpoint, seconds, bare = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "bare"
+context = zmq.Context()
+sock = context.socket(zmq.DEALER)
+sock.setsockopt(zmq.LINGER, 0)
+sock.connect(endpoint)
+end = time.monotonic() + seconds
+sent = 0
+while time.monotonic() < end:
+    body = b'{"op": "ack", "notice_id": null, "client": "flood", "step": %d, ' % sent
+    frames = [body + b'"flush_seconds": 0.1, "outcome": "saved"}']
+    sock.send_multipart(frames if bare else [b"", *frames])
+    sent += 1
+    while sock.poll(0):
+        sock.recv_multipart()
+    if sent == 1:
+        print("started", flush=True)
+sock.close()
+context.term()
+print(sent)
+"""
+
+
+@pytest.mark.parametrize("shape", ["requests", "bare"])
+def test_a_control_flood_never_holds_the_heartbeats(tmp_path: Path, shape: str) -> None:
+    args = ("--heartbeat-interval", "0.2")
+    with AgentProcess(tmp_path, args=args) as agent, agent.subscriber(("heartbeat",)) as sub:
+        sub.recv()  # the agent publishes to this subscriber
+        flooder = subprocess.Popen(
+            [sys.executable, "-c", CONTROL_FLOODER, agent.control_endpoint, "4", shape],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert flooder.stdout is not None
+            assert flooder.stdout.readline() == "started\n", "the flooder ended before sending"
+            # Heartbeats that arrive during the flood: every 0.2 s, never none for 1.5 s.
+            # Before, a control loop that always found the next request queued never yielded
+            # and the flood held every heartbeat (and escalation) until it ended.
+            beats = 0
+            end = time.monotonic() + 3
+            while time.monotonic() < end:
+                topic, _ = sub.recv(timeout=1.5)
+                beats += topic == "heartbeat"
+        finally:
+            sent = int(flooder.communicate(timeout=30)[0].split()[-1])
+        assert sent > 2_000, sent
+        assert beats >= 5, beats
+        assert agent.proc is not None and agent.proc.poll() is None
