@@ -168,7 +168,7 @@ class Publisher:
             allow_ipv6(sock, endpoint)
             sock.bind(endpoint)
         except zmq.ZMQError as error:
-            raise BindError(f"cannot bind {endpoint}: {error}") from None
+            raise BindError(f"cannot bind {endpoint}: {_bind_problem(endpoint, error)}") from None
         finally:
             os.umask(previous)
         path = ipc_path(endpoint)
@@ -511,8 +511,22 @@ def _refuse_a_live_socket_file(endpoint: str) -> None:
     FOREWARN_EVENTS or FOREWARN_CONTROL) even while it is stopped; a file nothing listens on,
     left by a killed agent, is replaced as before."""
     path = ipc_path(endpoint)
-    if path is None or not os.path.lexists(path):
+    if path is None:
         return
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise BindError(f"cannot bind {endpoint}: {error.strerror or error}") from None
+    kind = _not_a_socket(found.st_mode)
+    if kind is not None:
+        # libzmq's bind unlinks what is there: a regular file named by mistake was lost
+        # without a word, and a directory was "Address already in use".
+        raise BindError(
+            f"cannot bind {endpoint}: it is a {kind}, not a socket file; the agent "
+            "replaces only a socket file nothing listens on (remove it, or name another path)"
+        )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
@@ -525,6 +539,34 @@ def _refuse_a_live_socket_file(endpoint: str) -> None:
                 f"({error.strerror or error}); remove it if no agent uses it"
             ) from None
     raise BindError(f"cannot bind {endpoint}: another process (an agent?) listens on it")
+
+
+def _bind_problem(endpoint: str, error: zmq.ZMQError) -> str:
+    """Why a bind failed: what is at an ipc endpoint's path when it is no socket file (a
+    directory put in the control socket's place while the agent ran made its rebind fail with
+    "Address already in use"), else ZeroMQ's error."""
+    path = ipc_path(endpoint)
+    try:
+        kind = None if path is None else _not_a_socket(os.lstat(path).st_mode)
+    except OSError:
+        kind = None
+    if kind is None:
+        return str(error)
+    return f"it is a {kind}, not a socket file ({error.strerror})"
+
+
+def _not_a_socket(mode: int) -> str | None:
+    """What a file of `mode` is, when it is neither a socket nor a symbolic link (a link is
+    replaced, never followed, by the bind: its target stays)."""
+    if stat.S_ISSOCK(mode) or stat.S_ISLNK(mode):
+        return None
+    if stat.S_ISREG(mode):
+        return "regular file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    return "device file"
 
 
 def _envelope(frames: list[bytes]) -> tuple[list[bytes], list[bytes]] | None:

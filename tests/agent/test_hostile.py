@@ -13,6 +13,7 @@ import resource
 import shutil
 import signal
 import socket
+import stat
 import statistics
 import subprocess
 import sys
@@ -851,6 +852,8 @@ def test_a_control_socket_that_cannot_be_rebound_stops_the_agent(tmp_path: Path)
         assert agent.proc is not None
         assert agent.proc.wait(timeout=20) == 1
         assert "cannot rebind control" in agent.output()
+        # Named: before, "Address already in use".
+        assert "control: it is a directory, not a socket file" in agent.output()
     finally:
         if agent.proc is not None and agent.proc.poll() is None:
             agent.kill()
@@ -948,3 +951,32 @@ def test_a_control_flood_never_holds_the_heartbeats(tmp_path: Path, shape: str) 
         assert sent > 2_000, sent
         assert beats >= 5, beats
         assert agent.proc is not None and agent.proc.poll() is None
+
+
+@pytest.mark.parametrize("shape", ["regular file", "directory", "fifo"])
+@pytest.mark.parametrize("endpoint", ["events", "control"])
+def test_an_endpoint_path_that_is_no_socket_file_is_refused_naming_it_and_kept(
+    tmp_path: Path, shape: str, endpoint: str
+) -> None:
+    """libzmq's bind unlinks whatever is at the path: `--control ipc:///some/file` given by
+    mistake lost that file without a word, and a directory there was `Address already in
+    use`."""
+    env = agent_env(tmp_path)
+    target = tmp_path / "kept"
+    if shape == "regular file":
+        target.write_text("notes\n")
+    elif shape == "directory":
+        target.mkdir()
+    else:
+        os.mkfifo(target)
+    env["FOREWARN_EVENTS" if endpoint == "events" else "FOREWARN_CONTROL"] = f"ipc://{target}"
+    done = run_forewarn("agent", "--provider", "local", env=env, timeout=30)
+    assert done.returncode == 2, done
+    assert f"cannot bind ipc://{target}: it is a {shape}, not a socket file" in done.stderr, (
+        done.stderr
+    )
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    if shape == "regular file":
+        assert target.read_text() == "notes\n"
+    else:
+        assert target.is_dir() if shape == "directory" else stat.S_ISFIFO(target.stat().st_mode)
