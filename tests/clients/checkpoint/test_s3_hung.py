@@ -86,8 +86,13 @@ def test_the_final_background_save_to_a_silent_endpoint_fails_at_the_deadline(
     monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", 0.0)  # the grace past it
     store = CheckpointStore("s3://bucket/run", s3=S3Options(endpoint_url=silent_endpoint))
     saver = BackgroundSaver(store)
+    # The state is made before the clock starts: `torch` is imported lazily, and its import
+    # (3 s idle, 20 s and more at the suite's load) was timed as if it were the save's, which
+    # failed the bound at a load of 11-19 with the deadline honoured. The bound is on final()
+    # alone: 3 s of deadline, no grace; unbounded, the save hangs 60 s a request, 6 times.
+    state = {"w": torch.zeros(1000)}
     started = time.monotonic()
-    failure = in_thread(lambda: saver.final(5, {"w": torch.zeros(1000)}, seconds_left=3.0), 40)
+    failure = in_thread(lambda: saver.final(5, state, seconds_left=3.0), 40)
     assert isinstance(failure, CommitTimeout), failure
     assert time.monotonic() - started < 20
     assert "step-000000000005 was not committed" in str(failure)
