@@ -194,21 +194,35 @@ class ExitReporting(GuardState):
         resumes = f"step {durable}" if durable is not None else "no checkpoint (none is saved)"
         cause = exit_causes(reasons, events)
         nearest = min(known)
+        ran = time.monotonic() - since
+        # A save begun after the deadline (a job started, or a notice seen, once the deadline
+        # had passed with nobody acting on it) was said not to have ended "by the terminate's
+        # deadline" and to be "killed at the deadline": it never ran at the deadline, and the
+        # kill, overdue, may come at any moment or not at all.
+        overdue = nearest + ran <= 0
         when = (
             f"{nearest:.0f}s before the terminate's deadline"
             if nearest > 0
             else f"by the terminate's deadline ({-nearest:.0f}s ago)"
         )
+        ended = f"has not ended {when}"
+        killed = "killed at the deadline"
+        if overdue:
+            when = f"begun {-(nearest + ran):.0f}s after the terminate's deadline"
+            ended = (
+                f"began {-(nearest + ran):.0f}s after the terminate's deadline and has not ended"
+            )
+            killed = "killed by the platform's kill, overdue now"
         if isinstance(moving, str):
             log.warning(
-                "forewarn: the exit's save of step %d (on %s) has not ended %s (it has run "
-                "%.0fs): %s, in a lead shorter than it needs; killed at the deadline, the job "
-                "resumes from %s",
+                "forewarn: the exit's save of step %d (on %s) %s (it has run %.0fs): %s, in a "
+                "lead shorter than it needs; %s, the job resumes from %s",
                 self._due_step,
                 cause,
-                when,
-                time.monotonic() - since,
+                ended,
+                ran,
                 moving,
+                killed,
                 resumes,
             )
             return
@@ -216,24 +230,25 @@ class ExitReporting(GuardState):
         if waiting is not None:
             log.warning(
                 "forewarn: the exit's save of step %d (on %s), %s: %s; a rank whose save does "
-                "not return holds every rank there until the platform's kill; killed at the "
-                "deadline, the job resumes from %s",
+                "not return holds every rank there until the platform's kill; %s, the job "
+                "resumes from %s",
                 self._due_step,
                 cause,
                 when,
                 waiting,
+                killed,
                 resumes,
             )
             return
         log.warning(
-            "forewarn: the exit's save of step %d (on %s) has not ended %s (it has run "
-            "%.0fs): it waits on its storage (a hung mount, a write that does not return) or, "
-            "with several ranks, on another rank's part; killed at the deadline, the job "
-            "resumes from %s",
+            "forewarn: the exit's save of step %d (on %s) %s (it has run %.0fs): it waits on "
+            "its storage (a hung mount, a write that does not return) or, with several ranks, "
+            "on another rank's part; %s, the job resumes from %s",
             self._due_step,
             cause,
-            when,
-            time.monotonic() - since,
+            ended,
+            ran,
+            killed,
             resumes,
         )
 

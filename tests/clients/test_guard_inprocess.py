@@ -519,8 +519,56 @@ def test_an_exit_save_not_ended_near_its_deadline_is_said_once(
     assert "the job resumes from step 4" in line
     if deadline > 0:
         assert re.search(r"has not ended [0-3]s before the terminate's deadline", line), line
-    else:
-        assert re.search(r"has not ended by the terminate's deadline \([56]s ago\)", line), line
+    else:  # the save began after the deadline: it was not running at it
+        assert re.search(r"began [56]s after the terminate's deadline and has not ended", line)
+
+
+@pytest.mark.parametrize(
+    ("deadline", "ran", "words"),
+    [
+        (-9.0, 0.0, r"\) began 9s after the terminate's deadline and has not ended"),
+        (-5.0, 12.0, r"has not ended by the terminate's deadline \(5s ago\) \(it has run 12s\)"),
+    ],
+)
+def test_an_exit_save_begun_after_its_deadline_is_not_said_to_have_missed_it(
+    caplog: pytest.LogCaptureFixture, deadline: float, ran: float, words: str
+) -> None:
+    """A job started 9 s after a terminate's deadline nobody had acted on was told its exit's
+    save "has not ended by the terminate's deadline (8s ago) (it has run 0s)": a save that
+    began after the deadline cannot have been running at it, and no kill comes "at the
+    deadline" that passed. One running across the deadline is still said as before."""
+    from datetime import datetime, timedelta, timezone
+
+    from forewarn.clients.event import Event
+
+    guard = quiet_guard()
+    guard.resumed(4)
+    # 0.3 s later than said: the whole seconds the line rounds to stay the same for a check
+    # run up to 0.8 s after this (a loaded machine's pause).
+    now = datetime.now(timezone.utc)
+    at = now + timedelta(seconds=deadline + 0.3)
+    guard._on_event(
+        Event(
+            id="aws/spot-itn/old",
+            seq=1,
+            action="terminate",
+            reason="spot-interruption",
+            provider="aws",
+            deadline=at,
+            noticed_at=now,
+            sent_at=now,
+        )
+    )
+    try:
+        assert guard.due(7) and guard.should_exit
+        guard._check_exit_save_late(time.monotonic() - ran)
+    finally:
+        guard.close()
+    (line,) = [r.getMessage() for r in caplog.records if "exit's save of step 7" in r.getMessage()]
+    assert re.search(words, line), line
+    assert "the job resumes from step 4" in line
+    if ran == 0.0:
+        assert "has not ended by" not in line and "killed at the deadline" not in line, line
 
 
 def _terminate(notice_id: str, **detail: Any) -> Any:
