@@ -470,7 +470,7 @@ class Subscriber:
         # Replays the agent sent for this socket's token: one per (re)connection.
         self.answers = 0
 
-    def ready(self, timeout: float = 10.0) -> Subscriber:
+    def ready(self, timeout: float = 30.0) -> Subscriber:
         """Wait until the agent has answered this subscription: from then on nothing sent is
         missed, the agent has read every topic it subscribed (a `client/<id>` is a client),
         and no replay of what was active when it joined is still to come.
@@ -489,7 +489,12 @@ class Subscriber:
         next news (a drain where it waited for the clear).
 
         Call it again only where the socket reconnects (a restarted agent): the replay it
-        waits for is the one answering the socket's subscriptions."""
+        waits for is the one answering the socket's subscriptions.
+
+        30 s by default, as `AgentProcess.start`: a guard against an agent that never answers,
+        not a measure of how soon it does. 10 s failed at the suite's load (check 44a,
+        test_the_agent_raises_a_reclaim_drain_once_across_restarts: an agent that had just
+        answered its status request did not answer the subscription within 10 s)."""
         extra = "heartbeat" not in self.topics
         receives = any(TOPIC_NOTICE.startswith(topic) for topic in self.topics)
         deadline = time.monotonic() + timeout
