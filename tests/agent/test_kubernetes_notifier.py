@@ -482,6 +482,9 @@ async def test_an_event_the_api_server_did_not_answer_is_kept_and_made_later(tmp
             notifier.on_notice(drain, escalated=False)
             await eventually_async(
                 lambda: sim_faults(server)[0]["answered"] >= 5,
+                # The notifier's own 4 attempts (3.5 s) and a retry: 10 s missed at the suite's
+                # load (check 44a); a guard against none coming, not a measure.
+                timeout=30,
                 what="the 4 attempts and a retry of the kept Event",
             )
             path = tmp_path / WARNED_FILE
@@ -1114,6 +1117,9 @@ async def test_a_kept_cordon_is_not_made_once_its_terminate_is_cleared(tmp_path:
             notifier.on_notice(terminate, escalated=False)
             await eventually_async(
                 lambda: sim_faults(server)[0]["answered"] >= 5,
+                # The notifier's own 4 attempts (3.5 s) and a retry: 10 s missed at the suite's
+                # load (check 44a); a guard against none coming, not a measure.
+                timeout=30,
                 what="the 4 attempts and a retry of the kept cordon",
             )
             clear = terminate.model_copy(update={"seq": 2, "action": "clear"})
