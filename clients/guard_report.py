@@ -88,6 +88,10 @@ class ExitReporting(GuardState):
                 exit_saved[1],
             )
         elif result.exit:
+            if not wrote and where is None:
+                # The caller's save was not called: "saved by the caller" claimed a save never
+                # made (a job started under a terminate, at its resume point).
+                where = self._durable_words(result.step) + ": nothing new written"
             log.warning("forewarn: %s", exit_line(result.step, reasons, events, where))
         elif uploading:
             log.info(
@@ -109,6 +113,11 @@ class ExitReporting(GuardState):
                 result.step,
                 ", ".join(result.reasons) or "requested",
             )
+
+    def _durable_words(self, step: int) -> str:
+        """`of step N durable already`, and where this run resumed when it is that step."""
+        resumed = ", where this run resumed" if step == self._resumed_step else ""
+        return f"of step {step} durable already{resumed}"
 
     def _check_exit_save(self) -> None:
         """An exit's save (due said so with an exit pending, and nothing recorded it yet)

@@ -62,3 +62,27 @@ def test_a_request_right_after_a_save_says_nothing_was_written_again(
     ], lines
     (line,) = [line for line in lines if "durable already" in line]
     assert "step 3 (drain)" in line and "resumed" not in line, line
+
+
+def test_an_exit_at_the_resume_point_does_not_say_the_caller_saved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """found: the README's loop, started (torch, DataLoader workers) under a drain and a
+    terminate, exited 143 at step 0 having written nothing, its log saying `exiting at step 0
+    on drain ..., terminate ...; checkpoint saved by the caller`."""
+    caplog.set_level(logging.INFO, "forewarn.clients")
+    guard = _guard()
+    written: list[int] = []
+    try:
+        guard.resumed(0)
+        guard.request("manual", exit=True)
+        assert guard.due(0)
+        assert guard.save(0, written.append).exit
+    finally:
+        guard.close()
+    assert written == []
+    lines = _lines(caplog)
+    assert not [line for line in lines if "saved by the caller" in line], lines
+    (line,) = [line for line in lines if "exiting at step 0" in line]
+    assert "checkpoint of step 0 durable already, where this run resumed" in line, line
+    assert "nothing new written" in line, line
