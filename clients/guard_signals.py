@@ -18,7 +18,7 @@ from typing import Any
 
 from .guard_state import GuardState
 from .guard_terminal import detach_hung_up_terminal, watch_terminal_output
-from .workers import guard_handles_sigterm
+from .workers import _unprotected_workers, guard_handles_sigterm
 from .workers_guardbyte import guard_handles_sighup
 
 log = logging.getLogger("forewarn.clients")
@@ -70,6 +70,7 @@ class SignalHandling(GuardState):
                     # loop reaches this handler's save (forewarn.clients.workers).
                     guard_handles_sigterm(True)
                     self._protecting_workers = True
+                    _warn_of_unprotected_workers()
                 if signum == signal.SIGHUP:
                     # And a SIGHUP to the job's whole process group (bash's, as its terminal
                     # closes): the guard saves on it, its workers feed the loop until then.
@@ -334,3 +335,20 @@ def _jobs_own_handlers(handler: object) -> list[str]:
 
 
 __all__ = ["SignalHandling"]
+
+
+def _warn_of_unprotected_workers() -> None:
+    """Says once per guard which worker processes a job-wide SIGTERM still ends: those started
+    before forewarn.clients was imported (its hooks protect a worker as it starts)."""
+    pids = _unprotected_workers()
+    if pids:
+        log.warning(
+            "forewarn: %d worker process(es) (pid %s; DataLoader or pool workers) started "
+            "before forewarn.clients was imported end on a SIGTERM to the whole job "
+            "(systemd's control-group kill, torchrun's, kill -TERM -<pgid>), and torch then "
+            "raises `DataLoader worker ... is killed by signal` in the loop, before its save, "
+            "or as the job exits: import forewarn.clients before the DataLoader starts its "
+            "workers (at the top of the script)",
+            len(pids),
+            ", ".join(map(str, pids)),
+        )

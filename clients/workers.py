@@ -120,4 +120,28 @@ def __getattr__(name: str) -> Any:
 # with the main process, and its children that are not protected workers get SIGTERM back.
 _preload_in_fork_server()
 
+
+def _children_alive() -> set[int]:
+    """The pids of this process's live multiprocessing children (DataLoader and pool workers
+    among them; a started process keeps no record of its target to tell them apart)."""
+    import multiprocessing
+
+    return {child.pid for child in multiprocessing.active_children() if child.pid is not None}
+
+
+# Worker processes already running as this module is imported: started without its hooks,
+# they end on a job-wide SIGTERM whatever the guard does (see _unprotected_workers).
+_STARTED_BEFORE_IMPORT = _children_alive()
+
+
+def _unprotected_workers() -> list[int]:
+    """The multiprocessing children still running that were started before forewarn.clients
+    was imported: nothing protects them from a job-wide SIGTERM. Found by pasting the README's
+    loop below a script's set-up: a process-group SIGTERM killed them, and torch raised
+    `DataLoader worker (pid ...) is killed by signal: Terminated` in forewarn's exit handler."""
+    if not _STARTED_BEFORE_IMPORT:
+        return []
+    return sorted(_STARTED_BEFORE_IMPORT & _children_alive())
+
+
 __all__ = ["IGNORED_IN_WORKERS", "ignore_job_signals", "worker_init_fn"]
