@@ -174,6 +174,35 @@ def _taints(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return taints
 
 
+def unschedulable_set(metadata: Mapping[str, Any]) -> dict[str, str] | None:
+    """Who set `spec.unschedulable` and when, as the API server keeps it: the
+    `metadata.managedFields` entry whose `fieldsV1` holds `f:spec.f:unschedulable` (its
+    `manager` and `time`, whole seconds; the latest if several share it). A cordon lifted
+    and applied again has a later one (the field leaves the entry when lifted), which is all
+    a real cluster shows of it: the control plane's `node.kubernetes.io/unschedulable`
+    taint is NoSchedule, with no value and no `timeAdded` (written only for NoExecute).
+    None when no entry says (managedFields stripped, or in a shape not known here: it is
+    housekeeping, so it tells nothing rather than failing the Node)."""
+    entries = metadata.get("managedFields")
+    found: dict[str, str] | None = None
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        fields = entry.get("fieldsV1")
+        spec = fields.get("f:spec") if isinstance(fields, dict) else None
+        manager, when = entry.get("manager"), entry.get("time")
+        if (
+            isinstance(spec, dict)
+            and "f:unschedulable" in spec
+            and isinstance(manager, str)
+            and isinstance(when, str)
+            and when
+            and (found is None or when > found["time"])
+        ):
+            found = {"manager": manager, "time": when}
+    return found
+
+
 def _ready_condition(status: dict[str, Any]) -> dict[str, Any] | None:
     ready = None
     for index, raw in enumerate(_optional_list(status, "conditions", "status.conditions")):
@@ -278,6 +307,9 @@ def node_reports(
         detail: dict[str, Any] = {"condition": "cordon", "unschedulable": unschedulable}
         if cordon_taint is not None:
             detail["taint"] = cordon_taint
+        set_by = unschedulable_set(metadata) if unschedulable else None
+        if set_by is not None:
+            detail["unschedulableSet"] = set_by
         reports.append(report("drain", ("cordon",), detail))
     seen = set()
     for taint in taints:
@@ -438,11 +470,15 @@ def changes(previous: Mapping[str, Report], current: Iterable[Report]) -> list[R
 
 
 def _taint_added(report: Report) -> tuple[str, str] | None:
-    """When the taint a report was raised for was set, if it says: its `timeAdded`, else its
-    value. Cluster Autoscaler sets `ToBeDeletedByClusterAutoscaler` with no `timeAdded` and
-    the Unix time the scale-down began as its value: set again for a later scale-down, only
-    the value changes. With the field it came from: a `timeAdded` is not compared with a
-    value."""
+    """When the condition a report was raised for was set, if it says: for a cordon, the
+    managedFields entry that set `spec.unschedulable` (`unschedulable_set`: a real cluster's cordon
+    taint has no `timeAdded`); else the taint's `timeAdded`, else its value. Cluster Autoscaler sets
+    `ToBeDeletedByClusterAutoscaler` with no `timeAdded` and the Unix time the scale-down began as
+    its value: set again for a later scale-down, only the value changes. With the field it came
+    from: a `timeAdded` is not compared with a value."""
+    set_by = report.detail.get("unschedulableSet")
+    if isinstance(set_by, dict):
+        return "unschedulableSet", f"{set_by.get('manager')} {set_by.get('time')}"
     taint = report.detail.get("taint")
     if not isinstance(taint, dict):
         return None
@@ -551,5 +587,6 @@ __all__ = [
     "readded",
     "stale_boot",
     "started_deadline",
+    "unschedulable_set",
     "vm_event",
 ]

@@ -674,8 +674,9 @@ class KubernetesWatcher:
             emit(clear)
             self.active.pop(clear.id, None)  # raised again below, as new
         if restored and not replaced:
-            # The agent is given what it holds; the watcher keeps the Node as listed (a
-            # taint's `timeAdded` there tells a later gap's cordon lifted and applied again).
+            # The agent is given what it holds; the watcher keeps the Node as listed (who set
+            # `spec.unschedulable` and when, there, tells a later gap's cordon lifted and
+            # applied again).
             self._apply(as_restored(restored, current, {c.id for c in again}), emit)
             self.active = {report.id: report for report in current}
         else:

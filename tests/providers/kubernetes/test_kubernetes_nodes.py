@@ -25,6 +25,7 @@ from forewarn.providers.kubernetes.nodes import (
     parse_list,
     readded,
     started_deadline,
+    unschedulable_set,
     vm_event,
 )
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
@@ -353,6 +354,80 @@ def test_a_taint_added_again_is_cleared_on_a_relist(
     if again:
         assert clears[0].detail == tainted.detail  # the first taint's notice is cleared
     assert readded({}, current) == []
+
+
+def cordoned(managed: Any) -> dict[str, Any]:
+    """A node cordoned as a real cluster shows it: the taint with no `timeAdded`."""
+    cordon = node(unschedulable=True, taints=[{"key": CORDON_TAINT, "effect": "NoSchedule"}])
+    if managed is not None:
+        cordon["metadata"]["managedFields"] = managed
+    return cordon
+
+
+def entry(manager: str, time: str, field: str = "f:unschedulable") -> dict[str, Any]:
+    fields = {"f:spec": {field: {}}}
+    return {"manager": manager, "operation": "Update", "time": time, "fieldsV1": fields}
+
+
+set_times = st.sampled_from(["2026-12-05T10:00:00Z", "2026-12-05T10:00:07Z"])
+managers = st.sampled_from(["kubectl-cordon", "node-termination-handler"])
+managed_fields = st.none() | st.lists(
+    st.builds(entry, managers, set_times, st.sampled_from(["f:unschedulable", "f:taints"])),
+    max_size=3,
+)
+
+
+@given(managed_fields, managed_fields)
+@settings(max_examples=examples(80), deadline=None)
+def test_a_cordon_set_again_is_told_by_its_managed_fields(before: Any, after: Any) -> None:
+    """On a real cluster the cordon's taint has no `timeAdded`: a cordon lifted and applied
+    again in a watch gap is told only by the managedFields entry that set
+    `spec.unschedulable` (another manager or a later `time`). Found: with the simulator
+    writing taints as the API server does, the relist sent nothing for the second cordon.
+    An entry missing on either side tells nothing."""
+    previous = node_reports(cordoned(before), NODE, TAINTS)
+    current = node_reports(cordoned(after), NODE, TAINTS)
+    clears = readded({r.id: r for r in previous}, current)
+    was = unschedulable_set(cordoned(before)["metadata"])
+    now = unschedulable_set(cordoned(after)["metadata"])
+    again = was is not None and now is not None and was != now
+    assert [(c.action, c.id) for c in clears] == ([("clear", previous[0].id)] if again else [])
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.text(max_size=5),
+        lambda c: (
+            st.lists(c)
+            | st.dictionaries(
+                st.sampled_from(["manager", "time", "fieldsV1", "f:spec", "f:unschedulable"]), c
+            )
+        ),
+        max_leaves=12,
+    )
+)
+@settings(max_examples=examples(150), deadline=None)
+def test_managed_fields_of_any_shape_tell_nothing_rather_than_fail(managed: Any) -> None:
+    """managedFields is housekeeping: in a shape not known here it tells nothing (None) and
+    the Node is still read."""
+    found = unschedulable_set({"managedFields": managed})
+    assert found is None or set(found) == {"manager", "time"}
+    assert [r.id for r in node_reports(cordoned(managed), NODE, TAINTS)] == [
+        notice_id(NODE, "cordon")
+    ]
+
+
+def test_the_cordon_names_who_set_it() -> None:
+    managed = [entry("kubelet", "2026-12-05T09:00:00Z", "f:podCIDR")]
+    managed.append(entry("kubectl-cordon", "2026-12-05T10:00:00Z"))
+    (drain,) = node_reports(cordoned(managed), NODE, TAINTS)
+    set_by = {"manager": "kubectl-cordon", "time": "2026-12-05T10:00:00Z"}
+    assert drain.detail["unschedulableSet"] == set_by
+    # Lifted (only the taint left, the controller not caught up yet): no mark.
+    lifted = cordoned(managed)
+    lifted["spec"]["unschedulable"] = False
+    (drain,) = node_reports(lifted, NODE, TAINTS)
+    assert "unschedulableSet" not in drain.detail
 
 
 @given(nodes().map(lambda s: s[1]), nodes().map(lambda s: s[1]), configured, st.booleans())
