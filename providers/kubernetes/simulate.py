@@ -11,13 +11,16 @@
   waits, as kube-apiserver's watch cache does, up to 3 s for the server to reach it, then
   gets an ERROR event: a 504 Timeout "Too large resource version" whose cause is
   `ResourceVersionTooLarge`.
-- `GET`/`PATCH /api/v1/nodes/<node>` (merge or strategic-merge patch; what `kubectl cordon`
-  and `forewarn drill kubernetes` send). Cordoning adds the `node.kubernetes.io/unschedulable`
-  taint, as the node lifecycle controller does. A `metadata.uid` in the patch other than the
-  node's is 422 Invalid (the uid is immutable), as the API server answers; so is a taint
-  the API server's validation refuses (a key that is no qualified name, a value that is no
-  label value, an unknown effect), whether patched or raised through `/_sim/notices`, and a
-  patch listing two taints of one key and effect (taints are unique by that pair).
+- `GET`/`PATCH /api/v1/nodes/<node>` (merge or strategic-merge patch; what `kubectl cordon` and
+  `forewarn drill kubernetes` send). Cordoning adds the `node.kubernetes.io/unschedulable` taint, as
+  the node lifecycle controller does (NoSchedule, no value), and records who set
+  `spec.unschedulable` and when in a `metadata.managedFields` entry (the `fieldManager` parameter,
+  else `kubectl-cordon`), which loses the field when the cordon is lifted. As the API server does, a
+  taint gets `timeAdded` only when its effect is NoExecute. A `metadata.uid` in the patch other than
+  the node's is 422 Invalid (the uid is immutable), as the API server answers; so is a taint the API
+  server's validation refuses (a key that is no qualified name, a value that is no label value, an
+  unknown effect), whether patched or raised through `/_sim/notices`, and a patch listing two taints
+  of one key and effect (taints are unique by that pair).
 - With a token set, requests without `Authorization: Bearer <token>` get 401.
 - `POST /apis/events.k8s.io/v1/namespaces/<ns>/events`: an Event, checked for the fields the
   API server requires (422 otherwise), kept in `GET /_sim/state` under `events`.
@@ -302,10 +305,40 @@ class KubernetesSimulator(Simulator):
 
     def _set_taint(self, node: dict[str, Any], key: str, value: str | None, effect: str) -> None:
         taints = [t for t in node["spec"].get("taints", []) if t.get("key") != key]
-        taint: dict[str, Any] = {"key": key, "effect": effect, "timeAdded": _stamp(self.now())}
+        taint: dict[str, Any] = {"key": key, "effect": effect}
+        if effect == "NoExecute":
+            # As the API server writes it: "only written for NoExecute taints" (Taint).
+            taint["timeAdded"] = _stamp(self.now())
         if value:
             taint["value"] = value
         node["spec"]["taints"] = [*taints, taint]
+
+    def _own_unschedulable(self, node: dict[str, Any], manager: str) -> None:
+        """`metadata.managedFields` as the API server keeps it for `spec.unschedulable`:
+        set, the field is `manager`'s (an Update entry, its `time` now, in whole seconds);
+        lifted, no entry holds it (an entry left with no field goes)."""
+        entries: list[dict[str, Any]] = []
+        own: dict[str, Any] | None = None
+        for entry in copy.deepcopy(node["metadata"].get("managedFields", [])):
+            fields = entry.setdefault("fieldsV1", {})
+            fields.get("f:spec", {}).pop("f:unschedulable", None)
+            if not fields.get("f:spec", True):
+                del fields["f:spec"]
+            if entry.get("manager") == manager and entry.get("operation") == "Update":
+                own = entry
+            if fields:
+                entries.append(entry)
+        if node["spec"].get("unschedulable"):
+            if own is None or not any(entry is own for entry in entries):
+                own = {"manager": manager, "operation": "Update", "apiVersion": "v1"}
+                own.update(fieldsType="FieldsV1", fieldsV1={})
+                entries.append(own)
+            own["time"] = _stamp(self.now())
+            own["fieldsV1"].setdefault("f:spec", {})["f:unschedulable"] = {}
+        if entries:
+            node["metadata"]["managedFields"] = entries
+        else:
+            node["metadata"].pop("managedFields", None)
 
     @staticmethod
     def _drop_taint(node: dict[str, Any], key: str) -> bool:
@@ -378,6 +411,7 @@ class KubernetesSimulator(Simulator):
             if kind == "cordon":
                 node = self._edit()
                 node["spec"]["unschedulable"] = True
+                self._own_unschedulable(node, "kubectl-cordon")
                 if fields.get("taint", True):
                     self._sync_cordon_taint(node)
                 self._commit("MODIFIED", node)
@@ -551,6 +585,7 @@ class KubernetesSimulator(Simulator):
                 ):
                     return False
                 node["spec"].pop("unschedulable", None)
+                self._own_unschedulable(node, "kubectl-cordon")
                 self._sync_cordon_taint(node)
             elif notice_id.startswith("taint/"):
                 if not self._drop_taint(node, notice_id[len("taint/") :]):
@@ -792,6 +827,9 @@ class KubernetesSimulator(Simulator):
                 message = f'Node "{name}" is invalid: {"; ".join(problems)}'
                 return SimResponse.json(_status(422, "Invalid", message), 422)
             if bool(node["spec"].get("unschedulable")) != before:
+                # kubectl cordon's field manager unless the request names its own.
+                manager = request.param("fieldManager") or "kubectl-cordon"
+                self._own_unschedulable(node, manager)
                 self._sync_cordon_taint(node)
             self._commit("MODIFIED", node)
             return SimResponse.json(self.node)

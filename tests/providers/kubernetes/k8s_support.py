@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +48,27 @@ class Running(WatcherRun):
 
         await self.until(found, timeout, f"{action} {report_id}")
         return next(r for r in self.reports if r.action == action and r.id == report_id)
+
+
+def recordon(sim: KubernetesSimulator) -> None:
+    """Lift the cordon and cordon again as a real cluster shows it: the controller's taint
+    is NoSchedule, with no `timeAdded` (the API server writes it only for NoExecute), and
+    the one thing that differs is `time` of the managedFields entry that set
+    `spec.unschedulable`, in whole seconds: a second later here, as a re-cordon in any real
+    gap is (the simulator would otherwise write the same second)."""
+    with sim.lock:
+        assert sim.node is not None
+        (before,) = [
+            entry["time"]
+            for entry in sim.node["metadata"]["managedFields"]
+            if "f:unschedulable" in entry["fieldsV1"].get("f:spec", {})
+        ]
+        sim.withdraw("cordon")
+        sim.raise_notice("cordon", {})
+        node = sim._edit()
+        later = datetime.strptime(before, "%Y-%m-%dT%H:%M:%SZ") + timedelta(seconds=1)
+        for entry in node["metadata"]["managedFields"]:
+            if "f:unschedulable" in entry["fieldsV1"].get("f:spec", {}):
+                entry["time"] = later.strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert all("timeAdded" not in taint for taint in node["spec"]["taints"])
+        sim._commit("MODIFIED", node)

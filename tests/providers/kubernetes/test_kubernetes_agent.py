@@ -17,6 +17,7 @@ from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.httpdate import format_http_date
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
+from k8s_support import recordon
 from support import AgentProcess, Subscriber, agent_env, eventually
 
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
@@ -227,10 +228,11 @@ def test_node_notices_across_an_agent_restart_are_neither_repeated_nor_lost(
 def test_a_cordon_applied_again_while_the_agent_was_down_is_cleared_and_raised(
     tmp_path: Path, server: SimServer
 ) -> None:
-    """The cordon was lifted and applied again while the agent was down (its taint's
-    `timeAdded` is later). The restarted agent sent the drain again under the same id, with no
-    clear between: a repeat to the job's guard, which had saved for the first cordon and so
-    saved nothing for the second. A running watcher sends drain, clear, drain."""
+    """The cordon was lifted and applied again while the agent was down (as a real cluster shows it:
+    no `timeAdded` on the controller's NoSchedule taint, only the managedFields entry that set
+    `spec.unschedulable` is later). The restarted agent sent the drain again under the same id, with
+    no clear between: a repeat to the job's guard, which had saved for the first cordon and so saved
+    nothing for the second. A running watcher sends drain, clear, drain."""
     env = _kubernetes_env(tmp_path, server)
     sim = server.sim
     assert isinstance(sim, KubernetesSimulator)
@@ -239,13 +241,7 @@ def test_a_cordon_applied_again_while_the_agent_was_down_is_cleared_and_raised(
         wait_for_watch(server)
         control(server, "cordon")
         eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
-    with sim.lock:
-        sim.withdraw("cordon")
-        sim.raise_notice("cordon", {})
-        node = sim._edit()
-        for taint in node["spec"]["taints"]:
-            taint["timeAdded"] = "2099-01-01T00:00:00Z"  # later than the first, surely
-        sim._commit("MODIFIED", node)
+    recordon(sim)
     with (
         AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
         agent.subscriber(topics=("notice", "heartbeat")) as sub,

@@ -160,17 +160,40 @@ def test_patch_cordons_like_kubectl(api: httpx.Client) -> None:
     headers = {**AUTH, "Content-Type": "application/strategic-merge-patch+json"}
     node = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(patch), headers=headers).json()
     assert node["spec"]["unschedulable"] is True
-    assert [t["key"] for t in node["spec"]["taints"]] == ["node.kubernetes.io/unschedulable"]
+    # As a real API server writes them: the controller's taint is NoSchedule with no value
+    # and no `timeAdded` (written only for NoExecute); the field's manager and time are in
+    # managedFields.
+    assert node["spec"]["taints"] == [
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    ]
+    (entry,) = node["metadata"]["managedFields"]
+    assert entry["manager"] == "kubectl-cordon"
+    assert entry["fieldsV1"] == {"f:spec": {"f:unschedulable": {}}}
     undo = {"spec": {"unschedulable": None}}
     node = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(undo), headers=headers).json()
     assert "unschedulable" not in node["spec"]
     assert "taints" not in node["spec"]
+    assert "managedFields" not in node["metadata"]  # the field left the only entry
     wrong = api.patch(
         f"/api/v1/nodes/{NODE}", content="{}", headers={**AUTH, "Content-Type": "text/plain"}
     )
     assert wrong.status_code == 415
     missing = api.patch("/api/v1/nodes/other", content="{}", headers=headers)
     assert missing.status_code == 404
+
+
+def test_only_a_no_execute_taint_gets_time_added(api: httpx.Client) -> None:
+    """The API server writes `timeAdded` only for NoExecute taints, whatever the `taint`
+    control call is given; the watcher was tested against one on every taint."""
+    for effect in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        body = {"kind": "taint", "key": f"example.com/{effect.lower()}", "effect": effect}
+        assert api.post("/_sim/notices", json=body).status_code == 201
+    taints = api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()["spec"]["taints"]
+    assert [("timeAdded" in t, t["effect"]) for t in taints] == [
+        (False, "NoSchedule"),
+        (False, "PreferNoSchedule"),
+        (True, "NoExecute"),
+    ]
 
 
 def test_a_patch_for_another_uid_is_refused_as_the_api_server_does(api: httpx.Client) -> None:
