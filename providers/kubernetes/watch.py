@@ -670,7 +670,7 @@ class KubernetesWatcher:
         current = self._not_the_last_boots_end(node, name, current)
         again = readded(previous, current) if relisted else []
         for clear in again:
-            log.info("kubernetes: clear %s (its taint was added again)", clear.id)
+            log.info("kubernetes: clear %s (set again since it was raised)", clear.id)
             emit(clear)
             self.active.pop(clear.id, None)  # raised again below, as new
         if restored and not replaced:
