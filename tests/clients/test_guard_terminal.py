@@ -19,7 +19,7 @@ import pytest
 from forewarn.clients import guard_terminal, workers_guardbyte
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import examples
+from support import examples, sighup_as_in_a_terminal
 
 
 @contextmanager
@@ -100,6 +100,7 @@ def test_output_that_is_not_a_terminal_is_left_as_it_is() -> None:
         timeout=120,
         check=True,
         stdin=subprocess.DEVNULL,
+        preexec_fn=sighup_as_in_a_terminal,  # the suite may run under nohup
     )
     assert done.stdout.split() == ["True", "True"]
 
@@ -135,6 +136,7 @@ def test_a_terminal_output_is_wrapped_as_it_was(unbuffered: str) -> None:
             timeout=120,
             check=True,
             start_new_session=True,
+            preexec_fn=sighup_as_in_a_terminal,  # the suite may run under nohup
             env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
             | ({"PYTHONUNBUFFERED": unbuffered} if unbuffered else {}),
         )
