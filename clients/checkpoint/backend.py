@@ -194,6 +194,13 @@ class Backend(ABC):
     """Keys are `/`-separated and relative to the store's root."""
 
     url: str
+    # What is true of a small object whose write raised though it reads back as written (a
+    # COMMIT marker): said in the warning of a generation committed so. Local: the rename
+    # is done and the fsync after it failed, so a crash of the machine may still lose it;
+    # object stores override it (the service stored it before it could be read).
+    written_despite_error = (
+        "it may not be durable yet: a crash of the machine (a power loss) may lose it"
+    )
 
     @property
     def identity(self) -> str:

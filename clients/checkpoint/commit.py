@@ -437,22 +437,23 @@ class CommitProtocol:
         try:
             self.backend.put_small(f"{request.name}/{COMMIT}", marker)
         except Exception as exc:
-            # The marker's rename done and the directory's fsync failed after it (EIO): it is
-            # in place and readers take the generation (latest() returns it). Reported as
-            # failed, the job was told its step was not saved while a restart resumed from it,
-            # and `last_durable` stayed behind what readers took. What is true is said:
-            # committed, and maybe not durable across a crash of the machine.
+            # The marker's rename done and the directory's fsync failed after it (EIO), or an
+            # S3 PUT stored and answered an error: it is in place and readers take the
+            # generation (latest() returns it). Reported as failed, the job was told its step
+            # was not saved while a restart resumed from it, and `last_durable` stayed behind
+            # what readers took. What is true is said: committed, and what that is worth on
+            # this backend (local: maybe not durable across a crash of the machine).
             if not self._marker_in_place(request.name, marker):
                 raise
             self.unconfirmed[request.name] = f"{type(exc).__name__}: {exc}"
             log.warning(
                 "forewarn: checkpoint %s is committed in %s and readers take it (its COMMIT "
-                "marker is in place), but writing the marker reported %s: %s; it may not be "
-                "durable yet: a crash of the machine (a power loss) may lose it",
+                "marker is in place), but writing the marker reported %s: %s; %s",
                 request.name,
                 self.backend.url,
                 type(exc).__name__,
                 exc,
+                self.backend.written_despite_error,
             )
         try:
             self.backend.remove_dead_temps(request.name, [entry.name for entry in files])

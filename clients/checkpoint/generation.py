@@ -80,9 +80,10 @@ class Generation:
         # "checksums")): verify_file then need not read the bytes a second time.
         self.checksummed = False
         # Set by the save that committed it when writing its COMMIT marker reported an error
-        # though the marker is in place (a directory's fsync failing after the rename): it
-        # is committed and readers take it, but it may not survive a crash of the machine.
-        # The error, else None.
+        # though the marker is in place: it is committed and readers take it. Local (a
+        # directory's fsync failing after the rename) it may not survive a crash of the
+        # machine; on S3 (a PUT stored, then answered an error) it is durable. The error,
+        # else None.
         self.unconfirmed: str | None = None
         # Set by `CheckpointStore.restore()` on the generation it loaded: the seconds from the
         # call until `load` returned (finding, verifying and loading it, and any newer ones

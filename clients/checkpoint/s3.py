@@ -523,6 +523,15 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 
 class S3Backend(Backend):
+    # S3 (and the services that speak it) answers a PUT only once the object is stored
+    # across its devices, and a read finds only an object so stored: one that reads back is
+    # durable, only the answer to its write was an error (said before: `it may not be durable
+    # yet: a crash of the machine (a power loss) may lose it`, true of a local disk only).
+    written_despite_error = (
+        "the service stored the marker (it reads back as written), so it is as durable as any "
+        "object there: only the answer to its write was an error"
+    )
+
     def __init__(
         self,
         url: str,

@@ -130,6 +130,10 @@ class DelegatingBackend(Backend):
     def identity(self) -> str:
         return self.inner.identity
 
+    @property
+    def written_despite_error(self) -> str:  # type: ignore[override]
+        return self.inner.written_despite_error
+
     def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
         return self.inner.writer(key, on_done)
 

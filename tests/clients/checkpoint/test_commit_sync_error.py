@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, local
+from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, local
 from forewarn.clients.checkpoint.manifest import COMMIT
+from s3_proxy import XML, Reply, Request, S3Proxy
 
 _READ_LATEST = """
 import sys
@@ -100,3 +101,54 @@ def test_a_background_saves_last_durable_follows_a_commit_whose_sync_failed(
     assert saver.last_durable.unconfirmed is not None
     assert latest_in_another_process(url) == "latest: 3"
     store.close()
+
+
+class MarkerAnswerFails(S3Proxy):
+    """Every PUT of a COMMIT marker is stored by moto, then answered 500 InternalError (as S3
+    answers now and then after storing an object): botocore's retries store it again and get
+    the same answer, and the write raises with the marker in place."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.failed = 0
+
+    def forwarded(self, request: Request, reply: Reply) -> Reply | None:
+        if request.command == "PUT" and request.path.split("?")[0].endswith(f"/{COMMIT}"):
+            self.failed += 1
+            return Reply(500, XML, INTERNAL_ERROR)
+        return reply
+
+
+INTERNAL_ERROR = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code><Message>We '
+    b"encountered an internal error. Please try again.</Message></Error>"
+)
+
+
+def test_a_marker_whose_write_was_answered_an_error_on_s3_is_not_said_to_be_not_durable(
+    moto_endpoint: str, bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On S3 the marker read back from the service was stored by it, as durably as any
+    object (S3 answers a PUT only once the object is stored): only the write's answer was an
+    error. The warning said `it may not be durable yet: a crash of the machine (a power loss)
+    may lose it`, true only of a local disk whose fsync failed (found: a proxy in front of
+    moto answering the COMMIT PUT 500 after moto stored it)."""
+    with MarkerAnswerFails(moto_endpoint) as proxy:
+        url = f"s3://{bucket}/run"
+        store = CheckpointStore(url, s3=S3Options(endpoint_url=proxy.url))
+        with caplog.at_level(logging.WARNING, logger="forewarn.checkpoint"):
+            result = store.flush(1, lambda gen: gen.write_bytes("model.bin", b"one"))
+        store.close()
+
+    assert proxy.failed >= 1
+    assert result.generation.step == 1
+    assert result.generation.unconfirmed is not None
+    said = caplog.text
+    assert "checkpoint step-000000000001 is committed" in said
+    assert "may not be durable" not in said
+    assert "crash of the machine" not in said
+    assert "the service stored the marker" in said
+    reader = CheckpointStore(url)
+    latest = reader.latest(verify="checksums")
+    assert latest is not None and latest.step == 1
+    reader.close()
