@@ -291,6 +291,13 @@ class Backend(ABC):
         Nothing to do on most backends."""
         return 0
 
+    def abort_left_uploads(self) -> int:
+        """Abort, by their upload IDs, the uploads of this process's failed saves that could
+        not be aborted when they failed (the service unreachable, credentials expired); keep
+        those that still cannot be. Never raises; returns how many went. Nothing to do on
+        most backends."""
+        return 0
+
     def unfinished_uploads(self, *, sizes: bool = True) -> list[UnfinishedUpload]:
         """The generations' files still in unfinished uploads, oldest first (without
         `sizes`, each `size` is 0, not asked for). None on most backends, whose unfinished

@@ -444,18 +444,27 @@ class S3Writer(ObjectWriter):
         # One left unaborted (the service unreachable, credentials expired) expires by the
         # bucket's lifecycle rule, or is aborted by a later sweep. Said once (`say`): left
         # unsaid, its parts stayed stored and billed with nothing telling of them.
+        # The backend keeps it for this store's next save to abort by its ID (`abort_left_
+        # uploads`): before, it stood until the next sweep (UPLOAD_SWEEP_INTERVAL, 600 s).
         backend = self._backend
+        upload_id = self._upload_id
+        if upload_id is None:
+            return
         try:
             backend.client.abort_multipart_upload(
-                Bucket=backend.bucket, Key=self._key, UploadId=self._upload_id
+                Bucket=backend.bucket, Key=self._key, UploadId=upload_id
             )
         except Exception as exc:
-            if say and _error_code(exc) != "NoSuchUpload":
+            if _error_code(exc) == "NoSuchUpload":
+                return
+            backend.left_upload(self._key, upload_id)
+            if say:
                 log.warning(
                     "forewarn: could not abort the upload of %s in %s (%s): its parts stay "
-                    "stored (and billed) until the bucket's lifecycle rule expires them, a "
-                    "later save's sweep of unfinished uploads aborts it, or `forewarn "
-                    "checkpoint prune %s --keep N --abort-uploads` does",
+                    "stored (and billed) until this store's next committed save aborts it, "
+                    "the bucket's lifecycle rule expires them, a later save's sweep of "
+                    "unfinished uploads aborts it, or `forewarn checkpoint prune %s --keep N "
+                    "--abort-uploads` does",
                     self._key,
                     backend.url,
                     exc,
@@ -582,6 +591,10 @@ class S3Backend(Backend):
         self._conditional_writes = True  # claims (`s3claim`), until the service refuses one
         self._claims_swept: float | None = None  # when `remove_stale_claims` last listed
         self._lock = threading.Lock()
+        # The uploads of failed saves whose abort failed, upload ID to key (`left_upload`):
+        # shared with the copies `within` makes, as is their lock.
+        self._left: dict[str, str] = {}
+        self._left_lock = threading.Lock()
         # A save's copy that must end in time (`within`): its clients, remade as time runs out.
         self._timed: tuple[_ClientWithin, _ClientWithin] | None = None
 
@@ -916,6 +929,36 @@ class S3Backend(Backend):
                 found.append(UnfinishedUpload(top, name, size, age))
         found.sort(key=lambda upload: -(upload.age_seconds or 0.0))
         return found
+
+    def left_upload(self, key: str, upload_id: str) -> None:
+        """Keep the upload `upload_id` of `key`, which a failed save could not abort, for
+        `abort_left_uploads`."""
+        with self._left_lock:
+            self._left[upload_id] = key
+
+    def abort_left_uploads(self) -> int:
+        # By upload ID, which only the failed save's writer used: a retry of its step (its
+        # own new upload) and another job's save of the same key are never touched.
+        with self._left_lock:
+            left = list(self._left.items())
+        aborted = 0
+        for upload_id, key in left:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except Exception as exc:
+                if _error_code(exc) != "NoSuchUpload":  # gone already: aborted, or expired
+                    log.debug("forewarn: the upload of %s still cannot be aborted: %s", key, exc)
+                    continue
+            else:
+                aborted += 1
+                log.info(
+                    "forewarn: aborted the upload of %s in %s that a failed save could not abort",
+                    key,
+                    self.url,
+                )
+            with self._left_lock:
+                self._left.pop(upload_id, None)
+        return aborted
 
     def abort_stale_uploads(
         self, keep_prefix: str | None, *, older_than: float = 0.0, dead_prefix: str | None = None

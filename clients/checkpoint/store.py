@@ -553,6 +553,14 @@ class CheckpointStore:
                     self._prune(fresh=writer.step)
                 except Exception as exc:  # a failed clean-up must not undo a good commit
                     log.warning("forewarn: checkpoint retention failed in %s: %s", self.url, exc)
+            if committed and writer.retention:
+                # The uploads of this process's failed saves that could not be aborted then
+                # (the service unreachable, credentials expired): the service answers again.
+                # Each rank its own; after the save is timed, as retention, and not in an
+                # exit's save, whose time is the deadline's. Before, they stood stored and
+                # billed until the next sweep (UPLOAD_SWEEP_INTERVAL) or `prune
+                # --abort-uploads`.
+                self._backend.abort_left_uploads()
         finally:
             ended = self._ends.pop(writer, None)
             if ended is not None:

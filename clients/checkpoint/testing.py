@@ -180,6 +180,9 @@ class DelegatingBackend(Backend):
             keep_prefix, older_than=older_than, dead_prefix=dead_prefix
         )
 
+    def abort_left_uploads(self) -> int:
+        return self.inner.abort_left_uploads()
+
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         return self.inner.remove_stale_temps(key, older_than=older_than)
 

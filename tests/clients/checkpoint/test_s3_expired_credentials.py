@@ -68,12 +68,48 @@ def test_a_save_whose_credentials_expire_is_taken_over_by_the_next_one(
     assert len(said) == 1, caplog.text
     assert "left by an earlier failed save of this process" in said[0]
     assert "killed" not in said[0]
-    # The failed save's upload could not be aborted without credentials; this store's next
-    # sweep (UPLOAD_SWEEP_INTERVAL), another process's first save, or `prune
-    # --abort-uploads` aborts it, as it would a killed writer's.
+    # The failed save's upload could not be aborted without credentials; the next save
+    # aborted it (before, it stood until this store's next sweep, UPLOAD_SWEEP_INTERVAL).
     s3 = boto3.client("s3", endpoint_url=moto_endpoint)
-    left = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
-    assert [upload["Key"] for upload in left] == ["run/step-000000000002/model.bin"]
-    assert CheckpointStore(f"s3://{bucket}/run").abort_stale_uploads() == 1
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     latest = CheckpointStore(f"s3://{bucket}/run").latest(verify="checksums")
     assert latest is not None and latest.read_bytes("model.bin") == b"weights-2"
+
+
+@pytest.mark.parametrize("next_step", [2, 3])
+def test_a_failed_saves_upload_it_could_not_abort_is_aborted_by_the_next_save(
+    moto_endpoint: str, bucket: str, caplog: pytest.LogCaptureFixture, next_step: int
+) -> None:
+    """Its parts stood stored and billed until this store's next sweep of unfinished uploads
+    (UPLOAD_SWEEP_INTERVAL, 600 s) or `prune --abort-uploads`, though the store knew its
+    upload: the next save (a retry of the step, or the next step) aborts it by its upload ID,
+    which no other writer uses (found: a fault proxy answering ExpiredToken mid-file, then
+    renewed; list_multipart_uploads still showed run/step-000000000002/model.bin after the
+    next save committed)."""
+    caplog.set_level(logging.INFO, "forewarn.checkpoint")
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint)
+    with Expiring(moto_endpoint) as proxy:
+        store = CheckpointStore(
+            f"s3://{bucket}/run",
+            s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART, concurrency=1),
+        )
+        store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
+
+        def write(gen: object) -> None:
+            with gen.open("model.bin") as stream:  # type: ignore[attr-defined]
+                stream.write(os.urandom(MIN_PART))
+                proxy.expired = True  # the token's hour ends mid-file
+                stream.write(os.urandom(MIN_PART + 1000))
+
+        with pytest.raises(Exception, match="ExpiredToken"):
+            store.flush(2, write)
+        proxy.expired = False  # renewed
+        left = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+        assert [upload["Key"] for upload in left] == ["run/step-000000000002/model.bin"]
+        store.flush(next_step, lambda gen: gen.write_bytes("model.bin", b"weights-next"))
+        assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+        store.close()
+    assert (
+        "aborted the upload of run/step-000000000002/model.bin in "
+        f"s3://{bucket}/run that a failed save could not abort" in caplog.text
+    )
