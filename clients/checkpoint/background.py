@@ -535,6 +535,39 @@ class BackgroundSaver:
         finally:
             self._in_final = False
 
+    def _wait_to_deadline(
+        self, step: int, in_flight: int, started: float, seconds_left: float, reason: str
+    ) -> tuple[str, str]:
+        """Wait for the save in flight, in place of a final save the time left is too short
+        for, up to the deadline and then while its last parts move; cancel it if it is still
+        going then. Returns `final()`'s choice and reason, `reason` saying why it waited."""
+        choice = "waited"
+        news = _WaitNews(self, step, in_flight, started + seconds_left)
+        news.start(reason)
+        while self.in_flight is not None and time.monotonic() < started + seconds_left:
+            self.wait(min(_WAIT_TICK_SECONDS, started + seconds_left - time.monotonic()))
+            news.tick()
+        # Only its last parts still going, bytes flowing: cut at the deadline (once the
+        # cancel could stop them) the step nearly durable was lost for a final save the time
+        # left had been judged too short for. Waited for while they move; one that stops
+        # moving is cancelled, as one still writing is.
+        tail = time.monotonic()
+        quiet = QuietTime(self._moved, _WAIT_TICK_SECONDS, tail)
+        while self.in_flight is not None and self._moving_tail(quiet):
+            self.wait(_WAIT_TICK_SECONDS)
+            news.tick()
+        if self.in_flight is not None:
+            choice = "cancelled"
+            reason = f"{reason}, which was still uploading when the deadline came: cancelled it"
+            self._cancel_in_flight()
+        elif time.monotonic() - tail >= _WAIT_TICK_SECONDS:
+            reason = (
+                f"{reason}, which was still sending its last parts when the deadline "
+                f"came: waited {time.monotonic() - tail:.1f} s more while they moved "
+                "and it committed"
+            )
+        return choice, reason
+
     @property
     def in_final(self) -> bool:
         """Whether `final()` is running."""
@@ -610,10 +643,26 @@ class BackgroundSaver:
         elif seconds_left is None:
             choice, reason = "cancelled", f"step {in_flight} cancelled: the deadline is unknown"
             self._cancel_in_flight()
-        elif final_estimate is None:
+        elif final_estimate is None and started - self._started < seconds_left:
             choice = "cancelled"
             reason = f"step {in_flight} cancelled: no save has been timed yet to plan with"
             self._cancel_in_flight()
+        elif final_estimate is None:
+            # No save timed yet, but this one has run longer than the time left: a final save
+            # of the same state, started afresh, takes longer than that too. Cancelled for it,
+            # the upload (the only save there was) was lost and the final save was cut by the
+            # deadline's SIGKILL: nothing durable at all. The upload, nearer its end than a
+            # new save can be, is waited for first, as when the final save alone does not fit.
+            choice, reason = self._wait_to_deadline(
+                step,
+                in_flight,
+                started,
+                seconds_left,
+                f"no save has been timed yet, but step {in_flight} has been uploading for "
+                f"{started - self._started:.1f} s, longer than the {seconds_left:.1f} s left, "
+                "so a final save of the same state does not fit either: waited for step "
+                f"{in_flight} first",
+            )
         else:
             running = started - self._started
             remaining = max(final_estimate - running, 0.0)
@@ -654,38 +703,15 @@ class BackgroundSaver:
                 # job resumed from the save before the upload's. The upload, due to end within
                 # the time left, is waited for, up to the deadline; the final save is still
                 # tried after it (estimates are only estimates).
-                choice = "waited"
-                reason = (
+                choice, reason = self._wait_to_deadline(
+                    step,
+                    in_flight,
+                    started,
+                    seconds_left,
                     f"step {in_flight} needed about {remaining:.1f} s more and the final save "
                     f"alone about {final_estimate:.1f} s, more than the {seconds_left:.1f} s "
-                    f"left: waited for step {in_flight} first"
+                    f"left: waited for step {in_flight} first",
                 )
-                news = _WaitNews(self, step, in_flight, deadline)
-                news.start(reason)
-                while self.in_flight is not None and time.monotonic() < started + seconds_left:
-                    self.wait(min(_WAIT_TICK_SECONDS, started + seconds_left - time.monotonic()))
-                    news.tick()
-                # Only its last parts still going, bytes flowing: cut at the deadline (once
-                # the cancel could stop them) the step nearly durable was lost for a final
-                # save the time left had been judged too short for. Waited for while they
-                # move; one that stops moving is cancelled, as one still writing is.
-                tail = time.monotonic()
-                quiet = QuietTime(self._moved, _WAIT_TICK_SECONDS, tail)
-                while self.in_flight is not None and self._moving_tail(quiet):
-                    self.wait(_WAIT_TICK_SECONDS)
-                    news.tick()
-                if self.in_flight is not None:
-                    choice = "cancelled"
-                    reason = (
-                        f"{reason}, which was still uploading when the deadline came: cancelled it"
-                    )
-                    self._cancel_in_flight()
-                elif time.monotonic() - tail >= _WAIT_TICK_SECONDS:
-                    reason = (
-                        f"{reason}, which was still sending its last parts when the deadline "
-                        f"came: waited {time.monotonic() - tail:.1f} s more while they moved "
-                        "and it committed"
-                    )
             else:
                 choice = "cancelled"
                 reason = (

@@ -1692,6 +1692,53 @@ def test_a_terminate_too_close_for_a_final_save_keeps_the_upload_nearly_done(
     assert [g.step for g in store.generations()] == [1, 2, 3]
 
 
+def test_a_terminate_shorter_than_the_first_upload_so_far_keeps_it_with_no_save_timed(
+    make_store: Any,
+) -> None:
+    """The first save still uploading, none timed yet, and a terminate with less time left
+    than that upload has already run: final() cancelled it (`no save has been timed yet to
+    plan with`) for a final save of the same state, which takes longer than the upload has
+    run so far and so could not fit either: the deadline's SIGKILL cut it, and nothing at all
+    was durable (found: a 3 s lead 5 s into the first upload). The upload's time so far is a
+    figure to plan with: it is waited for first, the final save still tried after it."""
+    backend = Gated(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    held = backend.hold(1)
+    saver.save(1, state(1))
+    assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    time.sleep(0.5)  # the scenario: the first upload has run 0.5 s when the terminate comes
+    threading.Timer(0.05, held.set).start()  # and ends just after
+    final = saver.final(2, state(2), seconds_left=0.3)
+    assert final.choice == "waited", final.reason
+    assert "no save has been timed yet" in final.reason, final.reason
+    assert "waited for step 1 first" in final.reason, final.reason
+    assert final.generation.step == 2
+    assert [g.step for g in store.generations()] == [1, 2]
+
+
+def test_a_terminate_longer_than_the_first_upload_so_far_still_cancels_it(
+    make_store: Any,
+) -> None:
+    """With more time left than the first upload has run, nothing says the final save does
+    not fit: the upload is cancelled for it, as before."""
+    backend = Gated(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    held = backend.hold(1)
+    saver.save(1, state(1))
+    assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    try:
+        final = saver.final(2, state(2), seconds_left=600.0)
+    finally:
+        held.set()
+    assert final.choice == "cancelled", final.reason
+    assert "no save has been timed yet" in final.reason, final.reason
+    assert final.generation.step == 2
+    eventually(lambda: 1 not in store.steps())
+    assert [g.step for g in store.generations()] == [2]
+
+
 def test_an_upload_waited_for_in_place_of_a_final_save_is_cancelled_at_the_deadline(
     make_store: Any,
 ) -> None:
