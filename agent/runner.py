@@ -959,14 +959,22 @@ class Agent:
             while len(self._ended) > ENDED_REMEMBERED:
                 del self._ended[next(iter(self._ended))]
         step = "escalated" if escalated else "cleared" if notice.action == "clear" else "published"
+        # An escalation read as any terminate in the text log: the drain it was, and why, said.
+        why = (
+            f" (escalated from drain: its deadline is within the exit margin, "
+            f"{self.board.exit_margin:g}s)"
+            if escalated
+            else ""
+        )
         log.info(
-            "notice %s %s %s (%s) deadline=%s seq=%d",
+            "notice %s %s %s (%s) deadline=%s seq=%d%s",
             notice.action,
             notice.id,
             notice.reason,
             notice.provider,
             format_time(notice.deadline) if notice.deadline else "none",
             notice.seq,
+            why,
             extra=notice_fields(notice, step),
         )
         self.observers.on_notice(notice, escalated=escalated)

@@ -280,3 +280,30 @@ def test_json_log_fields_give_times_as_the_wire_does(tmp_path: Path) -> None:
     assert by_step["published"]["deadline"] == notice["deadline"], by_step
     assert by_step["seen"]["deadline"] == notice["deadline"], by_step
     assert by_step["seen"]["noticed_at"] == notice["noticed_at"], by_step
+
+
+def test_text_log_says_an_escalation_is_one(tmp_path: Path) -> None:
+    """A drain sent as terminate within the exit margin of its deadline read, in the text
+    log, as any terminate (`notice terminate local/manual/... deadline=... seq=...`): the line
+    says it is that drain escalated, and why; the drain it was and a plain terminate do not."""
+    from forewarn.protocol.timefmt import format_time, parse_deadline
+    from support import eventually
+
+    env = agent_env(tmp_path, FOREWARN_EXIT_MARGIN="1s")
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        reply = agent.control(
+            {"op": "notify", "action": "drain", "deadline": format_time(parse_deadline("3s"))}
+        )
+        drained = reply["notice"]["id"]
+        plain = agent.control({"op": "notify", "action": "terminate"})["notice"]["id"]
+
+        def line(notice_id: str, action: str) -> str | None:
+            wanted = f" notice {action} {notice_id} "
+            return next((x for x in agent.output().splitlines() if wanted in x), None)
+
+        escalated = eventually(lambda: line(drained, "terminate"), what="the escalation")
+    assert escalated.endswith(
+        "(escalated from drain: its deadline is within the exit margin, 1s)"
+    ), escalated
+    assert "escalated" not in str(line(drained, "drain"))
+    assert "escalated" not in str(line(plain, "terminate"))
