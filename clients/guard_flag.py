@@ -30,7 +30,13 @@ from forewarn.protocol.flagfile import (
     unread_deadline,
     written_anchor,
 )
-from forewarn.protocol.flagkept import GRACE_SECONDS, KeptDeadline, KeptDeadlines, this_boot
+from forewarn.protocol.flagkept import (
+    GRACE_SECONDS,
+    KeptDeadline,
+    KeptDeadlines,
+    same_boot,
+    this_boot,
+)
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import runtime_dir
 
@@ -420,9 +426,9 @@ class FlagFileRequests(GuardState):
                 self._withdraw_hint(kept.deadline),
             )
         at = None
-        if kept.boot_deadline is not None:
+        if kept.boot_deadline is not None and same_boot(kept, this_boot()):
             up = boot_seconds()
-            if up is not None:  # the same boot: `in_force` says so
+            if up is not None:  # an earlier boot's reading is nothing to this boot's clock
                 at = steady_seconds() + (kept.boot_deadline - up)
         with self._lock:
             self._flag_deadline = kept.deadline

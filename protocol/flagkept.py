@@ -14,11 +14,12 @@ directory, each removing only its own): the newest flag's stands. A flag without
 handled later withdraws an older one's, as the agent clears that drain when the file is
 written again: its record is removed, or, where another user's cannot be, a record with no
 deadline says so. A record is dead once its deadline is a grace past (the agent's: a client
-that connects within it still gets the terminate), or, for one written as a duration (`5m`),
-when it was written in an earlier boot of the machine (a runtime directory that outlived a
-reboot: the boot clock it was counted on has gone). An RFC 3339 time written by the user
-still names a real moment after a reboot: it stands until it is a grace past, unless it passed
-before this boot began (it was for the machine the reboot ended). A dead record
+that connects within it still gets the terminate). A deadline kept in an earlier boot (a
+runtime directory that outlived a reboot) still names a real moment, an RFC 3339 time as a
+duration (`5m` from the writing, its wall time kept: the boot clock it was counted on has
+gone): it stands until it is a grace past, unless it passed before this boot began (it was
+for the machine the reboot ended), as a `forewarn notify --deadline` of an earlier boot
+does. A dead record
 is removed where it can be, and makes no job save or exit.
 """
 
@@ -196,15 +197,14 @@ def seconds_left(
     up: float | None,
 ) -> float | None:
     """Seconds until the record's deadline (negative: past), None when it is dead: no
-    deadline, a duration written in an earlier boot, a time of an earlier boot that passed
-    before this boot began, or more than the grace past. A deadline written as a duration is
-    counted on the boot clock, in the boot that wrote it; one written as a time names a
-    moment, this boot's or not."""
+    deadline, one of an earlier boot that passed before this boot began, or more than the
+    grace past. A deadline written as a duration is counted on the boot clock in the boot
+    that wrote it; in a later boot it is the wall time the record keeps (the writing plus the
+    duration), judged as a time is, as the agent judges `forewarn notify --deadline 30m` of an
+    earlier boot: a reboot does not call off the reclaim a deadline was written for."""
     if record.deadline is None:
         return None
     this = same_boot(record, boot)
-    if not this and record.duration:
-        return None  # counted on a boot clock that has gone
     booted = boot[1]
     if not this and booted is not None and record.deadline < booted:
         # Passed before this machine started: it named the machine the reboot ended. Kept the
@@ -333,6 +333,7 @@ __all__ = [
     "parse_record",
     "record_name",
     "record_order",
+    "same_boot",
     "seconds_left",
     "this_boot",
 ]

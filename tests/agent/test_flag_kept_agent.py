@@ -2,7 +2,7 @@
 one the jobs' guards kept while no agent ran is raised again by an agent started later (a job
 connected to it heard nothing: its guard leaves the flag to the agent); the agent keeps one
 too when it removes a flag with a deadline, for a job started after it stops; an earlier
-boot's time still stands, its duration does not; and a new flag file withdraws it."""
+boot's deadline still stands, a time or a duration; and a new flag file withdraws it."""
 
 from __future__ import annotations
 
@@ -154,11 +154,13 @@ def test_a_new_flag_withdraws_a_kept_deadline_even_when_removed_by_hand(tmp_path
 
 
 @pytest.mark.parametrize("written_as", ["time", "duration"])
-def test_an_earlier_boots_time_stands_for_the_agent_its_duration_does_not(
+def test_an_earlier_boots_deadline_stands_for_the_agent_written_as_a_time_or_a_duration(
     tmp_path: Path, written_as: str
 ) -> None:
-    """A time the user wrote names a real moment after a reboot; a duration was counted on the
-    boot clock that went with it. The agent reads the record as a job's guard does."""
+    """A deadline kept in an earlier boot names the moment it was kept for, written as a time
+    or as a duration (`30m` from the writing, whose wall time the record keeps), as
+    `forewarn notify --deadline 30m` from an earlier boot keeps its deadline: a duration was
+    dead, and a job started after a reboot 30 min before the deadline trained on into it."""
     env = agent_env(tmp_path)
     flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
     boot_id, booted = flagkept.this_boot()
@@ -170,7 +172,7 @@ def test_an_earlier_boots_time_stands_for_the_agent_its_duration_does_not(
         KeptDeadline(
             (1, 2, 3),
             deadline,
-            1234.0 if duration else None,
+            1234.0 if duration else None,  # on that boot's clock: no reading of this one
             "0" * 32 if boot_id else None,
             earlier,
             duration,
@@ -178,13 +180,34 @@ def test_an_earlier_boots_time_stands_for_the_agent_its_duration_does_not(
     )
     agent = AgentProcess(tmp_path, env=env)
     with agent, agent.subscriber() as sub:
-        if duration:
-            eventually(lambda: records(flag) == [], timeout=5, what="the dead record removed")
-            assert agent.control({"op": "status"})["active"] == []
-        else:
-            drain = sub.notice(timeout=5)
-            assert drain["id"] == "local/flag/3"
-            assert parse_time(drain["deadline"]) == deadline
+        drain = sub.notice(timeout=5)
+        assert drain["id"] == "local/flag/3" and drain["action"] == "drain"
+        assert parse_time(drain["deadline"]) == deadline
+
+
+@pytest.mark.parametrize("written_as", ["time", "duration"])
+def test_an_earlier_boots_deadline_that_passed_before_this_boot_is_dead_for_the_agent(
+    tmp_path: Path, written_as: str
+) -> None:
+    """Whether written as a time or a duration, a kept deadline that passed before this boot
+    began was for the machine the reboot ended: no drain, and the record is removed."""
+    env = agent_env(tmp_path)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    boot_id, booted = flagkept.this_boot()
+    if booted is None:
+        pytest.skip("no boot clock here")
+    earlier = booted - timedelta(days=1)
+    deadline = booted - timedelta(seconds=60)
+    duration = written_as == "duration"
+    other = "0" * 32 if boot_id else None
+    plant(
+        flag,
+        KeptDeadline((1, 2, 3), deadline, 50.0 if duration else None, other, earlier, duration),
+    )
+    agent = AgentProcess(tmp_path, env=env)
+    with agent:
+        eventually(lambda: records(flag) == [], timeout=5, what="the dead record removed")
+        assert agent.control({"op": "status"})["active"] == []
 
 
 def test_a_record_the_agent_keeps_reads_back_as_it_wrote_it(tmp_path: Path) -> None:

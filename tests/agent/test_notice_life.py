@@ -869,6 +869,32 @@ def test_a_manual_notice_whose_deadline_passed_before_this_boot_is_not_sent_agai
     assert "before this machine started" in agent.output(), agent.output()
 
 
+def test_a_notify_duration_of_an_earlier_boot_stands_as_the_moment_it_named(
+    tmp_path: Path,
+) -> None:
+    """`forewarn notify drain --deadline 30m`, and a reboot a few minutes later: the duration
+    was counted on that boot's clock, which has gone, but the moment it named (the command
+    plus 30 min, the deadline saved) is still ahead: the restarted agent sends the drain with
+    that deadline, as a flag file's `30m` kept beside it stands after a reboot too (one rule:
+    a deadline of an earlier boot stands unless it passed before this boot began)."""
+    env = agent_env(tmp_path)
+    with running_agent(tmp_path, env=env):
+        raised = run_forewarn("notify", "drain", "--deadline", "30m", "--json", env=env)
+    assert raised.returncode == 0, raised.stderr
+    state = tmp_path / "state" / "state.json"
+    saved = json.loads(state.read_text())
+    [notice] = saved["manual"]
+    assert saved["deadline_clock"], "a duration is held on the boot clock in its boot"
+    state.write_text(json.dumps({**saved, "boot_id": "the-boot-before"}))
+    agent = AgentProcess(tmp_path, env=env).start()
+    try:
+        [active] = agent.control({"op": "status"})["active"]
+    finally:
+        agent.stop()
+    assert active["id"] == notice["id"] and active["action"] == "drain"
+    assert active["deadline"] == notice["deadline"]
+
+
 @pytest.mark.parametrize("before_this_boot", [True, False])
 def test_provider_notices_saved_without_a_boot_id_are_restored_only_if_of_this_boot(
     tmp_path: Path, before_this_boot: bool

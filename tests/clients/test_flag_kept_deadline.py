@@ -146,8 +146,9 @@ def test_a_stale_kept_deadline_neither_saves_nor_exits_a_new_job(
     tmp_path: Path, stale: str
 ) -> None:
     """A record left over (its deadline more than the agent's grace past, or a duration written
-    in an earlier boot: a runtime directory that outlived a reboot) made a new job save and
-    exit at once. It is dead: the job trains on, and it is removed."""
+    in an earlier boot whose moment passed before this boot began: a runtime directory that
+    outlived a reboot) made a new job save and exit at once. It is dead: the job trains on,
+    and it is removed."""
     flag = tmp_path / "checkpoint-now"
     directory = flag.with_name(flag.name + ".jobs")
     directory.mkdir()
@@ -156,12 +157,12 @@ def test_a_stale_kept_deadline_neither_saves_nor_exits_a_new_job(
         deadline = utcnow() - timedelta(seconds=flagkept.GRACE_SECONDS + 60)
         record = KeptDeadline((1, 2, 3), deadline, None, boot_id, booted)
     else:
-        # A duration (`30m`), still ahead by the wall clock, counted on the boot clock of a
-        # boot that has ended.
-        deadline = utcnow() + timedelta(minutes=30)
-        earlier = None if booted is None else booted - timedelta(days=1)
+        if booted is None:
+            pytest.skip("no boot clock here")
+        # A duration (`5m`) whose moment passed a minute before this boot began.
+        deadline = booted - timedelta(seconds=60)
         other = "0" * 32 if boot_id else None
-        record = KeptDeadline((1, 2, 3), deadline, 1234.0, other, earlier, True)
+        record = KeptDeadline((1, 2, 3), deadline, 50.0, other, deadline - timedelta(days=1), True)
     (directory / record_name(record.flag)).write_text(record.to_text())
     guard = job(flag)
     try:
@@ -172,9 +173,14 @@ def test_a_stale_kept_deadline_neither_saves_nor_exits_a_new_job(
         guard.close()
 
 
-def test_a_time_kept_in_an_earlier_boot_still_stands_for_a_new_job(tmp_path: Path) -> None:
-    """An RFC 3339 time the user wrote names a real moment after a reboot, as the agent reads
-    it: dropped, a job started after the reboot trained on past the deadline it named."""
+@pytest.mark.parametrize("written_as", ["time", "duration"])
+def test_a_deadline_kept_in_an_earlier_boot_still_stands_for_a_new_job(
+    tmp_path: Path, written_as: str
+) -> None:
+    """A deadline kept in an earlier boot names a real moment after a reboot, written as an
+    RFC 3339 time or as a duration (`30m` from the writing: the record keeps its wall time),
+    as the agent reads it and as `forewarn notify --deadline 30m` of an earlier boot stands:
+    dropped, a job started after the reboot trained on past the deadline it named."""
     flag = tmp_path / "checkpoint-now"
     directory = flag.with_name(flag.name + ".jobs")
     directory.mkdir()
@@ -182,7 +188,10 @@ def test_a_time_kept_in_an_earlier_boot_still_stands_for_a_new_job(tmp_path: Pat
     deadline = utcnow().replace(microsecond=0) + timedelta(minutes=30)
     earlier = None if booted is None else booted - timedelta(days=1)
     other = "0" * 32 if boot_id else None
-    record = KeptDeadline((1, 2, 3), deadline, None, other, earlier, False)
+    duration = written_as == "duration"
+    # A duration's reading of that boot's clock: nothing to this boot's.
+    at = 1234.0 if duration else None
+    record = KeptDeadline((1, 2, 3), deadline, at, other, earlier, duration)
     (directory / record_name(record.flag)).write_text(record.to_text())
     guard = job(flag)
     try:
