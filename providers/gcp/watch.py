@@ -682,6 +682,12 @@ class GcpWatcher:
         self._ahead = timedelta(0)
         self._resume_skew()
         self._failing: set[str] = set()  # keys whose last answer was an error (see `_good`)
+        # How this VM last said "nothing scheduled" on upcoming-maintenance: 503 (a run of
+        # them, the server answering other keys) or another form (`{}`, 404, NONE, an error
+        # document); None before any. On a VM that says it otherwise, 503s are no answer.
+        self._none_by_503: bool | None = None
+        # The end of the window last read (`UpcomingWindow.end`), None without one.
+        self._window_end: datetime | None = None
         self._no_etag: set[str] = set()  # long-polled keys whose last answer had no ETag
         # Made with the watcher, not at its first request: the client's SSL context took over
         # a second of a loaded machine inside `detect()`, and `--provider auto` runs every
@@ -1071,6 +1077,17 @@ class GcpWatcher:
                     # "nothing scheduled" (a clear, then the window under a new id).
                     confirming = True
                     continue
+                if self._window_held() and not self._503_may_mean_none():
+                    # The key alone unavailable on a VM that says "nothing scheduled"
+                    # otherwise, its window not ended: no answer (contracts 2.5: only a
+                    # parsable 200 is). Taken for "nothing", it cleared the window, raised
+                    # it again under a new id at the next good read (a second save), and
+                    # had the 503s lasted past its start, sent no terminate.
+                    self._bad(UPCOMING_KEY, "unavailable", f"{UPCOMING_KEY}: HTTP 503")
+                    return False, None, {}
+                if not self._window_held():
+                    self._none_by_503 = True
+                self._window_end = None
                 self._good(UPCOMING_KEY)
                 return True, None, {"status": 503}
             foreign = not_the_server(UPCOMING_KEY, response)
@@ -1079,6 +1096,7 @@ class GcpWatcher:
                 self._bad(UPCOMING_KEY, FOREIGN, foreign)
                 return False, None, {}
             if response.status_code == 404:
+                self._none_by_503, self._window_end = False, None
                 self._good(UPCOMING_KEY)
                 return True, None, {"status": 404}
             if response.status_code != 200:
@@ -1100,6 +1118,9 @@ class GcpWatcher:
             self._take_skew(response.headers.get("Date"))
             if window is not None:
                 window = on_this_clock(window, self._ahead)
+            else:
+                self._none_by_503 = False
+            self._window_end = None if window is None else window.end
             return True, window, {} if window is None else window.document
 
     def _take_skew(self, date: str | None) -> None:
@@ -1115,6 +1136,18 @@ class GcpWatcher:
         and not settled yet)."""
         track = self.tracks["upcoming-maintenance"]
         return track.active is not None or track.saved is not None
+
+    def _503_may_mean_none(self) -> bool:
+        """Whether a run of 503s of upcoming-maintenance, the server answering the other
+        keys, may be this VM's "nothing scheduled" while a window is held: yes where the VM
+        said "nothing" so before the window; where it said it another way, only once the
+        window has ended (or when its end is not known: its window stands no longer than
+        that anyway, and one without an end would otherwise stand for good). Where the VM
+        said nothing yet (the agent started with the window there), as where it said 503."""
+        if self._none_by_503 is not False:
+            return True
+        end = self._window_end
+        return end is None or end <= utcnow()
 
     async def _server_answers(self) -> bool:
         """Whether the metadata server answers a plain read of another key: a 503 of

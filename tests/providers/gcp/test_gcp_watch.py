@@ -885,3 +885,29 @@ async def test_a_preemption_read_false_after_a_restart_follows_a_step_of_the_clo
     assert kept.deadline is not None and terminate.deadline is not None
     shift = (kept.deadline - terminate.deadline).total_seconds()
     assert abs(shift + 1800) < 5, (terminate.deadline, kept.deadline)
+
+
+async def test_503s_of_the_key_alone_keep_a_window_on_a_vm_that_answers_otherwise_for_none(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    """On a VM whose "nothing scheduled" is `{}` (seen before the window came), the
+    upcoming-maintenance key alone answering 503 through the three tries and the confirming
+    read, the server answering the other keys, cleared the window (the 503 form of a VM that
+    answers so for nothing) and raised it again under a new id at the next good read: the job
+    saved twice, and had the 503s lasted past the start, no terminate. Only a parsable 200
+    says what is scheduled (contracts 2.5): the window stands, counted as an error."""
+    path = "/computeMetadata/v1/instance/upcoming-maintenance"
+    reads = f"GET {path}"
+    async with watching(server.url, retry_delay=0.02, upcoming_interval=0.05) as run:
+        await run.until_polling()
+        await run.until(lambda: sim.requests[reads] >= 2, 5.0, "a read of nothing scheduled")
+        sim.raise_notice("upcoming", {"start_in": 3600})
+        [drain] = await run.count(1)
+        before = sim.requests[reads]
+        sim.add_fault("status", status=503, path=path, count=8)
+        await run.until(lambda: sim.requests[reads] >= before + 12, 5.0, "reads past the 503s")
+        assert [report.action for report in run.reports] == ["drain"], run.reports
+        assert run.watcher.health.errors >= 1  # counted, not silent
+        sim.withdraw("upcoming-maintenance")  # a real "nothing scheduled" still clears
+        _, clear = await run.count(2)
+    assert (clear.action, clear.id) == ("clear", drain.id)
