@@ -48,6 +48,9 @@ PENDING_FILE = "gcp-notices.pending.json"
 BOOT_DEADLINE_KEY = "deadline_since_boot"
 # The key of the ETag of the answer that showed a saved notice; this boot's only.
 ETAG_KEY = "etag"
+# The key of how the VM said "nothing scheduled" before a saved upcoming window: true for a
+# run of 503s, false for another form (`{}`, 404, NONE, an error document).
+NONE_BY_503_KEY = "nothing_scheduled_by_503"
 
 
 class ActiveNotices:
@@ -64,6 +67,8 @@ class ActiveNotices:
         self.boot_deadlines: dict[str, float] = {}
         # Kind → the ETag of the answer that showed its notice (as it last changed), if any.
         self.etags: dict[str, str] = {}
+        # Kind → how the VM said "nothing scheduled" before its notice (`NONE_BY_503_KEY`).
+        self.none_by_503: dict[str, bool] = {}
         self.notices = self._load()
         self.unsaved = False
         self._pending_unsaved = False
@@ -129,6 +134,9 @@ class ActiveNotices:
             etag = item.get(ETAG_KEY) if isinstance(item, dict) else None
             if this_boot is not None and saved_in == this_boot and isinstance(etag, str):
                 self.etags[kind] = etag
+            by_503 = item.get(NONE_BY_503_KEY) if isinstance(item, dict) else None
+            if isinstance(by_503, bool):
+                self.none_by_503[kind] = by_503
         return notices
 
     def get(self, kind: str) -> Report | None:
@@ -140,6 +148,7 @@ class ActiveNotices:
         if report is None:
             self.boot_deadlines.pop(kind, None)
             self.etags.pop(kind, None)
+            self.none_by_503.pop(kind, None)
             if self.notices.pop(kind, None) is None:
                 return
         else:
@@ -158,6 +167,17 @@ class ActiveNotices:
             self.boot_deadlines[kind] = at
         if changed and kind in self.notices:
             self.unsaved = self._pending_unsaved = self.path is not None
+
+    def keep_none_form(self, kind: str, by_503: bool | None) -> None:
+        """Record how the VM said "nothing scheduled" before the notice of `kind` in force
+        (None: not known); `save` writes it with the notice."""
+        if kind not in self.notices or self.none_by_503.get(kind) == by_503:
+            return
+        if by_503 is None:
+            self.none_by_503.pop(kind, None)
+        else:
+            self.none_by_503[kind] = by_503
+        self.unsaved = self._pending_unsaved = self.path is not None
 
     def save_pending(self) -> None:
         """Before a publish: write what `keep` recorded to the pending file in the runtime
@@ -205,6 +225,9 @@ class ActiveNotices:
         for name, etag in self.etags.items():
             if name in payload:
                 payload[name][ETAG_KEY] = etag
+        for name, by_503 in self.none_by_503.items():
+            if name in payload:
+                payload[name][NONE_BY_503_KEY] = by_503
         return json.dumps(payload, indent=1) + "\n"
 
     def save(self) -> None:
@@ -225,4 +248,11 @@ def _reading(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-__all__ = ["ACTIVE_FILE", "BOOT_DEADLINE_KEY", "ETAG_KEY", "PENDING_FILE", "ActiveNotices"]
+__all__ = [
+    "ACTIVE_FILE",
+    "BOOT_DEADLINE_KEY",
+    "ETAG_KEY",
+    "NONE_BY_503_KEY",
+    "PENDING_FILE",
+    "ActiveNotices",
+]

@@ -54,6 +54,8 @@ CONNECT_SECONDS = 5.0
 PREEMPTED_KEY = "instance/preempted"
 MAINTENANCE_KEY = "instance/maintenance-event"
 UPCOMING_KEY = "instance/upcoming-maintenance"
+# Its notice's kind (`NoticeTrack`, `ActiveNotices`).
+UPCOMING_KIND = "upcoming-maintenance"
 SCHEDULING_DIR = "instance/scheduling/"
 MACHINE_TYPE_KEY = "instance/machine-type"
 
@@ -419,6 +421,20 @@ def on_this_clock(window: UpcomingWindow, ahead: timedelta) -> UpcomingWindow:
     return replace(window, start=start, end=end, document=document)
 
 
+def _saved_window_end(saved: Report | None) -> datetime | None:
+    """The end of the upcoming window of a saved notice: its `until`, or, on a VM that
+    live-migrates (no `until`), its document's `window_end_time`; None when it has none."""
+    if saved is None:
+        return None
+    if saved.until is not None:
+        return saved.until
+    try:
+        window = parse_upcoming(json.dumps(saved.detail))
+    except ParseError:
+        return None
+    return None if window is None else window.end
+
+
 def upcoming_report(
     window: UpcomingWindow | None, now: datetime, *, live_migrates: bool = False
 ) -> Report | None:
@@ -685,9 +701,11 @@ class GcpWatcher:
         # How this VM last said "nothing scheduled" on upcoming-maintenance: 503 (a run of
         # them, the server answering other keys) or another form (`{}`, 404, NONE, an error
         # document); None before any. On a VM that says it otherwise, 503s are no answer.
-        self._none_by_503: bool | None = None
-        # The end of the window last read (`UpcomingWindow.end`), None without one.
-        self._window_end: datetime | None = None
+        # Saved with the window, for a restart while it stands (it says "nothing" no more).
+        self._none_by_503: bool | None = self.active.none_by_503.get(UPCOMING_KIND)
+        # The end of the window last read (`UpcomingWindow.end`), None without one; after a
+        # restart, the saved window's.
+        self._window_end: datetime | None = _saved_window_end(self.active.get(UPCOMING_KIND))
         self._no_etag: set[str] = set()  # long-polled keys whose last answer had no ETag
         # Made with the watcher, not at its first request: the client's SSL context took over
         # a second of a loaded machine inside `detect()`, and `--provider auto` runs every
@@ -1034,6 +1052,7 @@ class GcpWatcher:
             known, window, detail = await self._read_upcoming()
             if known:
                 report = track.observe(self._upcoming(window), detail)
+                self.active.keep_none_form(UPCOMING_KIND, self._none_by_503)
                 self.active.save_pending()
                 if report is not None:
                     emit(report)

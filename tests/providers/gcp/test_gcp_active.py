@@ -15,6 +15,7 @@ from forewarn.providers.boot import boot_id
 from forewarn.providers.gcp.active import (
     ACTIVE_FILE,
     BOOT_DEADLINE_KEY,
+    NONE_BY_503_KEY,
     PENDING_FILE,
     ActiveNotices,
 )
@@ -134,6 +135,28 @@ def test_a_pending_file_not_written_leaves_none_behind(tmp_path: Path) -> None:
     (tmp_path / PENDING_FILE).rmdir()
     notices.save()
     assert _notices(tmp_path).get("maintenance-event") is None
+
+
+@given(_JSON)
+def test_any_saved_nothing_scheduled_form_loads_as_a_bool_or_nothing(form: object) -> None:
+    # Hand-edited or written by another version: the window is restored either way, and a
+    # value that is no bool says nothing of how the VM answers "nothing scheduled".
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / ACTIVE_FILE
+        _saved(path, None, boot_id())
+        payload = json.loads(path.read_text())
+        payload["preempted"][NONE_BY_503_KEY] = form
+        path.write_text(json.dumps(payload))
+        notices = ActiveNotices(path)
+        assert "preempted" in notices.notices
+        kept = notices.none_by_503.get("preempted")
+        assert kept is None or kept is form
+        notices.keep_none_form("preempted", True)
+        notices.save()
+        assert ActiveNotices(path).none_by_503 == {"preempted": True}
+        notices.keep("preempted", None)
+        notices.save()
+        assert ActiveNotices(path).none_by_503 == {}
 
 
 @given(_JSON)

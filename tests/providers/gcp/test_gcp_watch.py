@@ -911,3 +911,34 @@ async def test_503s_of_the_key_alone_keep_a_window_on_a_vm_that_answers_otherwis
         sim.withdraw("upcoming-maintenance")  # a real "nothing scheduled" still clears
         _, clear = await run.count(2)
     assert (clear.action, clear.id) == ("clear", drain.id)
+
+
+@pytest.mark.parametrize("none_form", ["empty", "503"])
+async def test_how_the_vm_says_nothing_scheduled_is_kept_with_its_window_across_a_restart(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path, none_form: str
+) -> None:
+    """The form of "nothing scheduled" this VM used before its window is saved with the
+    window: a watcher restarted while the window stood took the key's 503s for "nothing" on
+    a VM that says it with `{}` (a clear, the window again under a new id at the next good
+    read), having not heard the VM say "nothing" since it started. On a VM that says it with
+    503s, they still clear the window after the restart."""
+    sim.upcoming_none = none_form
+    path = "/computeMetadata/v1/instance/upcoming-maintenance"
+    reads = f"GET {path}"
+    fast = {"retry_delay": 0.02, "upcoming_interval": 0.05}
+    async with watching(server.url, tmp_path, **fast) as run:
+        await run.until_polling()
+        await run.until(lambda: sim.requests[reads] >= 4, 5.0, "reads of nothing scheduled")
+        sim.raise_notice("upcoming", {"start_in": 3600})
+        [drain] = await run.count(1)
+    async with watching(server.url, tmp_path, **fast) as run:
+        before = sim.requests[reads]
+        if none_form == "503":
+            sim.withdraw("upcoming-maintenance")
+            [clear] = await run.count(1)
+            assert (clear.action, clear.id) == ("clear", drain.id)
+            return
+        sim.add_fault("status", status=503, path=path, count=8)
+        await run.until(lambda: sim.requests[reads] >= before + 12, 5.0, "reads past the 503s")
+        assert [r.action for r in run.reports if r.action != "drain"] == [], run.reports
+        assert {r.id for r in run.reports} <= {drain.id}, run.reports
