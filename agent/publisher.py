@@ -74,6 +74,16 @@ SUBSCRIPTION_BATCH = 64
 # time between the agent's other work.
 MAX_CONTROL_FRAMES = 64
 CONTROL_FRAME_BATCH = 4096
+# Messages the events socket queues for one subscriber that does not read (a job stopped by
+# SIGSTOP or a scheduler's suspend): libzmq counts messages, not bytes, so this many of the
+# largest heartbeat is what one such subscriber makes the agent hold. At 10,000 one stopped
+# subscriber took the agent's RSS from 47 MB to 158 MB (heartbeats of 64 notices with
+# 180-character ids, 12 kB each), past the 128Mi of the Kubernetes manifests; 1,000 is 16
+# minutes of heartbeats and fifteen replays of 64 notices. A live reader's own ZeroMQ thread
+# takes what it is sent into its receive queue, so only a stopped one comes near; past the
+# mark it loses messages, which the `seq` gap and the heartbeats' `active` tell it, and its
+# next subscription to `notice` has the active ones replayed.
+EVENTS_SEND_HWM = 1_000
 # Rebinding control: tries, and the pause before each (times the try number) and after.
 # Milliseconds the events socket's close waits for what it still queues (a terminate
 # published just before a stop): closed without waiting, libzmq drops it unsent.
@@ -114,7 +124,7 @@ class Publisher:
         # two subscriptions but, leaving, one unsubscription, and a count of them kept a ghost
         # client that every notice then waited for.
         self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self.xpub.setsockopt(zmq.SNDHWM, 10_000)
+        self.xpub.setsockopt(zmq.SNDHWM, EVENTS_SEND_HWM)
         self.xpub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
         # The same socket without asyncio, to take what is already queued without a future.
         self._xpub_sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.xpub.underlying)

@@ -84,8 +84,8 @@ WITHDRAWN = {"withdrawn": "no longer listed by the agent's heartbeat"}
 # before that change lists only what its watchers have reported since it started.
 RESTART_SETTLE = 5.0
 # A notice the agent's heartbeats list but this client never received was dropped on its way:
-# past the high-water marks (a job stopped by SIGSTOP or a scheduler's suspend, 10,000
-# messages queued: under 3 hours of heartbeats), a terminate sent then never arrived. Listed
+# past the high-water marks (a job stopped by SIGSTOP or a scheduler's suspend, 1,000
+# messages queued: about 16 minutes of heartbeats), a terminate sent then never arrived. Listed
 # by two heartbeats in a row (the replay of a new subscriber may follow its first one), it is
 # asked for again by subscribing to `notice` once more, which makes the agent replay; at most
 # this often.

@@ -1143,7 +1143,8 @@ def test_a_change_dropped_while_the_job_was_stopped_reaches_it_when_it_resumes(
         assert select.select([follower.stdout], [], [], 20)[0], "the job never saw the drain"
         assert follower.stdout.readline().strip() == "drain"
         os.kill(follower.pid, signal.SIGSTOP)
-        # Past the high-water mark of 10,000 messages, in replays of 64 notices of 2 kB each.
+        # Past the high-water mark of 1,000 messages (10,000 before), in replays of 64 notices of
+        # 2 kB each.
         for number in range(63):
             request = {"op": "notify", "action": "drain", "id": f"local/n{number}"}
             agent.control({**request, "note": "x" * 1900, "deadline": later})
