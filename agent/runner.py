@@ -86,6 +86,7 @@ from .state import (
     saved_this_boot,
 )
 from .statewriter import StateWriter
+from .throttle import LineBudget
 
 log = logging.getLogger("forewarn.agent")
 
@@ -133,6 +134,15 @@ CLOCK_RECHECK = 1.0
 # unanswered (its reply waited for a slow disk past the client's timeout, or control was
 # rebound) sends the very same ack again, and it must count once.
 ACKS_REMEMBERED = 256
+# Ack lines logged: at most ACK_LOG_BURST at once and ACK_LOG_RATE a second after that. A
+# client pipelining acks (8,000 a second) had one INFO line each, past journald's default rate
+# limit (10,000 lines in 30 s a service), which then drops other lines too. The first ack of
+# each action of each active notice, and the ack that completes one, are logged whatever the
+# budget; the others past it are counted in one line a second.
+ACK_LOG_BURST = 100
+ACK_LOG_RATE = 10.0
+# (notice id, action) pairs whose first ack was logged, remembered: a few per active notice.
+FIRST_ACKS_REMEMBERED = 1024
 # The request fields this agent takes that older agents did not (the heartbeat's `takes`).
 TAKES = (TAKES_ACK_ACTION,)
 # How many notices that ended lately `status` names (`ended`): enough for every loop's save.
@@ -222,6 +232,9 @@ class Agent:
         # Fields of control requests ignored (a client newer than the agent), each logged once.
         self._unknown_fields = UnknownFields()
         self._recent_acks: dict[str, None] = {}  # acks as received, oldest first
+        self._ack_lines = LineBudget(ACK_LOG_RATE, ACK_LOG_BURST)
+        # (notice id, action) of the active notices whose first ack was logged, oldest first.
+        self._first_acks_logged: dict[tuple[str, str], None] = {}
         # The notices that ended lately (cleared, withdrawn, retired), oldest first: a shell
         # job's ack of one that ended while it saved is no mistyped id (`forewarn ack`).
         self._ended: dict[str, None] = {}
@@ -1136,6 +1149,7 @@ class Agent:
             self._release_flushes()
             self._let_go_of_gone_holders()
             self._say_overdue()
+            self._say_acks_not_logged()
             self._beat()
             self._retry_unsaved()
             self.state_writer.take_back_reserve()
@@ -1434,6 +1448,31 @@ class Agent:
             self._send(notice, escalated=False)
         return ClearReply(cleared=[notice.id for notice in cleared])
 
+    def _ack_line_due(self, req: AckRequest, notice: Notice | None, completed: bool) -> bool:
+        """Whether an ack's line is logged: always the first ack of each action of an active
+        notice and the one that completes a notice; the others within the budget."""
+        if completed:
+            return True
+        if notice is not None:
+            key = (notice.id, req.action or notice.action)
+            if key not in self._first_acks_logged:
+                self._first_acks_logged[key] = None
+                while len(self._first_acks_logged) > FIRST_ACKS_REMEMBERED:
+                    del self._first_acks_logged[next(iter(self._first_acks_logged))]
+                return True
+        return self._ack_lines.take()
+
+    def _say_acks_not_logged(self) -> None:
+        held, seconds = self._ack_lines.held()
+        if held:
+            log.info(
+                "%d ack line(s) not logged in the last %.1fs: acks came faster than %g a "
+                "second (each still counts, in the metrics and telemetry too)",
+                held,
+                seconds,
+                ACK_LOG_RATE,
+            )
+
     def _ack(self, req: AckRequest) -> AckReply:
         if req.client is not None:
             # The same client, notice, step and figures again is that ack sent again, not a
@@ -1541,25 +1580,27 @@ class Agent:
                 ],
             )
         # A save that raised left the job's state unsaved: a problem to see at WARNING, as an
-        # unacked terminate is, not a step of the notice's life like a saved ack.
-        log.log(
-            logging.WARNING if req.outcome == "failed" else logging.INFO,
-            text,
-            *args,
-            extra={
-                "lifecycle": "ack",
-                "notice_id": req.notice_id,
-                "client": req.client,
-                "step": req.step,
-                "flush_seconds": req.flush_seconds,
-                "outcome": req.outcome,
-                "stall_seconds": req.stall_seconds,
-                "durable_seconds": req.durable_seconds,
-                "choice": req.choice,
-                "restore_seconds": req.restore_seconds,
-                "steps_lost": req.steps_lost,
-            },
-        )
+        # unacked terminate is, not a step of the notice's life like a saved ack. A flood of
+        # acks is logged within a budget (ACK_LOG_BURST, ACK_LOG_RATE), the others counted.
+        if self._ack_line_due(req, notice, completed):
+            log.log(
+                logging.WARNING if req.outcome == "failed" else logging.INFO,
+                text,
+                *args,
+                extra={
+                    "lifecycle": "ack",
+                    "notice_id": req.notice_id,
+                    "client": req.client,
+                    "step": req.step,
+                    "flush_seconds": req.flush_seconds,
+                    "outcome": req.outcome,
+                    "stall_seconds": req.stall_seconds,
+                    "durable_seconds": req.durable_seconds,
+                    "choice": req.choice,
+                    "restore_seconds": req.restore_seconds,
+                    "steps_lost": req.steps_lost,
+                },
+            )
         if completed:
             # After the ack's own line: the log reads as it happened.
             assert req.notice_id is not None
