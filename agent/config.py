@@ -122,8 +122,9 @@ class Settings(BaseSettings):
         ge=0,
         le=3600,
         description="Seconds between the agent's own `status` requests on its control "
-        "socket: three unanswered in a row mark control dead in `/healthz` and the systemd "
-        "watchdog and rebind it; when rebinding does not help, the agent exits 1 (0: off).",
+        "socket: three unanswered in a row, or its socket file gone or replaced at one, mark "
+        "control dead in `/healthz` and the systemd watchdog and rebind it; when rebinding "
+        "does not help, the agent exits 1 (0: off).",
     )
     manual_lifetime: float = Field(
         default=3600.0,

@@ -223,6 +223,13 @@ class Publisher:
             return False
         return (found.st_dev, found.st_ino) == self._events_identity
 
+    def control_file_ours(self) -> bool:
+        """Whether the control socket file is still the one this agent bound (always true for
+        an endpoint without a file): removed, no client arriving now reaches the agent;
+        replaced, another process answers them."""
+        path = ipc_path(self.control_endpoint)
+        return path is None or self._is_ours(path)
+
     def _is_ours(self, path: Path) -> bool:
         try:
             found = os.lstat(path)

@@ -762,19 +762,31 @@ class Agent:
         while True:
             await asyncio.sleep(interval)
             timeout = min(PROBE_TIMEOUT, max(interval, 0.2))
-            if await probe.answers(timeout, self.control_token):
+            # The file first: another process that unlinked it and bound its own there got
+            # the probe's requests, and one answering `ok` kept control "healthy" for as long
+            # as it ran, every notify and ack going to it; a file merely removed took three
+            # unanswered probes to notice (9 s at the default interval).
+            ours = self.publisher.control_file_ours()
+            if ours and await probe.answers(timeout, self.control_token):
                 if not self.control_answers:
                     log.warning("control on %s answers again", self.control)
                     self.control_answers = True
                     self.observers.on_liveness(self.liveness())
                 misses, self.control_rebinds = 0, 0
                 continue
-            since = self.publisher.handling_since
-            if since is not None and time.monotonic() - since < PROBE_BUSY_LIMIT:
-                continue
-            misses += 1
-            if misses < PROBE_FAILURES:
-                continue
+            if ours:
+                since = self.publisher.handling_since
+                if since is not None and time.monotonic() - since < PROBE_BUSY_LIMIT:
+                    continue
+                misses += 1
+                if misses < PROBE_FAILURES:
+                    continue
+                why = f"did not answer {PROBE_FAILURES} requests in a row"
+            else:
+                why = (
+                    "has its socket file gone or replaced by another process's (no client "
+                    "arriving now reaches this agent)"
+                )
             misses = 0
             self.control_answers = False
             # At once, not at the next watchdog tick: a rebind can cure control within that
@@ -791,11 +803,7 @@ class Agent:
                 self._stop.set()
                 await asyncio.Event().wait()  # until the stop cancels it
             self.control_rebinds += 1
-            log.error(
-                "control on %s did not answer %d requests in a row; rebinding it",
-                self.control,
-                PROBE_FAILURES,
-            )
+            log.error("control on %s %s; rebinding it", self.control, why)
             await self._restart_control()
 
     async def _restart_control(self) -> None:
