@@ -21,6 +21,8 @@
   server's validation refuses (a key that is no qualified name, a value that is no label value, an
   unknown effect), whether patched or raised through `/_sim/notices`, and a patch listing two taints
   of one key and effect (taints are unique by that pair).
+- The legacy discovery documents (`/api`, `/apis`, `/api/v1` and the two groups' versions),
+  which `kubectl` reads before it touches a resource.
 - With a token set, requests without `Authorization: Bearer <token>` get 401.
 - `POST /apis/events.k8s.io/v1/namespaces/<ns>/events`: an Event, checked for the fields the
   API server requires (422 otherwise), kept in `GET /_sim/state` under `events`.
@@ -663,12 +665,25 @@ class KubernetesSimulator(Simulator):
             return SimResponse.json({"major": "1", "minor": "31", "gitVersion": "v1.31.0-sim"})
         events = path.startswith(EVENTS_PREFIX)
         nodeclaim = path[len(NODECLAIMS_PREFIX) :] if path.startswith(NODECLAIMS_PREFIX) else None
-        if not path.startswith("/api/v1/nodes") and not events and nodeclaim is None:
+        discovery = DISCOVERY.get(path)
+        if (
+            not path.startswith("/api/v1/nodes")
+            and not events
+            and nodeclaim is None
+            and discovery is None
+        ):
             return SimResponse.json(_status(404, "NotFound", f"no route {request.path}"), 404)
         if self.token is not None and request.header("Authorization") != f"Bearer {self.token}":
             with self.lock:
                 self.counts["unauthorized"] += 1
             return SimResponse.json(_status(401, "Unauthorized", "Unauthorized"), 401)
+        if discovery is not None:
+            # Any identity the server knows may read discovery (system:discovery), whatever
+            # its role.
+            if request.method != "GET":
+                message = f"{request.method} {request.path}"
+                return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+            return SimResponse.json(discovery)
         resource = "events" if events else "nodeclaims" if nodeclaim is not None else "nodes"
         refused = self._refuse(request.method, resource, request)
         if refused is not None:
@@ -953,6 +968,66 @@ class KubernetesSimulator(Simulator):
 
 EVENTS_PREFIX = "/apis/events.k8s.io/v1/namespaces/"
 NODECLAIMS_PREFIX = "/apis/karpenter.sh/v1/nodeclaims/"
+
+
+def _resources(group_version: str, *resources: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": list(resources),
+    }
+
+
+def _group(name: str) -> dict[str, Any]:
+    version = {"groupVersion": f"{name}/v1", "version": "v1"}
+    return {"name": name, "versions": [version], "preferredVersion": version}
+
+
+# The API's discovery, as far as the simulator serves it: what `kubectl` reads before it
+# touches a resource (`kubectl cordon` failed with "the server could not find the requested
+# resource" without it). The legacy documents, which kubectl falls back to when the server
+# does not answer its aggregated discovery.
+DISCOVERY: dict[str, dict[str, Any]] = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
+    "/apis": {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [_group("events.k8s.io"), _group("karpenter.sh")],
+    },
+    "/api/v1": _resources(
+        "v1",
+        {
+            "name": "nodes",
+            "singularName": "node",
+            "namespaced": False,
+            "kind": "Node",
+            "verbs": ["get", "list", "patch", "watch"],
+            "shortNames": ["no"],
+        },
+    ),
+    "/apis/events.k8s.io/v1": _resources(
+        "events.k8s.io/v1",
+        {
+            "name": "events",
+            "singularName": "event",
+            "namespaced": True,
+            "kind": "Event",
+            "verbs": ["create"],
+            "shortNames": ["ev"],
+        },
+    ),
+    "/apis/karpenter.sh/v1": _resources(
+        "karpenter.sh/v1",
+        {
+            "name": "nodeclaims",
+            "singularName": "nodeclaim",
+            "namespaced": False,
+            "kind": "NodeClaim",
+            "verbs": ["get"],
+        },
+    ),
+}
 EVENT_REQUIRED = ("eventTime", "reportingController", "reportingInstance", "action", "reason")
 
 
