@@ -15,7 +15,9 @@
   `forewarn drill kubernetes` send). Cordoning adds the `node.kubernetes.io/unschedulable` taint, as
   the node lifecycle controller does (NoSchedule, no value), and records who set
   `spec.unschedulable` and when in a `metadata.managedFields` entry (the `fieldManager` parameter,
-  else `kubectl-cordon`), which loses the field when the cordon is lifted. As the API server does, a
+  else `kubectl-cordon`), which loses the field when the cordon is lifted; `spec.taints` (an
+  atomic list) is one field there too, owned by its last writer (the controller's
+  `kube-controller-manager` for the cordon's taint). As the API server does, a
   taint gets `timeAdded` only when its effect is NoExecute. A `metadata.uid` in the patch other than
   the node's is 422 Invalid (the uid is immutable), as the API server answers; so is a taint the API
   server's validation refuses (a key that is no qualified name, a value that is no label value, an
@@ -34,7 +36,7 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns
 | kind | fields | effect | id (DELETE undoes) |
 | --- | --- | --- | --- |
 | `cordon` | `taint` (default true) | spec.unschedulable + taint | `cordon` |
-| `taint` | `key`, `value`, `effect` (NoSchedule) | adds a taint | `taint/<key>` |
+| `taint` | `key`, `value`, `effect` (NoSchedule), `manager` | adds a taint | `taint/<key>` |
 | `shutdown` | `message`, `reason` | Ready=False, "node is shutting down" | `shutdown` |
 | `vm-event` | `event`, `status`, `not_before` | AKS VMEventScheduled=True | `vm-event` |
 | `delete` | | deletes the Node | `node` |
@@ -82,6 +84,10 @@ from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 from .settings import taint_key_problem
 
 DEFAULT_NODE = "forewarn-sim-node"
+# The field manager of the node lifecycle controller's writes (the cordon's taint), and of a
+# taint raised through the control API without a `manager`.
+CONTROLLER = "kube-controller-manager"
+SIM_MANAGER = "forewarn-sim"
 DRILL_TOKEN = "forewarn-drill-token"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 HISTORY = 1000
@@ -143,7 +149,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 # quietly became the default of the field meant.
 NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
     "cordon": ("taint",),
-    "taint": ("key", "value", "effect"),
+    "taint": ("key", "value", "effect", "manager"),
     "shutdown": ("reason", "message"),
     "unreachable": (),
     "vm-event": ("event", "status", "not_before"),
@@ -225,6 +231,9 @@ class KubernetesSimulator(Simulator):
         self.node: dict[str, Any] | None = None
         # Karpenter's NodeClaims by name (`karpenter`): what GET .../nodeclaims/<name> serves.
         self.nodeclaims: dict[str, dict[str, Any]] = {}
+        # The field manager that set each taint raised through the control API, by key: the
+        # one that removes it (`DELETE /_sim/notices/taint/<key>`) or changes it.
+        self.taint_managers: dict[str, str] = {}
         self._commit("ADDED", self._fresh_node())
 
     # The Node object.
@@ -305,7 +314,9 @@ class KubernetesSimulator(Simulator):
             raise SimError(f"node {self.node_name!r} is deleted", 409)
         return copy.deepcopy(self.node)
 
-    def _set_taint(self, node: dict[str, Any], key: str, value: str | None, effect: str) -> None:
+    def _set_taint(
+        self, node: dict[str, Any], key: str, value: str | None, effect: str, manager: str
+    ) -> None:
         taints = [t for t in node["spec"].get("taints", []) if t.get("key") != key]
         taint: dict[str, Any] = {"key": key, "effect": effect}
         if effect == "NoExecute":
@@ -314,51 +325,60 @@ class KubernetesSimulator(Simulator):
         if value:
             taint["value"] = value
         node["spec"]["taints"] = [*taints, taint]
+        self._own(node, "f:taints", manager)
 
-    def _own_unschedulable(self, node: dict[str, Any], manager: str) -> None:
-        """`metadata.managedFields` as the API server keeps it for `spec.unschedulable`:
-        set, the field is `manager`'s (an Update entry, its `time` now, in whole seconds);
-        lifted, no entry holds it (an entry left with no field goes)."""
+    def _own(self, node: dict[str, Any], field: str, manager: str) -> None:
+        """`metadata.managedFields` as the API server keeps it for a field of the spec
+        (`f:unschedulable`, or `f:taints`, an atomic list: one field) that `manager` has
+        just written (an Update): present, it is `manager`'s alone (its entry's `time` now, in
+        whole seconds; another manager's entry loses it); gone, no entry holds it. An entry
+        left with no field goes."""
+        name = field.removeprefix("f:")
         entries: list[dict[str, Any]] = []
         own: dict[str, Any] | None = None
         for entry in copy.deepcopy(node["metadata"].get("managedFields", [])):
             fields = entry.setdefault("fieldsV1", {})
-            fields.get("f:spec", {}).pop("f:unschedulable", None)
+            fields.get("f:spec", {}).pop(field, None)
             if not fields.get("f:spec", True):
                 del fields["f:spec"]
             if entry.get("manager") == manager and entry.get("operation") == "Update":
                 own = entry
             if fields:
                 entries.append(entry)
-        if node["spec"].get("unschedulable"):
+        if node["spec"].get(name):
             if own is None or not any(entry is own for entry in entries):
                 own = {"manager": manager, "operation": "Update", "apiVersion": "v1"}
                 own.update(fieldsType="FieldsV1", fieldsV1={})
                 entries.append(own)
             own["time"] = _stamp(self.now())
-            own["fieldsV1"].setdefault("f:spec", {})["f:unschedulable"] = {}
+            own["fieldsV1"].setdefault("f:spec", {})[field] = {}
         if entries:
             node["metadata"]["managedFields"] = entries
         else:
             node["metadata"].pop("managedFields", None)
 
-    @staticmethod
-    def _drop_taint(node: dict[str, Any], key: str) -> bool:
+    def _own_unschedulable(self, node: dict[str, Any], manager: str) -> None:
+        self._own(node, "f:unschedulable", manager)
+
+    def _drop_taint(self, node: dict[str, Any], key: str, manager: str) -> bool:
         taints = node["spec"].get("taints", [])
         kept = [t for t in taints if t.get("key") != key]
         if kept:
             node["spec"]["taints"] = kept
         else:
             node["spec"].pop("taints", None)
+        if len(kept) != len(taints):
+            self._own(node, "f:taints", manager)
         return len(kept) != len(taints)
 
     def _sync_cordon_taint(self, node: dict[str, Any]) -> None:
-        # The node lifecycle controller mirrors spec.unschedulable as a taint.
+        # The node lifecycle controller (in kube-controller-manager) mirrors
+        # spec.unschedulable as a taint.
         if node["spec"].get("unschedulable"):
             if not any(t.get("key") == CORDON_TAINT for t in node["spec"].get("taints", [])):
-                self._set_taint(node, CORDON_TAINT, None, "NoSchedule")
+                self._set_taint(node, CORDON_TAINT, None, "NoSchedule", CONTROLLER)
         else:
-            self._drop_taint(node, CORDON_TAINT)
+            self._drop_taint(node, CORDON_TAINT, CONTROLLER)
 
     # Control API hooks.
 
@@ -372,6 +392,9 @@ class KubernetesSimulator(Simulator):
             key = fields.get("key")
             if not isinstance(key, str) or not key:
                 raise SimError('a taint needs "key", a non-empty string')
+            manager = fields.get("manager", SIM_MANAGER)
+            if not isinstance(manager, str) or not manager:
+                raise SimError('"manager" must be a non-empty string (a field manager)')
             self._check_taint(fields, fields.get("effect", "NoSchedule"))
         elif kind == "shutdown":
             for name in ("reason", "message"):
@@ -423,7 +446,9 @@ class KubernetesSimulator(Simulator):
                 effect = fields.get("effect", "NoSchedule")
                 value = fields.get("value")
                 node = self._edit()
-                self._set_taint(node, key, value, effect)
+                manager = str(fields.get("manager") or SIM_MANAGER)
+                self.taint_managers[key] = manager  # who removes it (DELETE taint/<key>)
+                self._set_taint(node, key, value, effect, manager)
                 self._commit("MODIFIED", node)
                 return f"taint/{key}"
             if kind == "shutdown":
@@ -508,7 +533,7 @@ class KubernetesSimulator(Simulator):
             "blockOwnerDeletion": True,
         }
         node["metadata"]["ownerReferences"] = [owner]
-        self._set_taint(node, "karpenter.sh/disrupted", None, "NoSchedule")
+        self._set_taint(node, "karpenter.sh/disrupted", None, "NoSchedule", "karpenter")
         if termination:
             claim["metadata"]["deletionTimestamp"] = _stamp(self.now())
             claim["metadata"]["annotations"] = {TERMINATION_ANNOTATION: termination}
@@ -583,19 +608,20 @@ class KubernetesSimulator(Simulator):
             node = self._edit()
             if notice_id == "cordon":
                 if not node["spec"].get("unschedulable") and not self._drop_taint(
-                    node, CORDON_TAINT
+                    node, CORDON_TAINT, CONTROLLER
                 ):
                     return False
                 node["spec"].pop("unschedulable", None)
                 self._own_unschedulable(node, "kubectl-cordon")
                 self._sync_cordon_taint(node)
             elif notice_id.startswith("taint/"):
-                if not self._drop_taint(node, notice_id[len("taint/") :]):
+                key = notice_id[len("taint/") :]
+                if not self._drop_taint(node, key, self.taint_managers.get(key, SIM_MANAGER)):
                     return False
             elif notice_id == "karpenter":
                 # The disruption called off (a replacement that failed to launch): the taint
                 # goes; a deletion already under way cannot be undone, but the sim allows it.
-                if not self._drop_taint(node, "karpenter.sh/disrupted"):
+                if not self._drop_taint(node, "karpenter.sh/disrupted", "karpenter"):
                     return False
                 node["metadata"].pop("deletionTimestamp", None)
                 node["metadata"].pop("finalizers", None)
@@ -628,7 +654,10 @@ class KubernetesSimulator(Simulator):
             refuse_unknown_fields(notice_id, fields, ("value", "effect"))
             effect = fields.get("effect", current[0].get("effect", "NoSchedule"))
             self._check_taint({**fields, "key": key}, effect)
-            self._set_taint(node, key, fields.get("value", current[0].get("value")), effect)
+            manager = self.taint_managers.get(key, SIM_MANAGER)
+            self._set_taint(
+                node, key, fields.get("value", current[0].get("value")), effect, manager
+            )
             self._commit("MODIFIED", node)
 
     def state(self) -> dict[str, Any]:
@@ -841,6 +870,11 @@ class KubernetesSimulator(Simulator):
                 # As the API server validates the patched Node: 422, and nothing changes.
                 message = f'Node "{name}" is invalid: {"; ".join(problems)}'
                 return SimResponse.json(_status(422, "Invalid", message), 422)
+            if node["spec"].get("taints") != self.node["spec"].get("taints"):
+                # The request's own write of the list: its fieldManager, else (as the API
+                # server names a manager that gave none) its User-Agent up to the first "/".
+                agent = (request.header("User-Agent") or "").split("/")[0]
+                self._own(node, "f:taints", request.param("fieldManager") or agent or "unknown")
             if bool(node["spec"].get("unschedulable")) != before:
                 # kubectl cordon's field manager unless the request names its own.
                 manager = request.param("fieldManager") or "kubectl-cordon"

@@ -167,9 +167,12 @@ def test_patch_cordons_like_kubectl(api: httpx.Client) -> None:
     assert node["spec"]["taints"] == [
         {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
     ]
-    (entry,) = node["metadata"]["managedFields"]
+    # The field's manager and the controller's, whose the taints list is now.
+    entry, taints = node["metadata"]["managedFields"]
     assert entry["manager"] == "kubectl-cordon"
     assert entry["fieldsV1"] == {"f:spec": {"f:unschedulable": {}}}
+    assert taints["manager"] == "kube-controller-manager"
+    assert taints["fieldsV1"] == {"f:spec": {"f:taints": {}}}
     undo = {"spec": {"unschedulable": None}}
     node = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(undo), headers=headers).json()
     assert "unschedulable" not in node["spec"]
@@ -570,17 +573,65 @@ def test_a_real_kubectl_cordons_taints_and_uncordons_the_simulated_node(tmp_path
         assert cordon.returncode == 0, cordon.stderr
         assert f"node/{NODE} cordoned" in cordon.stdout
         assert sim.node is not None and sim.node["spec"]["unschedulable"] is True
-        (entry,) = sim.node["metadata"]["managedFields"]
-        assert entry["manager"] == "kubectl-cordon"
+        managers = [entry["manager"] for entry in sim.node["metadata"]["managedFields"]]
+        assert managers == ["kubectl-cordon", "kube-controller-manager"]
         disrupted = "karpenter.sh/disrupted:NoSchedule"
         taint = _kubectl(tmp_path, server.url, "taint", "node", NODE, disrupted)
         assert taint.returncode == 0, taint.stderr
         assert sim.node is not None
         keys = {t["key"] for t in sim.node["spec"]["taints"]}
         assert keys == {"node.kubernetes.io/unschedulable", "karpenter.sh/disrupted"}
+        assert _taints_owners(sim.node) == ["kubectl-taint"]  # kubectl names its manager
         got = _kubectl(tmp_path, server.url, "get", "node", NODE, "-o", "json")
         assert got.returncode == 0, got.stderr
         assert json.loads(got.stdout)["spec"]["unschedulable"] is True
         uncordon = _kubectl(tmp_path, server.url, "uncordon", NODE)
         assert uncordon.returncode == 0, uncordon.stderr
         assert sim.node is not None and "unschedulable" not in sim.node["spec"]
+
+
+def _taints_owners(node: dict[str, Any]) -> list[str]:
+    return [
+        entry["manager"]
+        for entry in node["metadata"].get("managedFields", [])
+        if "f:taints" in entry["fieldsV1"].get("f:spec", {})
+    ]
+
+
+def test_the_taints_belong_to_their_last_writer_as_the_api_server_keeps_them(
+    api: httpx.Client,
+) -> None:
+    """`spec.taints` is an atomic list: the API server records it in managedFields as one
+    field, owned by the manager that last wrote it, whose entry's `time` (whole seconds) moves
+    with each write. found: the simulator wrote no entry for taints, so a watcher could not
+    be tested against the one thing that tells a NoSchedule taint removed and set again."""
+    body = {"kind": "taint", "key": "karpenter.sh/disrupted", "manager": "karpenter"}
+    assert api.post("/_sim/notices", json=body).status_code == 201
+    node = api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()
+    (entry,) = node["metadata"]["managedFields"]
+    assert entry["manager"] == "karpenter" and entry["operation"] == "Update"
+    assert entry["fieldsV1"] == {"f:spec": {"f:taints": {}}}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", entry["time"])
+    # The cordon's taint is the node lifecycle controller's write: the list is its now.
+    assert api.post("/_sim/notices", json={"kind": "cordon"}).status_code == 201
+    node = api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()
+    assert _taints_owners(node) == ["kube-controller-manager"]
+    patch = {
+        "spec": {"taints": [*node["spec"]["taints"], {"key": "a.b/c", "effect": "NoSchedule"}]}
+    }
+    headers = {**AUTH, "Content-Type": "application/strategic-merge-patch+json"}
+    patched = api.patch(
+        f"/api/v1/nodes/{NODE}",
+        params={"fieldManager": "kubectl-taint"},
+        content=json.dumps(patch),
+        headers=headers,
+    ).json()
+    assert _taints_owners(patched) == ["kubectl-taint"]
+    # Removed by the manager that set it: the taint's own manager writes the list again.
+    assert api.delete("/_sim/notices/taint/karpenter.sh/disrupted").status_code == 200
+    node = api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()
+    assert _taints_owners(node) == ["karpenter"]
+    for notice in ("cordon", "taint/a.b/c"):
+        assert api.delete(f"/_sim/notices/{notice}").status_code == 200
+    node = api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()
+    assert "taints" not in node["spec"] and "managedFields" not in node["metadata"]
