@@ -183,6 +183,19 @@ def unschedulable_set(metadata: Mapping[str, Any]) -> dict[str, str] | None:
     taint is NoSchedule, with no value and no `timeAdded` (written only for NoExecute).
     None when no entry says (managedFields stripped, or in a shape not known here: it is
     housekeeping, so it tells nothing rather than failing the Node)."""
+    return _field_set(metadata, "f:unschedulable")
+
+
+def taints_set(metadata: Mapping[str, Any]) -> dict[str, str] | None:
+    """Who last wrote `spec.taints` and when, as `unschedulable_set` reads it: the list is
+    atomic, so managedFields records it as one field (`f:spec.f:taints`) owned by the manager
+    that wrote it last, whose entry's `time` moves with each write. A NoSchedule taint removed
+    and set again with the same value shows nothing else (no `timeAdded`); any other write of
+    the list (another taint added or removed) moves it too."""
+    return _field_set(metadata, "f:taints")
+
+
+def _field_set(metadata: Mapping[str, Any], field: str) -> dict[str, str] | None:
     entries = metadata.get("managedFields")
     found: dict[str, str] | None = None
     for entry in entries if isinstance(entries, list) else []:
@@ -193,7 +206,7 @@ def unschedulable_set(metadata: Mapping[str, Any]) -> dict[str, str] | None:
         manager, when = entry.get("manager"), entry.get("time")
         if (
             isinstance(spec, dict)
-            and "f:unschedulable" in spec
+            and field in spec
             and isinstance(manager, str)
             and isinstance(when, str)
             and when
@@ -312,13 +325,15 @@ def node_reports(
             detail["unschedulableSet"] = set_by
         reports.append(report("drain", ("cordon",), detail))
     seen = set()
+    written = taints_set(metadata)
     for taint in taints:
         key = taint["key"]
         if key == CORDON_TAINT or key not in drain_taints or key in seen:
             continue
         seen.add(key)
         action: Literal["drain", "terminate"] = "terminate" if key in terminate_taints else "drain"
-        tainted = report(action, ("taint", key), {"condition": "taint", "taint": taint})
+        marked = {"taintsSet": written} if written is not None else {}
+        tainted = report(action, ("taint", key), {"condition": "taint", "taint": taint, **marked})
         if key in KARPENTER_TAINTS and karpenter_deadline is not None:
             tainted = tainted.model_copy(update={"deadline": karpenter_deadline})
         reports.append(tainted)
@@ -469,40 +484,49 @@ def changes(previous: Mapping[str, Report], current: Iterable[Report]) -> list[R
     return out
 
 
-def _taint_added(report: Report) -> tuple[str, str] | None:
-    """When the condition a report was raised for was set, if it says: for a cordon, the
-    managedFields entry that set `spec.unschedulable` (`unschedulable_set`: a real cluster's cordon
-    taint has no `timeAdded`); else the taint's `timeAdded`, else its value. Cluster Autoscaler sets
-    `ToBeDeletedByClusterAutoscaler` with no `timeAdded` and the Unix time the scale-down began as
-    its value: set again for a later scale-down, only the value changes. With the field it came
-    from: a `timeAdded` is not compared with a value."""
+def _marks(report: Report) -> dict[str, tuple[str, str | None]]:
+    """What tells when the condition a report was raised for was set, by field, each with the
+    time it holds (None: not a time). A cordon: the managedFields entry that set
+    `spec.unschedulable` (`unschedulable_set`: a real cluster's cordon taint has no
+    `timeAdded`); without one, what its taint has. A taint: its `timeAdded` (NoExecute only),
+    its value (Cluster Autoscaler's `ToBeDeletedByClusterAutoscaler` has no `timeAdded` and the
+    Unix time the scale-down began as its value), and the managedFields entry that last wrote
+    the taints (`taints_set`: all a NoSchedule taint set again with the same value shows)."""
     set_by = report.detail.get("unschedulableSet")
     if isinstance(set_by, dict):
-        return "unschedulableSet", f"{set_by.get('manager')} {set_by.get('time')}"
+        when = set_by.get("time")
+        text = f"{set_by.get('manager')} {when}"
+        return {"unschedulableSet": (text, when if isinstance(when, str) else None)}
+    marks: dict[str, tuple[str, str | None]] = {}
     taint = report.detail.get("taint")
-    if not isinstance(taint, dict):
-        return None
-    for name in ("timeAdded", "value"):
-        mark = taint.get(name)
-        if isinstance(mark, str) and mark:
-            return name, mark
-    return None
+    if isinstance(taint, dict):
+        for name in ("timeAdded", "value"):
+            mark = taint.get(name)
+            if isinstance(mark, str) and mark:
+                marks[name] = (mark, mark if name == "timeAdded" else None)
+    written = report.detail.get("taintsSet")
+    if isinstance(written, dict):
+        when = written.get("time")
+        text = f"{written.get('manager')} {when}"
+        marks["taintsSet"] = (text, when if isinstance(when, str) else None)
+    return marks
 
 
 def readded(previous: Mapping[str, Report], current: Iterable[Report]) -> list[Report]:
-    """The clears owed, on a relist, for the reports of `previous` whose taint was removed and
-    added again since (its `timeAdded` differs; without one, its value, as Cluster
-    Autoscaler's does): under the same id and action, a report sent again without a clear is
-    a repeat to a job's guard, which had saved for the first one. A watch sees the removal; a
-    relist (after a 410, or by a restarted agent) does not. A mark missing on either side (a
-    cordon seen before the controller's taint), or not of the same field, tells nothing."""
+    """The clears owed, on a relist, for the reports of `previous` whose condition was removed
+    and set again since (`_marks`: one both sides have differs): under the same id and action,
+    a report sent again without a clear is a repeat to a job's guard, which had saved for the
+    first one. A watch sees the removal; a relist (after a 410, or by a restarted agent) does
+    not. A mark missing on either side (managedFields stripped), or none of the same field,
+    tells nothing."""
     out = []
     for report in current:
         before = previous.get(report.id)
         if before is None or before.action == "clear":
             continue
-        was, now = _taint_added(before), _taint_added(report)
-        if was is not None and now is not None and was[0] == now[0] and was[1] != now[1]:
+        was, now = _marks(before), _marks(report)
+        common = was.keys() & now.keys()
+        if any(was[name][0] != now[name][0] for name in common):
             out.append(before.model_copy(update={"action": "clear", "noticed_at": utcnow()}))
     return out
 
@@ -587,6 +611,7 @@ __all__ = [
     "readded",
     "stale_boot",
     "started_deadline",
+    "taints_set",
     "unschedulable_set",
     "vm_event",
 ]

@@ -50,12 +50,12 @@ class Running(WatcherRun):
         return next(r for r in self.reports if r.action == action and r.id == report_id)
 
 
-def recordon(sim: KubernetesSimulator) -> None:
+def recordon(sim: KubernetesSimulator, later: int = 1) -> None:
     """Lift the cordon and cordon again as a real cluster shows it: the controller's taint
     is NoSchedule, with no `timeAdded` (the API server writes it only for NoExecute), and
     the one thing that differs is `time` of the managedFields entry that set
-    `spec.unschedulable`, in whole seconds: a second later here, as a re-cordon in any real
-    gap is (the simulator would otherwise write the same second)."""
+    `spec.unschedulable`, in whole seconds: `later` seconds later here (a second, as a
+    re-cordon in any real gap is; the simulator would otherwise write the same second)."""
     with sim.lock:
         assert sim.node is not None
         (before,) = [
@@ -66,9 +66,36 @@ def recordon(sim: KubernetesSimulator) -> None:
         sim.withdraw("cordon")
         sim.raise_notice("cordon", {})
         node = sim._edit()
-        later = datetime.strptime(before, "%Y-%m-%dT%H:%M:%SZ") + timedelta(seconds=1)
+        moved = datetime.strptime(before, "%Y-%m-%dT%H:%M:%SZ") + timedelta(seconds=later)
         for entry in node["metadata"]["managedFields"]:
             if "f:unschedulable" in entry["fieldsV1"].get("f:spec", {}):
-                entry["time"] = later.strftime("%Y-%m-%dT%H:%M:%SZ")
+                entry["time"] = moved.strftime("%Y-%m-%dT%H:%M:%SZ")
         assert all("timeAdded" not in taint for taint in node["spec"]["taints"])
+        sim._commit("MODIFIED", node)
+
+
+def retaint(sim: KubernetesSimulator, key: str, manager: str = "karpenter") -> None:
+    """Remove the taint `key` and set it again, same value and effect, by the same manager, as a
+    real cluster shows it: a NoSchedule taint has no `timeAdded`, and the one thing that
+    differs is `time` of the managedFields entry that owns `spec.taints` (an atomic list), in
+    whole seconds: a second later here, as a re-taint in any real gap is."""
+    with sim.lock:
+        assert sim.node is not None
+        (before,) = [
+            entry["time"]
+            for entry in sim.node["metadata"]["managedFields"]
+            if "f:taints" in entry["fieldsV1"].get("f:spec", {})
+        ]
+        (taint,) = [t for t in sim.node["spec"]["taints"] if t["key"] == key]
+        sim.withdraw(f"taint/{key}")
+        fields = {"key": key, "effect": taint["effect"], "manager": manager}
+        sim.raise_notice(
+            "taint", {**fields, **({"value": taint["value"]} if "value" in taint else {})}
+        )
+        node = sim._edit()
+        later = datetime.strptime(before, "%Y-%m-%dT%H:%M:%SZ") + timedelta(seconds=1)
+        for entry in node["metadata"]["managedFields"]:
+            if "f:taints" in entry["fieldsV1"].get("f:spec", {}):
+                entry["time"] = later.strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert [t for t in node["spec"]["taints"] if t["key"] == key] == [taint]
         sim._commit("MODIFIED", node)

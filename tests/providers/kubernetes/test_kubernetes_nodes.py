@@ -25,6 +25,7 @@ from forewarn.providers.kubernetes.nodes import (
     parse_list,
     readded,
     started_deadline,
+    taints_set,
     unschedulable_set,
     vm_event,
 )
@@ -819,3 +820,40 @@ def test_a_cluster_autoscaler_taint_set_again_is_cleared_on_a_relist(
     again = before is not None and after is not None and before != after
     (tainted,) = previous
     assert [(c.action, c.id) for c in clears] == ([("clear", tainted.id)] if again else [])
+
+
+def tainted(key: str, written: Any, value: str | None = None) -> dict[str, Any]:
+    """A node with the NoSchedule taint `key` (no `timeAdded`, as the API server writes it), and
+    `written` as its managedFields (None: stripped)."""
+    taint = {"key": key, "effect": "NoSchedule", **({"value": value} if value else {})}
+    payload = node(taints=[taint])
+    if written is not None:
+        payload["metadata"]["managedFields"] = written
+    return payload
+
+
+taint_managers = st.sampled_from(["karpenter", "kube-controller-manager"])
+taints_fields = st.none() | st.lists(
+    st.builds(entry, taint_managers, set_times, st.just("f:taints")), max_size=2
+)
+
+
+@given(taints_fields, taints_fields, st.sampled_from([None, "i-0abc"]))
+@settings(max_examples=examples(80), deadline=None)
+def test_a_no_schedule_taint_set_again_is_told_by_the_taints_managed_fields(
+    before: Any, after: Any, value: str | None
+) -> None:
+    """found: Karpenter's `karpenter.sh/disrupted` (NoSchedule, no value) or a handler's taint
+    with the same value, removed and set again in a watch gap, has no `timeAdded` and the same
+    value: the relist sent nothing. The managedFields entry that last wrote `spec.taints` (an
+    atomic list) has another manager or a later `time`. Missing on either side: nothing."""
+    key = "karpenter.sh/disrupted"
+    previous = node_reports(tainted(key, before, value), NODE, TAINTS)
+    current = node_reports(tainted(key, after, value), NODE, TAINTS)
+    clears = readded({r.id: r for r in previous}, current)
+    was = taints_set(tainted(key, before)["metadata"])
+    now = taints_set(tainted(key, after)["metadata"])
+    again = was is not None and now is not None and was != now
+    assert [(c.action, c.id) for c in clears] == ([("clear", previous[0].id)] if again else [])
+    if now is not None:
+        assert current[0].detail["taintsSet"] == now

@@ -15,7 +15,7 @@ from forewarn.providers.kubernetes.nodes import CORDON_TAINT
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS, DEFAULT_TERMINATE_TAINTS
 from hypothesis import given
 from hypothesis import strategies as st
-from k8s_support import NODE, TOKEN, Cluster, Running, recordon
+from k8s_support import NODE, TOKEN, Cluster, Running, recordon, retaint
 from support import RotatingTls, refused_port, self_signed_ca
 
 CORDON = f"kubernetes/{NODE}/cordon"
@@ -174,6 +174,45 @@ async def test_a_cordon_lifted_and_applied_again_in_a_watch_gap_is_cleared_and_r
         what="the second cordon cleared and raised",
     )
     assert watching.watcher.lists == 2
+
+
+@pytest.mark.parametrize("value", [None, "i-0abc-spot-itn"])
+async def test_a_no_schedule_taint_removed_and_set_again_in_a_watch_gap_is_cleared_and_raised(
+    cluster: Cluster, watching: Running, value: str | None
+) -> None:
+    """found: Karpenter's `karpenter.sh/disrupted` (NoSchedule, no value) removed (a disruption
+    given up) and set again (a new one) while the watch was broken: the relist saw the same
+    taint, no `timeAdded` (NoExecute only) and the same value, and sent nothing. The job's
+    guard, which had saved for the first, heard nothing of the second. The managedFields
+    entry that owns `spec.taints` (an atomic list) has a later `time`: drain, clear, drain,
+    as a running watcher sends it."""
+    key = "karpenter.sh/disrupted"
+    taint = f"kubernetes/{NODE}/taint/{key}"
+    cluster.raise_("taint", key=key, manager="karpenter", **({"value": value} if value else {}))
+    await watching.report("drain", taint)
+    with cluster.sim.lock:  # no watch sees the steps between
+        retaint(cluster.sim, key)
+        cluster.sim.raise_notice("compact", {"expire_watches": True})
+    await watching.until(
+        lambda: watching.summary() == [("drain", taint), ("clear", taint), ("drain", taint)],
+        what="the second taint cleared and raised",
+    )
+    assert watching.watcher.lists == 2
+
+
+async def test_a_relist_of_an_unchanged_taint_sends_nothing(
+    cluster: Cluster, watching: Running
+) -> None:
+    """The same NoSchedule taint (its list's managedFields entry unchanged) listed again is
+    not sent again."""
+    taint = f"kubernetes/{NODE}/taint/karpenter.sh/disrupted"
+    cluster.raise_("taint", key="karpenter.sh/disrupted", manager="karpenter")
+    await watching.report("drain", taint)
+    cluster.raise_("compact", expire_watches=True)
+    await watching.until(lambda: watching.watcher.lists == 2, what="the relist")
+    cluster.raise_("shutdown")  # a marker: the relist was handled before it
+    await watching.report("terminate", SHUTDOWN)
+    assert watching.summary() == [("drain", taint), ("terminate", SHUTDOWN)]
 
 
 async def test_a_relist_of_an_unchanged_cordon_sends_nothing(
