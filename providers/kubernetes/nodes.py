@@ -484,6 +484,12 @@ def changes(previous: Mapping[str, Report], current: Iterable[Report]) -> list[R
     return out
 
 
+# How much later than a notice was noticed (on the cluster's clock) a mark's time must be to
+# say its condition was set again since: the mark has whole seconds, and the skew is read from
+# a `Date` of whole seconds.
+SET_MARGIN = timedelta(seconds=2)
+
+
 def _marks(report: Report) -> dict[str, tuple[str, str | None]]:
     """What tells when the condition a report was raised for was set, by field, each with the
     time it holds (None: not a time). A cordon: the managedFields entry that set
@@ -512,13 +518,37 @@ def _marks(report: Report) -> dict[str, tuple[str, str | None]]:
     return marks
 
 
-def readded(previous: Mapping[str, Report], current: Iterable[Report]) -> list[Report]:
+def _set_since(before: Report, now: Mapping[str, tuple[str, str | None]], ahead: timedelta) -> bool:
+    """Whether a time among `now`'s marks is later than `before` was noticed (on the cluster's
+    clock: this node's is `ahead` of it), by more than SET_MARGIN: the condition was set again
+    after the notice was raised. For a notice that has no mark to compare (saved by an agent
+    from before the marks, or seen before its mark was written)."""
+    try:
+        noticed = before.noticed_at - ahead
+    except OverflowError:
+        return False
+    for _, when in now.values():
+        if when is None:
+            continue
+        try:
+            if parse_time(when) > noticed + SET_MARGIN:
+                return True
+        except (ValueError, OverflowError):
+            continue
+    return False
+
+
+def readded(
+    previous: Mapping[str, Report], current: Iterable[Report], ahead: timedelta = timedelta(0)
+) -> list[Report]:
     """The clears owed, on a relist, for the reports of `previous` whose condition was removed
     and set again since (`_marks`: one both sides have differs): under the same id and action,
     a report sent again without a clear is a repeat to a job's guard, which had saved for the
     first one. A watch sees the removal; a relist (after a 410, or by a restarted agent) does
-    not. A mark missing on either side (managedFields stripped), or none of the same field,
-    tells nothing."""
+    not. Where `previous` has no mark the current one has (a notice saved by an agent from
+    before the marks), a time among the current marks later than it was noticed tells it
+    (`_set_since`; `ahead`: how far this node's clock is ahead of the cluster's). A mark
+    missing on the current side (managedFields stripped) tells nothing."""
     out = []
     for report in current:
         before = previous.get(report.id)
@@ -526,7 +556,11 @@ def readded(previous: Mapping[str, Report], current: Iterable[Report]) -> list[R
             continue
         was, now = _marks(before), _marks(report)
         common = was.keys() & now.keys()
-        if any(was[name][0] != now[name][0] for name in common):
+        if common:
+            again = any(was[name][0] != now[name][0] for name in common)
+        else:
+            again = _set_since(before, now, ahead)
+        if again:
             out.append(before.model_copy(update={"action": "clear", "noticed_at": utcnow()}))
     return out
 

@@ -668,7 +668,7 @@ class KubernetesWatcher:
         # node's: 2 h behind, Karpenter's forced termination came 2 h before the terminate.
         current = [self._on_node_clock(r) if r.deadline is not None else r for r in current]
         current = self._not_the_last_boots_end(node, name, current)
-        again = readded(previous, current) if relisted else []
+        again = readded(previous, current, self._ahead_now()) if relisted else []
         for clear in again:
             log.info("kubernetes: clear %s (set again since it was raised)", clear.id)
             emit(clear)
@@ -684,6 +684,14 @@ class KubernetesWatcher:
         self.node_uid = uid or self.node_uid
         self.seen_node = True
         self.node_object = node
+
+    def _ahead_now(self) -> timedelta:
+        """How far this node's clock is ahead of the API server's now, to the second (its
+        last `Date` carried on the boot clock), not zeroed within TRUSTED_SKEW as
+        `clock_ahead` is: what a notice's `noticed_at` is compared on with a managedFields
+        time (`readded`). `clock_ahead` where no `Date` was read."""
+        service = self.service_clock.now() if self.service_clock is not None else None
+        return self.clock_ahead if service is None else utcnow() - service
 
     def _not_the_last_boots_end(
         self, node: object, name: str, current: list[Report]

@@ -258,6 +258,54 @@ def test_a_cordon_applied_again_while_the_agent_was_down_is_cleared_and_raised(
     assert "Traceback" not in agent.output()
 
 
+def _as_an_older_agent_saved_it(state: Path, mark: str) -> None:
+    """Drop `mark` from every notice's detail in the agent's state file, as an agent from
+    before that mark saved them."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != mark}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    saved = json.loads(state.read_text())
+    assert mark in json.dumps(saved)
+    state.write_text(json.dumps(strip(saved)))
+
+
+def test_a_cordon_applied_again_while_an_older_agent_was_upgraded_is_cleared_and_raised(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """found: the cordon an agent from before `unschedulableSet` saved, lifted and applied
+    again while it was upgraded: the upgraded agent had no mark to compare (one side without
+    one told nothing) and took the second cordon for the first, no clear, no drain, so the
+    job saved nothing for it. The cordon's managedFields `time`, later than the saved notice
+    was noticed, tells it: clear, drain."""
+    env = _kubernetes_env(tmp_path, server)
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    cordon = f"kubernetes/{NODE}/cordon"
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        control(server, "cordon")
+        eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
+    _as_an_older_agent_saved_it(tmp_path / "state" / "state.json", "unschedulableSet")
+    recordon(sim, later=30)  # the upgrade took half a minute
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: f"kubernetes: drain {cordon}" in agent.output(),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        sends = [line.split()[1] for line in published(agent.output(), cordon)]
+        assert sends == ["clear", "drain"], agent.output()
+    assert "Traceback" not in agent.output()
+
+
 def test_a_scale_down_begun_again_while_the_agent_was_down_is_cleared_and_raised(
     tmp_path: Path, server: SimServer
 ) -> None:

@@ -857,3 +857,45 @@ def test_a_no_schedule_taint_set_again_is_told_by_the_taints_managed_fields(
     assert [(c.action, c.id) for c in clears] == ([("clear", previous[0].id)] if again else [])
     if now is not None:
         assert current[0].detail["taintsSet"] == now
+
+
+NOTICED = datetime(2026, 12, 5, 10, 0, 0, 400000, tzinfo=timezone.utc)
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")  # whole seconds, as the API server writes
+
+
+@pytest.mark.parametrize(
+    ("later", "ahead", "again"),
+    [
+        (10, 0, True),  # set again 10 s after the old agent noticed it
+        (-60, 0, False),  # the cordon the old agent saw
+        (0, 0, False),
+        (1, 0, False),  # within SET_MARGIN: whole seconds, a skew read from a `Date`
+        (3, 0, True),
+        (-60, 120, True),  # this node's clock 2 min ahead: 60 s after, on the cluster's
+        (10, -120, False),  # 2 min behind: 10 s on this clock is 110 s before
+    ],
+)
+@pytest.mark.parametrize("kind", ["cordon", "taint"])
+def test_a_notice_an_older_agent_saved_without_a_mark_is_told_by_when_it_was_noticed(
+    later: int, ahead: int, again: bool, kind: str
+) -> None:
+    """found: a notice saved by an agent from before the marks (no `unschedulableSet`, no
+    `taintsSet` in its detail) restored by the upgraded one: one side without a mark told
+    nothing, and a cordon (or a NoSchedule taint) lifted and set again while the agent was
+    being upgraded was taken for the old one. The current mark's time, later than the old
+    notice was noticed (on the cluster's clock), tells it."""
+    key = CORDON_TAINT if kind == "cordon" else "karpenter.sh/disrupted"
+    field = "f:unschedulable" if kind == "cordon" else "f:taints"
+    when = _stamp(NOTICED + timedelta(seconds=later))
+    payload = cordoned(None) if kind == "cordon" else tainted(key, None)
+    (old,) = node_reports(payload, NODE, TAINTS)
+    old = old.model_copy(update={"noticed_at": NOTICED})
+    assert "unschedulableSet" not in old.detail and "taintsSet" not in old.detail
+    written = [entry("kubectl-cordon" if kind == "cordon" else "karpenter", when, field)]
+    payload = cordoned(written) if kind == "cordon" else tainted(key, written)
+    current = node_reports(payload, NODE, TAINTS)
+    clears = readded({old.id: old}, current, timedelta(seconds=ahead))
+    assert [(c.action, c.id) for c in clears] == ([("clear", old.id)] if again else [])
