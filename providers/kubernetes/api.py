@@ -156,6 +156,19 @@ FORBIDDEN_HINTS = {
     "(packaging/kubernetes/components/karpenter)",
 }
 FORBIDDEN_OTHER = "the identity lacks the RBAC permission for this request"
+# A 403 whose body is no Kubernetes Status: the API server refuses with a Status naming the
+# user and the verb, so this one came from something in between.
+FORBIDDEN_ELSEWHERE = (
+    "not the API server's refusal (its 403 is a Kubernetes Status naming the user and the "
+    "verb; this answer is none): a proxy, gateway or load balancer between the agent and the "
+    "API server refused it; check its rules, or that the URL is the API server's"
+)
+
+
+def from_api_server(body: bytes) -> bool:
+    """Whether an error's body is a Kubernetes Status, as the API server answers an error."""
+    status = _status_object(body)
+    return isinstance(status, dict) and status.get("kind") == "Status"
 
 
 def error_for(
@@ -178,9 +191,12 @@ def error_for(
             401,
         )
     if status == 403:
-        return ApiError(
-            "forbidden", f"{what}: 403 {message}: {FORBIDDEN_HINTS.get(what, FORBIDDEN_OTHER)}", 403
-        )
+        # A proxy's page (no Status) was given the RBAC hint, sending the operator to a role
+        # the identity had.
+        hint = FORBIDDEN_HINTS.get(what, FORBIDDEN_OTHER)
+        if not from_api_server(body):
+            hint = FORBIDDEN_ELSEWHERE
+        return ApiError("forbidden", f"{what}: 403 {message}: {hint}", 403)
     wait = retry_after(headers.get("Retry-After")) if headers is not None else None
     return ApiError(f"http-{status}", f"{what}: {status} {message}", status, wait)
 
@@ -377,6 +393,7 @@ __all__ = [
     "TooLarge",
     "cordon_request",
     "error_for",
+    "from_api_server",
     "keepalive_options",
     "retry_after",
     "status_message",

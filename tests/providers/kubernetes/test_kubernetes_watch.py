@@ -1032,3 +1032,49 @@ async def test_a_node_recreated_while_the_agent_was_down_raises_its_own_notices(
         assert running.summary() == [("clear", CORDON), ("drain", CORDON)], running.reports
         assert running.reports[0].detail["uid"] == "uid-of-the-deleted-node"
         assert running.reports[1].detail["uid"] == new_uid
+
+
+PROXY_403 = (
+    b"<html><body><h1>403 Forbidden</h1>Request forbidden by administrative rules.</body></html>"
+)
+
+
+def test_a_proxys_403_is_not_called_a_missing_role() -> None:
+    """found: the agent against the simulator with a `status` fault of 403 and a proxy's HTML
+    page on the node API (as a proxy or gateway in front of the API server answers): the log
+    and `forewarn status` said `the identity needs list and watch on nodes
+    (packaging/kubernetes/base/clusterrole.yaml)`, sending the operator to a role the
+    identity had. The API server refuses with a Status naming the user and the verb; an
+    answer without one was not the API server's."""
+    for what in ("list", "watch"):
+        error = api.error_for(403, PROXY_403, what, "test")
+        assert error.status == 403 and error.kind == "forbidden"
+        assert "list and watch on nodes" not in str(error), str(error)
+        assert "not the API server's" in str(error) and "Request forbidden" in str(error)
+
+
+@given(
+    st.binary(max_size=300)
+    | st.dictionaries(
+        st.sampled_from(["kind", "message", "reason", "code"]), st.text(max_size=20)
+    ).map(lambda d: json.dumps(d).encode())
+)
+def test_a_403_names_the_role_exactly_when_the_api_server_refused(body: bytes) -> None:
+    """The RBAC hint for a Kubernetes Status (what the API server sends); for any other answer,
+    one that says it was not the API server's. Never anything but an ApiError."""
+    error = api.error_for(403, body, "watch", "test")
+    assert isinstance(error, api.ApiError) and error.status == 403
+    status = api._status_object(body)
+    from_server = isinstance(status, dict) and status.get("kind") == "Status"
+    assert ("list and watch on nodes" in str(error)) is from_server
+    assert ("not the API server's" in str(error)) is not from_server
+
+
+def test_the_api_servers_403_keeps_naming_the_role() -> None:
+    message = (
+        'nodes is forbidden: User "system:serviceaccount:forewarn:forewarn" cannot watch '
+        'resource "nodes" in API group "" at the cluster scope'
+    )
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message}
+    error = api.error_for(403, json.dumps({**body, "reason": "Forbidden"}).encode(), "watch", "x")
+    assert message in str(error) and "list and watch on nodes" in str(error)
