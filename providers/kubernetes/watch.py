@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import ssl
@@ -44,6 +45,7 @@ from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..errortext import error_text
 from ..fetch import AnswerTooLarge, within
 from ..httpdate import format_http_date
+from ..persist import write_atomically
 from ..skew import ServiceClock, report_on_clock, resume_skew, sent_skew, take_skew
 from .api import REQUEST_TIMEOUT, ApiError, Gone, NodeApi, TooLarge, read_margin
 from .boots import BOOT_FILE, VmEventBoots
@@ -84,6 +86,16 @@ WATCH_CLOSED = "watch-closed"
 CLOCK_CHECK = 5.0
 # What `status` names the API server as, in the `clock` condition.
 SERVICE = "the Kubernetes API server"
+# The marks (`nodes.readded`) of this watcher's notices as it last saw them, in the state
+# directory: the agent's state file holds each notice as first sent, and a restarted agent
+# that compared those with the Node took a taint whose list was written since (a cordon after
+# it) for one set again, and sent its drain again.
+MARKS_FILE = "kubernetes-marks.json"
+MARK_KEYS = ("unschedulableSet", "taintsSet", "taint")
+
+
+def _marks_of(report: Report) -> dict[str, object]:
+    return {key: report.detail[key] for key in MARK_KEYS if key in report.detail}
 
 
 def certificate_refused(error: BaseException) -> bool:
@@ -138,6 +150,29 @@ def as_written(report: Report) -> datetime:
         return report.deadline
 
 
+def as_last_seen(content: bytes, restored: Mapping[str, Report]) -> dict[str, Report]:
+    """`restored`, each with the marks MARKS_FILE (`content`) holds for it, where it was kept
+    for the same Node object (`uid`); the rest, and all of them when it does not read, as
+    restored. Only the marks change: never the ids, actions or deadlines."""
+    try:
+        saved = json.loads(content)
+    except (ValueError, RecursionError):
+        return dict(restored)
+    marks = saved.get("marks") if isinstance(saved, dict) else None
+    uid = saved.get("uid") if isinstance(saved, dict) else None
+    if not isinstance(marks, dict) or not isinstance(uid, str):
+        return dict(restored)
+    out = {}
+    for notice, report in restored.items():
+        seen = marks.get(notice)
+        if isinstance(seen, dict) and report.detail.get("uid") == uid:
+            detail = {k: v for k, v in report.detail.items() if k not in MARK_KEYS}
+            kept = {k: v for k, v in seen.items() if k in MARK_KEYS}
+            report = report.model_copy(update={"detail": {**detail, **kept}})
+        out[notice] = report
+    return out
+
+
 class KubernetesWatcher:
     name: ClassVar[str] = "kubernetes"
 
@@ -170,6 +205,7 @@ class KubernetesWatcher:
         # before this one): they say which Node object it had seen, so that a first list
         # without the node is that node's deletion, not a node that does not exist yet.
         self._restored: dict[str, Report] = {}
+        self._marks_saved: object = None  # what MARKS_FILE holds, as this watcher wrote it
         # Counters for tests, benchmarks and the docs' claims.
         self.lists = 0
         self.watches = 0
@@ -668,7 +704,8 @@ class KubernetesWatcher:
         # node's: 2 h behind, Karpenter's forced termination came 2 h before the terminate.
         current = [self._on_node_clock(r) if r.deadline is not None else r for r in current]
         current = self._not_the_last_boots_end(node, name, current)
-        again = readded(previous, current, self._ahead_now()) if relisted else []
+        compared = self._as_last_seen(previous) if restored and not replaced else previous
+        again = readded(compared, current, self._ahead_now()) if relisted else []
         for clear in again:
             log.info("kubernetes: clear %s (set again since it was raised)", clear.id)
             emit(clear)
@@ -684,6 +721,32 @@ class KubernetesWatcher:
         self.node_uid = uid or self.node_uid
         self.seen_node = True
         self.node_object = node
+        self._save_marks()
+
+    def _save_marks(self) -> None:
+        """Keep the marks of the active notices as this Node shows them now (MARKS_FILE), when
+        they changed. Not synced: it must outlive the agent, not the machine (a reboot)."""
+        marks = {report.id: _marks_of(report) for report in self.active.values()}
+        content = {"uid": self.node_uid, "marks": {k: v for k, v in marks.items() if v}}
+        if content == self._marks_saved:
+            return
+        try:
+            path = Path(self.context.state_dir) / MARKS_FILE
+            write_atomically(path, json.dumps(content, sort_keys=True), sync=False)
+        except OSError as error:
+            log.info("kubernetes: %s not written (%s)", MARKS_FILE, error)
+            return
+        self._marks_saved = content
+
+    def _as_last_seen(self, restored: Mapping[str, Report]) -> dict[str, Report]:
+        """`restored`, each with the marks this watcher last saw it with (MARKS_FILE) when it
+        saw the same Node object: the agent's state file holds the marks each was first
+        sent with. Unreadable or absent: as restored."""
+        try:
+            content = (Path(self.context.state_dir) / MARKS_FILE).read_bytes()
+        except OSError:
+            return dict(restored)
+        return as_last_seen(content, restored)
 
     def _ahead_now(self) -> timedelta:
         """How far this node's clock is ahead of the API server's now, to the second (its

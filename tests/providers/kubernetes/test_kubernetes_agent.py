@@ -260,7 +260,7 @@ def test_a_cordon_applied_again_while_the_agent_was_down_is_cleared_and_raised(
 
 def _as_an_older_agent_saved_it(state: Path, mark: str) -> None:
     """Drop `mark` from every notice's detail in the agent's state file, as an agent from
-    before that mark saved them."""
+    before that mark saved them, and the watcher's marks file."""
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
@@ -272,6 +272,7 @@ def _as_an_older_agent_saved_it(state: Path, mark: str) -> None:
     saved = json.loads(state.read_text())
     assert mark in json.dumps(saved)
     state.write_text(json.dumps(strip(saved)))
+    (state.parent / "kubernetes-marks.json").unlink()  # which it did not write either
 
 
 def test_a_cordon_applied_again_while_an_older_agent_was_upgraded_is_cleared_and_raised(
@@ -303,6 +304,49 @@ def test_a_cordon_applied_again_while_an_older_agent_was_upgraded_is_cleared_and
         settled(agent, sub)
         sends = [line.split()[1] for line in published(agent.output(), cordon)]
         assert sends == ["clear", "drain"], agent.output()
+    assert "Traceback" not in agent.output()
+
+
+def test_a_taint_written_over_by_a_cordon_is_not_sent_again_by_a_restarted_agent(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """found: Karpenter's taint, then a cordon (whose taint the controller writes into the
+    same atomic list, moving the managedFields entry that last wrote it), then an agent
+    restart: the restarted agent compared the list's entry as the taint's drain was first
+    sent (the state file holds that) with the one listed now, and sent the drain again
+    (`clear ... (set again since it was raised)`, drain): a save for nothing. The watcher
+    keeps the marks as it last saw them (`kubernetes-marks.json`)."""
+    env = _kubernetes_env(tmp_path, server)
+    taint = f"kubernetes/{NODE}/taint/karpenter.sh/disrupted"
+    cordon = f"kubernetes/{NODE}/cordon"
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        control(server, "taint", key="karpenter.sh/disrupted", manager="karpenter")
+        eventually(lambda: published(agent.output(), taint), what="the taint's drain")
+        sim = server.sim
+        assert isinstance(sim, KubernetesSimulator)
+        with sim.lock:  # the controller's write a second later, as on a real cluster
+            node = sim._edit()
+            node["spec"]["unschedulable"] = True
+            sim._own_unschedulable(node, "kubectl-cordon")
+            sim._sync_cordon_taint(node)
+            for entry in node["metadata"]["managedFields"]:
+                if "f:taints" in entry["fieldsV1"]["f:spec"]:
+                    moved = parse_time(entry["time"]) + timedelta(seconds=1)
+                    entry["time"] = moved.strftime("%Y-%m-%dT%H:%M:%SZ")
+            sim._commit("MODIFIED", node)
+        eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: f"kubernetes: drain {taint}" in agent.output(),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        assert published(agent.output(), taint) == [], agent.output()
+        assert published(agent.output(), cordon) == [], agent.output()
     assert "Traceback" not in agent.output()
 
 

@@ -30,6 +30,7 @@ from forewarn.providers.kubernetes.nodes import (
     vm_event,
 )
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
+from forewarn.providers.kubernetes.watch import MARK_KEYS, as_last_seen
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support import examples
@@ -899,3 +900,60 @@ def test_a_notice_an_older_agent_saved_without_a_mark_is_told_by_when_it_was_not
     current = node_reports(payload, NODE, TAINTS)
     clears = readded({old.id: old}, current, timedelta(seconds=ahead))
     assert [(c.action, c.id) for c in clears] == ([("clear", old.id)] if again else [])
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+marks_files = st.binary(max_size=100) | st.builds(
+    lambda uid, marks: json.dumps({"uid": uid, "marks": marks}).encode(),
+    st.sampled_from(["uid-1", "uid-2", 7, None]),
+    st.dictionaries(
+        st.sampled_from(
+            [f"kubernetes/{NODE}/cordon", f"kubernetes/{NODE}/taint/karpenter.sh/disrupted"]
+        ),
+        st.dictionaries(
+            st.sampled_from(["taintsSet", "unschedulableSet", "taint", "action"]), json_values
+        ),
+        max_size=2,
+    )
+    | json_values,
+)
+
+
+@given(marks_files)
+@settings(max_examples=examples(150), deadline=None)
+def test_the_marks_file_changes_only_marks_whatever_it_holds(content: bytes) -> None:
+    """The watcher's `kubernetes-marks.json` as read back after a restart (`as_last_seen`):
+    whatever it holds, it never raises, and changes nothing of a restored notice but its
+    marks, only for the Node object (uid) it was kept for."""
+    payload = node(
+        unschedulable=True, taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+    )
+    payload["metadata"]["uid"] = "uid-1"
+    restored = {r.id: r for r in node_reports(payload, NODE, TAINTS)}
+    out = as_last_seen(content, restored)
+    assert out.keys() == restored.keys()
+    for notice, report in out.items():
+        before = restored[notice]
+        assert (report.action, report.deadline, report.id) == (
+            before.action,
+            before.deadline,
+            before.id,
+        )
+        changed = {
+            k
+            for k in {*report.detail, *before.detail}
+            if report.detail.get(k) != before.detail.get(k)
+        }
+        assert changed <= set(MARK_KEYS)
+        try:
+            saved = json.loads(content)
+        except ValueError:
+            saved = None
+        if not (isinstance(saved, dict) and saved.get("uid") == "uid-1"):
+            assert report == before
