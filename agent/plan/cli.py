@@ -829,7 +829,14 @@ _COMPANIONS: dict[str, tuple[str, str, str, object]] = {
     "--precision": ("precision", "params", "--params (to estimate the size)", "bf16"),
     "--optimizer": ("optimizer", "params", "--params (to estimate the size)", "adamw"),
     "--reserved-utilization": ("reserved_utilization", "reserved_price", "--reserved-price", 1.0),
-    "--keep": ("keep", "storage_price", "--storage-price (it prices that many)", 2),
+    # Its parser default is 0: not given and given as 0 are one.
+    "--keep": ("keep", "storage_price", "a --storage-price above 0 (it prices that many)", 2),
+}
+# What a refined option given as 0 (not left out) leaves to refine: "only used with
+# --reserved-price" asked for a flag given, as `--reserved-price 0`.
+_NOTHING_AT_ZERO = {
+    "reserved_price": "a --reserved-price above 0 (given 0: hardware already paid for costs "
+    "nothing at any utilization)",
 }
 
 
@@ -839,10 +846,13 @@ def _companions(args: argparse.Namespace) -> None:
     storage price changed nothing, `--reserved-utilization 50%` without a reserved price
     left spot's verdict as it was."""
     for flag, (dest, needs, needs_flag, default) in _COMPANIONS.items():
+        needed = getattr(args, needs, None)
         if getattr(args, dest, None) is None:
             setattr(args, dest, default)
-        elif getattr(args, needs, None) in (None, 0.0):
+        elif needed is None:
             raise PlanError(flag, f"only used with {needs_flag}")
+        elif needed == 0.0:
+            raise PlanError(flag, f"only used with {_NOTHING_AT_ZERO.get(needs, needs_flag)}")
 
 
 def _size(args: argparse.Namespace) -> Size | None:
@@ -1033,6 +1043,13 @@ def resolve(args: argparse.Namespace) -> Resolved:
         # The rate given as --interruptions-per-day was blamed on --mtbi, never given.
         if error.field == "mtbi_seconds" and args.interruptions_per_day is not None:
             raise PlanError("--interruptions-per-day", str(error).split(": ", 1)[1]) from None
+        # And the interval given in steps on --interval, never given either.
+        if error.field == "interval" and args.interval_steps is not None:
+            raise PlanError(
+                "--interval-steps",
+                f"{args.interval_steps} steps at {timing.steps_per_second:g} a second: "
+                + str(error).split(": ", 1)[1],
+            ) from None
         raise
     prices = None
     given = _given_prices(args)

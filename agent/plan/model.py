@@ -227,6 +227,10 @@ def choose_interval(
         # M finite, 2CM not (1e-300 interruptions a day): the table read "inf d", the JSON
         # "Infinity".
         if not (math.isfinite(young) and math.isfinite(daly)):
+            if timing.checkpoint_seconds >= timing.mtbi_seconds:
+                # The checkpoint overflows 2CM, not the rate: a 1e304 s one said that one
+                # interruption a day "is too long". Refused as what it is, work never kept.
+                recommended_interval(timing)
             raise PlanError(
                 "mtbi_seconds",
                 f"{timing.mtbi_seconds:g} s between interruptions "

@@ -398,8 +398,11 @@ def test_a_price_the_shell_cut_after_its_dollar_is_refused(
 @pytest.mark.parametrize(
     ("given", "says"),
     [
-        (["--keep", "5"], "--keep: only used with --storage-price"),
-        (["--keep", "5", "--storage-price", "0"], "--keep: only used with --storage-price"),
+        (["--keep", "5"], "--keep: only used with a --storage-price above 0"),
+        (
+            ["--keep", "5", "--storage-price", "0"],
+            "--keep: only used with a --storage-price above 0",
+        ),
         (
             ["--reserved-utilization", "50%"],
             "--reserved-utilization: only used with --reserved-price",
@@ -1670,3 +1673,43 @@ def test_a_negative_number_with_a_decimal_comma_is_refused_as_negative(
     err = fails(capsys, *argv)
     assert named in err and "expected one argument" not in err, err
     assert "could not convert" not in err, err
+
+
+# H211's walk: each refusal named a flag the user did not give, or asked for one given.
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # One step at 1e-300 steps a second is 1e300 s: "--interval: 1e+300 s is so long
+        # ...", of an --interval nobody wrote.
+        (
+            ["--interval-steps", "1", "--steps-per-second", "1e-300"],
+            "--interval-steps: 1 steps at 1e-300 a second: 1e+300 s is so long against "
+            "86400 s between interruptions that the job would never keep any work",
+        ),
+        # A checkpoint of 1e304 s (2CM overflows): "--interruptions-per-day: 86400 s between
+        # interruptions (1 a day) is too long", of one interruption a day.
+        (
+            ["--checkpoint", "1" + "0" * 304 + "s"],
+            "--interruptions-per-day: 86400 s between interruptions is too short for a 0 s "
+            "restart and reload and a 1e+304 s checkpoint: the job would never keep any work",
+        ),
+    ],
+)
+def test_a_refusal_names_the_value_given_and_what_is_wrong_with_it(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    err = fails(capsys, "--checkpoint", "10s", "--interruptions-per-day", "1", *argv)
+    assert err.startswith(f"forewarn: plan: {said}"), err
+
+
+def test_a_utilization_with_a_reserved_price_of_0_says_the_price_is_0(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--reserved-price 0 --reserved-utilization 50%` said "only used with --reserved-price",
+    asking for a flag given: the price of 0 is what makes the utilization moot."""
+    given = ["--reserved-price", "0", "--reserved-utilization", "50%"]
+    err = fails(capsys, *FIGURES, *PRICES, *given)
+    assert err == (
+        "forewarn: plan: --reserved-utilization: only used with a --reserved-price above 0 "
+        "(given 0: hardware already paid for costs nothing at any utilization)\n"
+    ), err
