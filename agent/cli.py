@@ -35,6 +35,7 @@ from forewarn.protocol.timefmt import (
 )
 from forewarn.protocol.wholenumber import whole_number
 from forewarn.protocol.wire import (
+    AGENT_LOCK,
     DEFAULT_CONFIG_FILE,
     DENIED,
     ENV_CONFIG,
@@ -48,6 +49,7 @@ from forewarn.protocol.wire import (
     ReplyError,
     allow_ipv6,
     environment,
+    ipc_path,
     load_client_config,
     new_replay_token,
     request,
@@ -415,8 +417,14 @@ def _ask(
     reply itself, for the caller to read."""
     why = unreachable(control)
     if why is not None:
+        holder = None if why.startswith(DENIED) else _lock_holder(control)
         if why.startswith(DENIED):
             line = f"cannot reach the agent on {control} ({why}; run as its user or group)"
+        elif holder is not None:
+            line = (
+                f"the agent on {control} is starting or stopping: {holder}, and no socket is "
+                f"there to answer yet ({why}); try again in a moment"
+            )
         else:
             line = f"no agent runs on {control} ({why}; is `forewarn agent` running?)"
         print(f"forewarn: {line}", file=sys.stderr)
@@ -436,6 +444,21 @@ def _ask(
         said = f"the agent refused: {reply.get('error')}"
         raise UsageError(f"{command}: {said}" if command else said)
     return reply
+
+
+def _lock_holder(control: str) -> str | None:
+    """Who holds the agent lock beside the socket file of `control` ("pid N holds PATH"), or
+    None when nobody does. An agent holds it from before it binds its sockets (its state
+    loaded, its space reserved: seconds on a slow disk) until after it has closed them and
+    saved its state: "no agent runs" was said of an agent starting or stopping."""
+    path = ipc_path(control)
+    if path is None:
+        return None
+    from .rundir import lock_holder  # the failure path only: not on every command's start
+
+    lock = path.parent / AGENT_LOCK
+    holder = lock_holder(lock)
+    return None if holder is None else f"{holder} holds {lock}"
 
 
 T = TypeVar("T")

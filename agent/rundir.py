@@ -198,6 +198,28 @@ def _flock_holder(fd: int) -> int | None:
     return flock_holder(text, found.st_dev, found.st_ino)
 
 
+def lock_holder(path: Path) -> str | None:
+    """The holder of the lock at `path` as a refusal names it (`pid N`, and its host where
+    not this one), read without taking the lock (a probe that took it for an instant made an
+    agent starting then refuse to start); None when nobody holds it, or this cannot tell (no
+    such file, another user's, a holder in a pid namespace this one does not see)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        holder = _flock_holder(fd)
+        if holder is None:
+            return None
+        return _holder(os.read(fd, 320).decode(errors="replace"), holder)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def flock_holder(proc_locks: str, device: int, inode: int) -> int | None:
     """The pid that /proc/locks (`proc_locks`, its text) lists as holding a FLOCK on the
     file `inode` of `device`, not one waiting for it; None when it lists none, or a pid it
@@ -325,4 +347,5 @@ __all__ = [
     "check_private_dir",
     "check_state_dir",
     "flock_holder",
+    "lock_holder",
 ]

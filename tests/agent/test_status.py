@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -308,3 +309,33 @@ def test_status_names_a_client_gone_before_its_ack_of_a_drain(tmp_path: Path) ->
         with Subscriber(agent.events, ("notice", "client/trainer-1")).ready():
             back = agent.control({"op": "status"})
             assert back["gone_before_ack"] == {}, back  # back: it may ack yet
+
+
+def test_status_says_an_agent_that_holds_its_directory_is_starting_or_stopping(
+    tmp_path: Path, run_forewarn_forked: Forked
+) -> None:
+    """An agent holds its runtime directory's lock from before it binds its sockets (its
+    state loaded, its space reserved: on a slow disk, seconds) until after they are closed
+    (its state saved). In between `status` said "no agent runs on ... (no socket file ...;
+    is `forewarn agent` running?)" of an agent running. Found walking `forewarn status`
+    as an operator meets it while the agent starts."""
+    from forewarn.agent.rundir import AgentLock
+
+    env = agent_env(tmp_path)
+    runtime = Path(env["FOREWARN_RUNTIME_DIR"])
+    # As the agent takes it in `AgentDirs.hold`, before anything is bound.
+    lock = AgentLock(runtime / "agent.lock").acquire()
+    try:
+        held = run_forewarn_forked("status", env=env)
+    finally:
+        lock.release()
+    # The file is left behind (a SIGKILLed agent leaves it), held by nobody: no agent runs.
+    left = run_forewarn_forked("status", env=env)
+    assert held.returncode == 1, held
+    assert held.stderr == (
+        f"forewarn: the agent on ipc://{runtime}/control is starting or stopping: pid "
+        f"{os.getpid()} holds {runtime}/agent.lock, and no socket is there to answer yet (no "
+        f"socket file {runtime}/control); try again in a moment\n"
+    ), held.stderr
+    assert left.returncode == 1, left
+    assert left.stderr.startswith(f"forewarn: no agent runs on ipc://{runtime}/control ("), left
