@@ -74,6 +74,12 @@ def duration_label(seconds: float) -> str:
     return f"{seconds / 86400:g} d"
 
 
+def _share_text(percent: float) -> str:
+    """`120`, and `9.5e+21` rather than the 22 digits that pushed both ends of the legend
+    off the PNG (a 45 s checkpoint against one interruption a second)."""
+    return f"{percent:.0f}" if percent < 1e6 else f"{percent:.2g}"
+
+
 def draw(timing: Timing, intervals: Intervals, path: Path) -> None:
     """Draw the plot into `path` (PNG)."""
     figure = build_figure(timing, intervals)
@@ -122,7 +128,7 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
         + (
             ""
             if lowest_blind <= top
-            else f", off the chart: at least {lowest_blind:.0f} %"
+            else f", off the chart: at least {_share_text(lowest_blind)} %"
             if math.isfinite(lowest_blind)
             else ", off the chart: no work ever kept"
         ),
@@ -197,7 +203,15 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
         top_axis = axis.secondary_xaxis("top", functions=(to_steps, to_seconds))
         top_axis.set_xlabel(f"steps at {rate:g} steps/s")
         top_axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: count_label(value)))
-    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=9, frameon=False)
+    legend = axis.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=9, frameon=False
+    )
+    if legend.get_window_extent().width > figure.bbox.width:
+        # Two long labels side by side ran off both edges of the PNG: one a line, then.
+        legend.remove()
+        axis.legend(
+            loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1, fontsize=9, frameon=False
+        )
     lead = timing.notice_lead_seconds
     axis.set_title(
         f"checkpoint {seconds_text(timing.checkpoint_seconds)}, "

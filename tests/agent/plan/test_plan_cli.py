@@ -1713,3 +1713,27 @@ def test_a_utilization_with_a_reserved_price_of_0_says_the_price_is_0(
         "forewarn: plan: --reserved-utilization: only used with a --reserved-price above 0 "
         "(given 0: hardware already paid for costs nothing at any utilization)\n"
     ), err
+
+
+def test_the_plot_says_an_overhead_off_the_chart_in_few_digits_within_the_figure() -> None:
+    """`--checkpoint 45s --mtbi 1s --plot`: the legend read 'off the chart: at least
+    9496120697900788350976 %', and so wide that both its ends were cut off the PNG."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from forewarn.agent.plan.inputs import Timing
+    from forewarn.agent.plan.model import choose_interval
+    from forewarn.agent.plan.plot import build_figure
+
+    timing = Timing(checkpoint_seconds=45.0, mtbi_seconds=1.0)
+    figure = build_figure(timing, choose_interval(timing))
+    try:
+        figure.canvas.draw()
+        legend = figure.axes[0].get_legend()
+        texts = [text.get_text() for text in legend.get_texts()]
+        assert "no usable notice (Daly's complete model), off the chart: at least 9.5e+21 %" in (
+            texts
+        ), texts
+        box = legend.get_window_extent()
+        assert box.x0 >= 0 and box.x1 <= figure.bbox.width, (box, figure.bbox)
+    finally:
+        plt.close(figure)
