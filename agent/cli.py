@@ -1794,10 +1794,11 @@ def build_parser(
         prog="forewarn",
         description="Turn every provider's interruption notice into one event your job acts on.",
         epilog="Exit codes: 0 done, 1 failed (notify, status and ack: also no agent, or no "
-        "answer; checkpoint verify: a corrupt generation), 2 bad input (drill: also missing "
-        "cloud credentials), 3 no agent heard (wait, watch; checkpoint: the store could not be "
-        "read, or prune could not delete), 130 interrupted (wait and watch end by the SIGINT "
-        "itself). --debug (anywhere) shows the traceback of an unexpected error.",
+        "answer; status: a part dead; checkpoint verify: a corrupt generation), 2 bad input "
+        "(drill: also missing cloud credentials), 3 no agent heard (wait, watch; checkpoint: "
+        "the store could not be read, or prune could not delete), 130 interrupted (wait and "
+        "watch end by the SIGINT itself). --debug (anywhere) shows the traceback of an "
+        "unexpected error.",
     )
     parser.add_argument("--version", action="version", version=f"forewarn {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -1955,7 +1956,14 @@ def build_parser(
     _add_endpoint_flags(wait)
     wait.set_defaults(func=cmd_wait)
 
-    status = commands.add_parser("status", help="show the agent and its active notices")
+    status = commands.add_parser(
+        "status",
+        help="show the agent and its active notices",
+        epilog="Exit codes: 0 the agent answered and every part of it runs, 1 no agent runs, it "
+        "did not answer within --timeout, or a part of it is dead (a `dead` line each, as "
+        "/healthz answers 503), 2 bad input, or the agent refused the request (no control "
+        "token).",
+    )
     status.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
     _add_control_timeout(status)
     _add_endpoint_flags(status)

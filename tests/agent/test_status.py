@@ -339,3 +339,23 @@ def test_status_says_an_agent_that_holds_its_directory_is_starting_or_stopping(
     ), held.stderr
     assert left.returncode == 1, left
     assert left.stderr.startswith(f"forewarn: no agent runs on ipc://{runtime}/control ("), left
+
+
+def test_status_help_says_what_each_exit_code_means() -> None:
+    """`forewarn status --help` said nothing of its exit codes, and `forewarn --help` gave
+    status's 1 as "no agent, or no answer" only: a monitoring script that reads exit 1 as
+    "no agent" missed the third, a part of a running agent dead (README: as `/healthz`
+    answers 503)."""
+    from support import run_forewarn_here
+
+    own = run_forewarn_here("status", "--help")
+    text = " ".join(own.stdout.split())
+    assert own.returncode == 0, own
+    for said in (
+        "Exit codes: 0 the agent answered and every part of it runs",
+        "1 no agent runs, it did not answer within --timeout, or a part of it is dead",
+        "2 bad input, or the agent refused the request",
+    ):
+        assert said in text, text
+    top = " ".join(run_forewarn_here("--help").stdout.split())
+    assert "notify, status and ack: also no agent, or no answer; status: a part dead" in top, top
