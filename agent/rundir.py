@@ -177,11 +177,15 @@ def _holder(written: str, flocked_by: int | None = None) -> str:
     its content could not be written) is named by `flocked_by`, the pid the kernel lists as
     holding it: it said "pid ?"."""
     pid, _, host = written.strip().partition(" ")
+    if not (pid.isascii() and pid.isdigit() and len(pid) <= 10):
+        # Not a pid an agent writes (a file cut short, or written by hand): the line it
+        # goes into, `forewarn status`'s too, printed its NULs and line breaks as they were.
+        pid, host = "", ""
     if not pid and flocked_by is not None:
         pid = str(flocked_by)
     shown = f"pid {pid or '?'}"
     host = host.strip()
-    if host and host != socket.gethostname():
+    if host and host.isprintable() and len(host) <= 255 and host != socket.gethostname():
         shown += f" on host {host}"
     return shown
 
