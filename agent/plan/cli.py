@@ -353,7 +353,7 @@ def _positive(text: str) -> float:
 # A training speed as tqdm's progress bar (transformers', Lightning's) prints it: `3.50it/s`,
 # or below one step a second `1.25s/it`, seconds a step, the inverse. A bare number is steps
 # a second.
-_STEPS_A_SECOND = re.compile(r"^(.*?)\s*(?:it|its|steps?)?/s\Z", re.IGNORECASE)
+_STEPS_A_SECOND = re.compile(r"^(.*?)\s*(?:it|its|steps?)?/(?:s|secs?|seconds?)\Z", re.IGNORECASE)
 _SECONDS_A_STEP = re.compile(r"^(.*?)\s*(?:s|secs?|seconds?)/(?:it|steps?)\Z", re.IGNORECASE)
 
 

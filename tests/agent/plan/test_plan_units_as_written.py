@@ -265,9 +265,14 @@ def test_a_size_with_a_prefix_alone_is_refused_with_both_readings(
 
 @given(
     speed=st.floats(min_value=1e-3, max_value=1e4, allow_nan=False),
-    per_second=st.sampled_from(["it/s", "its/s", " it/s", "steps/s", " steps/s", "step/s", "/s"]),
+    per_second=st.sampled_from(
+        # `/sec` and `/second` as the seconds-a-step forms take `sec/it` and `seconds/step`:
+        # `3.5 steps/sec` was "not a speed" beside an accepted `1.25 sec/it` (H211's walk).
+        ["it/s", "its/s", " it/s", "steps/s", " steps/s", "step/s", "/s", " steps/sec", "it/second"]
+    ),
 )
 @example(speed=3.5, per_second="it/s")
+@example(speed=3.5, per_second=" steps/sec")
 def test_a_speed_as_tqdm_prints_it_in_iterations_a_second_is_that_speed(
     speed: float, per_second: str
 ) -> None:
