@@ -423,7 +423,8 @@ def _ask(
         elif holder is not None:
             line = (
                 f"the agent on {control} is starting or stopping: {holder}, and no socket is "
-                f"there to answer ({why}); try again in a moment"
+                f"there to answer ({why}); try again in a moment (if it stays so, the agent "
+                "serves another --control)"
             )
         else:
             line = f"no agent runs on {control} ({why}; is `forewarn agent` running?)"

@@ -335,7 +335,8 @@ def test_status_says_an_agent_that_holds_its_directory_is_starting_or_stopping(
     assert held.stderr == (
         f"forewarn: the agent on ipc://{runtime}/control is starting or stopping: pid "
         f"{os.getpid()} holds {runtime}/agent.lock, and no socket is there to answer (no "
-        f"socket file {runtime}/control); try again in a moment\n"
+        f"socket file {runtime}/control); try again in a moment (if it stays so, the agent "
+        "serves another --control)\n"
     ), held.stderr
     assert left.returncode == 1, left
     assert left.stderr.startswith(f"forewarn: no agent runs on ipc://{runtime}/control ("), left
