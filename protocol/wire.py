@@ -484,6 +484,18 @@ def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "en
                 f"{what} {endpoint!r}: the socket path is {size} bytes; Linux allows at most "
                 f"{IPC_PATH_MAX} (use a shorter path or runtime directory)"
             )
+        # A path ending in `/`, `/.` or `/..` is a directory, never a socket file: the agent
+        # wrote its lock and `seq` before zmq's bind refused it in words naming no key. An
+        # abstract name (`@...`) has no file, and any character in it is its own.
+        if not path.startswith("@") and (
+            path.endswith("/") or path.rpartition("/")[2] in (".", "..")
+        ):
+            directory = os.path.normpath(path).rstrip("/")
+            name = "control" if "control" in what else "events"
+            raise EndpointError(
+                f"{what} {endpoint!r}: the path names a directory, not a socket file; name the "
+                f"socket in it (ipc://{directory}/{name})"
+            )
         return endpoint
     if endpoint.startswith("tcp://"):
         rest = endpoint[len("tcp://") :]

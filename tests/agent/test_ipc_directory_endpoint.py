@@ -1,0 +1,67 @@
+"""An `ipc://` endpoint that names a directory (`ipc:///run/fw/events/`, a trailing slash, or
+one ending in `/.` or `/..`) can never be a socket file. The agent took it, wrote
+`agent.lock` and `seq` into its runtime directory and the state directory's lock, and only
+then failed at the bind with zmq's words (`No such file or directory for ipc path ...`, or
+"it is a directory"). It is refused where the configuration is read, naming the key, before
+anything is written; an abstract name (`ipc://@fw/`) has no file and keeps its slash."""
+
+from __future__ import annotations
+
+import string
+import subprocess
+from pathlib import Path
+
+import pytest
+from forewarn.agent.config import ConfigError, load_settings
+from forewarn.protocol.wire import EndpointError, check_endpoint
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from support import agent_env, examples, forewarn_cmd
+
+_PARTS = st.lists(
+    st.text(alphabet=string.ascii_letters + string.digits + "-_.", min_size=1, max_size=12),
+    min_size=0,
+    max_size=4,
+)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(parts=_PARTS, end=st.sampled_from(["/", "/.", "/..", "//"]))
+@example(parts=["run", "forewarn", "events"], end="/")
+def test_an_ipc_path_naming_a_directory_is_refused_naming_the_key(
+    parts: list[str], end: str
+) -> None:
+    endpoint = "ipc:///" + "/".join(parts) + end
+    for key in ("events", "control"):
+        with pytest.raises(ConfigError, match=f"^{key} .*directory") as caught:
+            load_settings(**{key: endpoint}).resolved_endpoints()
+        assert repr(endpoint) in str(caught.value)
+    with pytest.raises(EndpointError, match="names a directory"):
+        check_endpoint(endpoint, what="--events")
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(parts=_PARTS.filter(lambda parts: bool(parts) and parts[-1] not in (".", "..")))
+def test_an_ipc_path_naming_a_file_or_an_abstract_name_is_taken(parts: list[str]) -> None:
+    path = "/".join(parts)
+    assert check_endpoint(f"ipc:///{path}") == f"ipc:///{path}"
+    assert check_endpoint(f"ipc://@{path}/") == f"ipc://@{path}/"
+
+
+@pytest.mark.parametrize("end", ["/", "/."])
+def test_the_agent_exits_2_before_writing_anything(tmp_path: Path, end: str) -> None:
+    env = agent_env(tmp_path)
+    runtime, state = Path(env["FOREWARN_RUNTIME_DIR"]), Path(env["FOREWARN_STATE_DIR"])
+    config = tmp_path / "forewarn.toml"
+    config.write_text(f'events = "ipc://{runtime}/events{end}"\n')
+    done = subprocess.run(
+        forewarn_cmd("agent", "--provider", "local", "--config", str(config)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"forewarn: events 'ipc://{runtime}/events{end}': ")
+    assert "names a directory" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert list(runtime.iterdir()) == [] and list(state.iterdir()) == []
