@@ -52,6 +52,7 @@ from pydantic import (
     create_model,
     field_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -624,6 +625,27 @@ def _not_a_number(value: object) -> bool:
         return False
 
 
+def _not_a_boolean(model: type[BaseModel], loc: tuple[Any, ...], value: object) -> str:
+    """What a boolean key at `loc` takes, said for the `value` it refused: a blank one (a
+    template's empty value) is told that leaving the key out gives its default."""
+    takes = "true or false (yes/no, on/off, 1/0 are read too, in any case)"
+    if not (isinstance(value, str) and not value.strip()):
+        return f"{value!r} is not a boolean; it takes {takes}"
+    field: FieldInfo | None = None
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            break
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            model = field.annotation
+    default = field.get_default(call_default_factory=True) if field is not None else None
+    if isinstance(default, bool):
+        return (
+            f"blank; it takes {takes}, or leave the key out for its default, {str(default).lower()}"
+        )
+    return f"blank; it takes {takes}"
+
+
 def describe_error(
     error: ValidationError,
     model: type[BaseModel],
@@ -697,9 +719,19 @@ def describe_error(
                 f"a section, not a value: set its keys ([{leaf}] in TOML, "
                 f"FOREWARN_{leaf.upper()}_<KEY>, --set {leaf}.KEY=VALUE)"
             )
+        if item["type"] in ("bool_parsing", "bool_type"):
+            # pydantic's "unable to interpret input" named nothing the key takes.
+            message = _not_a_boolean(model, loc, item.get("input"))
         value = item.get("input")
         shown = ""
-        if not isinstance(value, dict) and not _secret(key) and repr(value) not in message:
+        # A blank boolean's message says "blank" itself.
+        said_blank = item["type"] == "bool_parsing" and message.startswith("blank;")
+        if (
+            not isinstance(value, dict)
+            and not _secret(key)
+            and repr(value) not in message
+            and not said_blank
+        ):
             shown = f" (got {value!r})"
         if _secret(key):
             message = message.split(", got ")[0]
