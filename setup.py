@@ -26,6 +26,7 @@ FOLDERS = ("protocol", "agent", "providers", "clients", "testing")
 # files out of the wheel.
 DATA_PACKAGES = (
     "forewarn.clients.schema",
+    "forewarn.clients.c",
     "forewarn.agent.deploy.files",
     "forewarn.agent.deploy.files.systemd",
     "forewarn.agent.deploy.files.examples",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ import sysconfig
 import warnings
 import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # The code folders, as setup.py names them (tests/packaging/test_dockerfile.py checks that the
@@ -29,6 +32,8 @@ CHECK = """
 import argparse, json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from pathlib import Path
+
+import pytest
 from forewarn.providers import REGISTRY, PollHealth, WatcherContext
 import forewarn.clients, forewarn.protocol, forewarn.testing.plugin
 from forewarn.agent import cli, configdoc, runner
@@ -126,7 +131,7 @@ def test_a_module_removed_from_the_checkout_is_not_in_the_next_wheel(tmp_path: P
     tree.mkdir()
     for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
         (tree / name).write_bytes((ROOT / name).read_bytes())
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "c")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "forewarn_sub")
     for folder in FOLDERS:
         shutil.copytree(ROOT / folder, tree / folder, ignore=ignore)
     leftover = tree / "build" / "lib" / "forewarn" / "agent" / "removed_since.py"
@@ -156,7 +161,7 @@ def test_the_build_takes_every_folder_of_package_data_for_a_package(tmp_path: Pa
     tree.mkdir()
     for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
         (tree / name).write_bytes((ROOT / name).read_bytes())
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "c")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "forewarn_sub")
     for folder in FOLDERS:
         shutil.copytree(ROOT / folder, tree / folder, ignore=ignore)
     out = tmp_path / "dist"
@@ -178,8 +183,66 @@ def test_the_build_takes_every_folder_of_package_data_for_a_package(tmp_path: Pa
         "forewarn/agent/deploy/files/systemd/example-training.service",
         "forewarn/agent/deploy/files/examples/stop-job-on-terminate.service",
         "forewarn/agent/deploy/files/cloud-init/user-data.yaml.tmpl",
+        "forewarn/clients/c/forewarn_sub.c",
+        "forewarn/clients/c/Makefile",
     ):
         assert data in names
     # Nothing but the data the package-data patterns name: no manifests, no Dockerfile config.
     assert not any(name.startswith("forewarn/agent/deploy/files/kubernetes") for name in names)
     assert not any(name.startswith("forewarn/agent/deploy/files/container") for name in names)
+
+
+def _documented_c_build() -> str:
+    """The README's command that builds the C subscriber from an installed forewarn: the
+    `make -f "$(python -c ...)"` line after the C subscriber's paragraph."""
+    text = (ROOT / "README.md").read_text()
+    found = re.search(r"`(make -f \"\$\(\.venv/bin/python -c .*?\)\")`", text)
+    assert found, "the README names no build of the C subscriber from the installed package"
+    return found.group(1)
+
+
+def test_the_wheel_carries_the_c_subscriber_and_it_builds_from_there(
+    tmp_path: Path, image_build_stage: Path
+) -> None:
+    """found: the wheel held no `clients/c`: `make -C clients/c` (the README's only word on
+    the C subscriber) worked from a checkout alone, and a user who installed the wheel had no
+    source to build. Its source and Makefile ship in the package, and the README's command
+    builds `./forewarn_sub` in the working directory from the installed copy, which it leaves
+    as it was (a venv's site-packages may be root's)."""
+    (wheel,) = (image_build_stage / "dist").glob("forewarn-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"forewarn/clients/c/forewarn_sub.c", "forewarn/clients/c/Makefile"} <= names
+    assert not any(name.endswith("/forewarn_sub") for name in names)  # no binary
+    command = _documented_c_build()
+    if not Path("/usr/include/zmq.h").exists() or shutil.which("cc") is None:
+        if os.environ.get("CI"):
+            pytest.fail("libzmq headers or a C compiler missing in CI (.ci/setup.d/10-libzmq.sh)")
+        pytest.skip("libzmq headers (libzmq3-dev) or a C compiler are not installed")
+    target = tmp_path / "installed"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        check=True,
+        timeout=120,
+    )
+    # `.venv/bin/python` of the command, as one that sees the installed wheel alone (`-S`:
+    # neither the editable install nor the source tree), so the path comes from the wheel.
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    site = sysconfig.get_paths()["purelib"]
+    (bin_dir / "python").write_text(
+        f'#!/bin/sh\nPYTHONPATH={target}:{site} exec {sys.executable} -S "$@"\n'
+    )
+    (bin_dir / "python").chmod(0o755)
+    before = sorted(path.name for path in (target / "forewarn" / "clients" / "c").iterdir())
+    built = subprocess.run(
+        ["sh", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert str(target / "forewarn" / "clients" / "c") in built.stdout  # the wheel's copy
+    binary = tmp_path / "forewarn_sub"
+    assert os.access(binary, os.X_OK)
+    after = sorted(path.name for path in (target / "forewarn" / "clients" / "c").iterdir())
+    assert after == before == ["Makefile", "forewarn_sub.c"]
+    usage = subprocess.run([str(binary), "--bogus"], capture_output=True, text=True, timeout=10)
+    assert usage.stderr.startswith("usage: forewarn_sub"), usage.stderr
