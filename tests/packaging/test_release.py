@@ -226,3 +226,21 @@ def test_documented_install_builds_installs_and_runs(
     finally:
         for path in DOCUMENTED_PATHS:
             shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.timeout(600)
+def test_the_systemd_block_runs_where_only_the_release_was_copied(
+    tmp_path: Path, image_build_stage: Path, pip_from_wheelhouse: dict[str, str]
+) -> None:
+    """found: the Install section says to copy `dist/` to the machines, and the systemd
+    block then installed the unit from `packaging/systemd/`, which only a checkout has: on a
+    machine holding `dist/` alone it stopped at `install: cannot stat
+    'packaging/systemd/forewarn-agent.service'`, after the venv and the link were made. The
+    block takes the unit from the package it installed, which ships it."""
+    machine = tmp_path / "machine"
+    (machine / "dist").mkdir(parents=True)
+    for wheel in (image_build_stage / "dist").glob("forewarn-*.whl"):
+        shutil.copy(wheel, machine / "dist" / wheel.name)
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("runs as root with unshare (util-linux), as CI does")
+    systemd_block_as_root(machine, tmp_path, pip_from_wheelhouse)
