@@ -322,7 +322,9 @@ def _agent_refuses(config: Path, unit: dict[str, str], named: list[tuple[str, st
     os.environ.clear()
     os.environ.update({"PATH": saved.get("PATH", ""), **unit, **dict(named)})
     try:
-        load_settings(config)
+        # Its endpoints too, which the agent checks as it starts (loopback, a socket file's
+        # path and length, one endpoint for both): rendered unchecked, it exited 2 there.
+        load_settings(config).resolved_endpoints()
     except ConfigError as error:
         return str(error)
     finally:

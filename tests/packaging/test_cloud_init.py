@@ -934,3 +934,31 @@ def test_cloud_init_reports_an_error_when_the_agent_did_not_start(
             assert result.returncode == 1, (state, result)
             assert "forewarn-agent.service is not running" in result.stderr, result.stderr
             assert "/var/log/cloud-init-output.log" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("pairs", "complaint"),
+    [
+        (("FOREWARN_EVENTS=tcp://10.0.0.1:5555",), "events 'tcp://10.0.0.1:5555': 10.0.0.1 is not"),
+        (("FOREWARN_EVENTS=ipc:///run/forewarn/ev/",), "the path names a directory"),
+        (("FOREWARN_CONTROL=ipc:///run/forewarn/" + "c" * 100,), "Linux allows at most 107"),
+        (("FOREWARN_CONTROL=ipc:///run/forewarn/events",), "are the same endpoint"),
+    ],
+)
+def test_an_endpoint_the_agent_would_refuse_exits_2(pairs: tuple[str, ...], complaint: str) -> None:
+    """found: `--env FOREWARN_EVENTS=tcp://10.0.0.1:5555` (without allow_remote), an ipc://
+    path naming a directory or longer than Linux's 107 bytes, or a control endpoint on the
+    events socket's path rendered with exit 0: the check read the settings but not their
+    endpoints, which the agent checks at start, where it then exited 2 each time until
+    systemd gave up, the job training with no agent."""
+    result = run_render(*(arg for pair in pairs for arg in ("--env", pair)))
+    assert result.returncode == 2, result.stdout[-300:]
+    key = pairs[-1].partition("=")[0]
+    assert result.stderr.startswith(f"forewarn: render cloud-init: --env {key}: "), result.stderr
+    assert complaint in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_a_remote_endpoint_with_allow_remote_is_rendered() -> None:
+    pairs = ("FOREWARN_EVENTS=tcp://10.0.0.1:5555", "FOREWARN_ALLOW_REMOTE=true")
+    result = run_render(*(arg for pair in pairs for arg in ("--env", pair)))
+    assert result.returncode == 0, result.stderr
