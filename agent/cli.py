@@ -39,6 +39,8 @@ from forewarn.protocol.wire import (
     DEFAULT_CONFIG_FILE,
     DENIED,
     ENV_CONFIG,
+    ENV_CONTROL,
+    ENV_EVENTS,
     IPC_PATH_MAX,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
@@ -382,11 +384,27 @@ def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
             args.events,
             args.control,
             allow_remote=args.allow_remote,
-            names=("--events", "--control"),
+            names=(
+                _endpoint_source("events", args.events, ENV_EVENTS, config),
+                _endpoint_source("control", args.control, ENV_CONTROL, config),
+            ),
             config=config,
         )
     except EndpointError as error:
         raise UsageError(f"{command}{error}") from None
+
+
+def _endpoint_source(key: str, flag: str | None, variable: str, config: ClientConfig) -> str:
+    """The endpoint `key` named by where it came from, as `resolve_endpoints` picks it: its
+    flag, else the variable, else the config file's key (else the default, by its key). A
+    refusal of one from the file had named the flag, which nobody gave."""
+    if flag:
+        return f"--{key}"
+    if (environment(variable) or "").strip():
+        return f"environment {variable}: {key}"
+    if getattr(config, key) and config.path is not None:
+        return f"config file {config.path}: {key}"
+    return key
 
 
 # How long `notify` and `status` wait for the agent's answer. It answers a notify once its
