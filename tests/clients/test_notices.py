@@ -552,13 +552,16 @@ def test_a_heartbeat_timeout_that_is_not_a_positive_number_is_refused(timeout: o
         CheckpointGuard(heartbeat_timeout=timeout, handle_signals=False, flag_file=None)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("events", ["localhost:5555", "tcp://127.0.0.1", "ipc://"])
+@pytest.mark.parametrize(
+    "events", ["localhost:5555", "tcp://127.0.0.1", "ipc://", "ipc:///run/forewarn/"]
+)
 def test_an_events_endpoint_zmq_cannot_connect_is_refused_by_name(
     events: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A typo in the events endpoint (the scheme left out): the thread that reads the notices
     died of a ZMQError at its first line, and the job trained on without ever hearing a
-    terminate."""
+    terminate. A path naming a directory (`ipc:///run/forewarn/`, the trailing slash) was
+    taken, and its connect retried in silence for good: no agent can bind there."""
     with pytest.raises(ValueError, match=f"events {events!r}"):
         Notices(events, start=False)
     monkeypatch.setenv("FOREWARN_EVENTS", events)
