@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -826,6 +827,17 @@ class AgentProcess:
 
     def output(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def metrics_url(self, timeout: float = 10.0) -> str:
+        """The agent's metrics server, as it logged it (`http://HOST:PORT`): started with
+        `metrics_address` port 0, it listens where the kernel put it, a port no other test
+        can take between a probe and the agent's bind."""
+        found = eventually(
+            lambda: re.search(r"serving metrics on (http://\S+)/metrics", self.output()),
+            timeout,
+            "the metrics address in the agent's log",
+        )
+        return str(found.group(1))
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int:
         if self.proc is None:

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import resource
 import shutil
 import signal
@@ -820,10 +819,7 @@ def test_a_control_request_of_many_frames_gets_its_error_and_the_agent_goes_on(
 
 
 def _metrics_url(agent: AgentProcess) -> str:
-    found = wait_until(
-        lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()), 10
-    )
-    return str(found.group(1))
+    return agent.metrics_url(10)
 
 
 def _healthz(url: str) -> int:

@@ -529,11 +529,8 @@ def test_build_observers_refuses_a_taken_port_and_a_missing_extra(
 # A real agent.
 
 
-def metrics_url(agent: AgentProcess, timeout: float = 10.0) -> str:
-    found = eventually(
-        lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output())
-    )
-    return found.group(1)
+def metrics_url(agent: AgentProcess, timeout: float = 30.0) -> str:
+    return agent.metrics_url(timeout)
 
 
 def scrape_url(url: str) -> Samples:

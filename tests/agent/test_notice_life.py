@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -258,9 +257,7 @@ def test_a_notice_past_deadline_and_grace_is_retired_with_a_clear(tmp_path: Path
         assert f"notice {notice_id} expired" in agent.output()
         state = json.loads((tmp_path / "state" / "state.json").read_text())
         assert state["manual"] == []
-        found = re.search(r"serving metrics on (http://\S+)/metrics", agent.output())
-        assert found is not None
-        with urllib.request.urlopen(found.group(1) + "/metrics", timeout=5) as answer:
+        with urllib.request.urlopen(agent.metrics_url() + "/metrics", timeout=5) as answer:
             metrics = answer.read().decode()
         expected = 'forewarn_notices_expired_total{provider="local",reason="manual"} 1.0'
         assert expected in metrics
@@ -310,9 +307,7 @@ def test_a_manual_notice_that_ended_while_the_agent_was_down_is_retired_not_rese
             assert again.control({"op": "status"})["active"] == []
             assert f"notice {notice_id} expired" in again.output()
             assert json.loads(state.read_text())["manual"] == []
-            found = re.search(r"serving metrics on (http://\S+)/metrics", again.output())
-            assert found is not None
-            with urllib.request.urlopen(found.group(1) + "/metrics", timeout=5) as answer:
+            with urllib.request.urlopen(again.metrics_url() + "/metrics", timeout=5) as answer:
                 metrics = answer.read().decode()
     assert 'forewarn_notices_expired_total{provider="local",reason="manual"} 1.0' in metrics
 

@@ -260,7 +260,7 @@ def _memory(pid: int) -> tuple[int, int]:
 class Rig:
     """A simulator, the fault proxy in front of it, and the agent reading it."""
 
-    def __init__(self, adapter: Adapter, tmp_path: Path, metrics_port: int) -> None:
+    def __init__(self, adapter: Adapter, tmp_path: Path) -> None:
         self.adapter = adapter
         self.sim = adapter.make_sim()
         self.server = SimServer(self.sim).start()
@@ -271,19 +271,19 @@ class Rig:
             path.write_text(content)
             extra[key] = str(path)
         extra[f"FOREWARN_{adapter.name.upper()}_URL"] = self.proxy.url
-        self.metrics = f"127.0.0.1:{metrics_port}"
         env = agent_env(tmp_path, **extra)
         self.agent = AgentProcess(
             tmp_path,
             providers=(adapter.name,),
-            args=("--metrics-address", self.metrics, "--log-level", "debug"),
+            args=("--metrics-address", "127.0.0.1:0", "--log-level", "debug"),
             env=env,
         ).start(timeout=READY_TIMEOUT)
+        self.metrics = self.agent.metrics_url()
         self.sub = self.agent.subscriber()
         self.cases = 0
 
     def errors(self) -> float:
-        text = httpx.get(f"http://{self.metrics}/metrics", trust_env=False, timeout=5).text
+        text = httpx.get(f"{self.metrics}/metrics", trust_env=False, timeout=5).text
         labels = rf'\{{[^}}]*provider="{self.adapter.name}"[^}}]*\}}'
         pattern = rf"^forewarn_poll_errors_total{labels} (\S+)$"
         return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
@@ -342,7 +342,7 @@ DO_ADAPTER = Adapter(
 class DoRig:
     """Dovecot, the fault proxy in front of its IMAPS port, and the agent reading it."""
 
-    def __init__(self, server: Dovecot, tmp_path: Path, metrics_port: int) -> None:
+    def __init__(self, server: Dovecot, tmp_path: Path) -> None:
         self.adapter = DO_ADAPTER
         self.server = server
         self.user: MailUser = server.add_user()
@@ -352,7 +352,6 @@ class DoRig:
             f"FOREWARN_IMAP_USER={self.user.name}\nFOREWARN_IMAP_PASSWORD={self.user.password}\n"
         )
         credentials.chmod(0o600)
-        self.metrics = f"127.0.0.1:{metrics_port}"
         env = agent_env(
             tmp_path,
             FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}",
@@ -368,9 +367,10 @@ class DoRig:
         self.agent = AgentProcess(
             tmp_path,
             providers=("digitalocean",),
-            args=("--metrics-address", self.metrics, "--log-level", "debug"),
+            args=("--metrics-address", "127.0.0.1:0", "--log-level", "debug"),
             env=env,
         ).start(timeout=READY_TIMEOUT)
+        self.metrics = self.agent.metrics_url()
         self.sub = self.agent.subscriber()
         self.cases = 0
 
@@ -427,35 +427,23 @@ def dovecot() -> Iterator[Dovecot]:
 
 
 @pytest.fixture
-def rig_for(
-    tmp_path: Path, unused_tcp_port_factory: Any, request: pytest.FixtureRequest
-) -> Iterator[Callable[[str], Any]]:
+def rig_for(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Any]]:
+    """Each rig's agent serves its metrics on port 0, where the kernel puts it: a port probed
+    free and handed to the agent could be taken by another xdist worker's server first."""
     rigs: list[Any] = []
 
     def make(name: str) -> Any:
         rig: Any
         if name == "digitalocean":
-            rig = DoRig(request.getfixturevalue("dovecot"), tmp_path, unused_tcp_port_factory())
+            rig = DoRig(request.getfixturevalue("dovecot"), tmp_path)
         else:
-            rig = Rig(ADAPTERS[name], tmp_path, unused_tcp_port_factory())
+            rig = Rig(ADAPTERS[name], tmp_path)
         rigs.append(rig)
         return rig
 
     yield make
     for rig in rigs:
         rig.close()
-
-
-@pytest.fixture
-def unused_tcp_port_factory() -> Callable[[], int]:
-    import socket
-
-    def free() -> int:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            return int(probe.getsockname()[1])
-
-    return free
 
 
 def _met(rig: Any, fault: str) -> int:

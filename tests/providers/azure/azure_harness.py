@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,7 +12,7 @@ from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher
 from forewarn.providers.base import PollHealth
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, WatcherRun, eventually, running_watcher
+from support import AgentProcess, WatcherRun, running_watcher
 
 # The mapping the issue asks for, written out here rather than read from the code under test.
 EXPECTED_MAPPING = [
@@ -64,12 +63,8 @@ def approvals_metric(agent: AgentProcess) -> dict[str, float]:
     """forewarn_approvals_total of provider azure by outcome, scraped from the agent."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    found = eventually(
-        lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()),
-        what="the metrics address in the log",
-    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(found.group(1) + "/metrics", timeout=5) as response:
+    with opener.open(agent.metrics_url(30) + "/metrics", timeout=5) as response:
         text = response.read().decode()
     counts: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
