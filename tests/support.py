@@ -862,6 +862,35 @@ class AgentProcess:
         self.stop()
 
 
+class SignalHandlers:
+    """The handlers of `signums` as a test found them, put back as the `with` ends whatever
+    the test did: a guard a test left open must not take the next test's SIGTERM.
+    `now()` is what they are at a point of the test, to compare with `before`."""
+
+    def __init__(self, signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        self.before = {signum: signal.getsignal(signum) for signum in signums}
+
+    def now(self) -> dict[int, Any]:
+        return {signum: signal.getsignal(signum) for signum in self.before}
+
+    def __enter__(self) -> SignalHandlers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.before.items():
+            signal.signal(signum, handler)
+
+
+def resume_steps_lost(agent: AgentProcess, step: int) -> str:
+    """What `agent` logged of a framework's resume at `step`, once it has: the restore must be
+    timed (`restore=` a number of seconds, not `none`); returns its `steps_lost=` field."""
+    pattern = rf"resume of \S+ at step {step}: restore=(\S+) steps_lost=(\S+)"
+    found = eventually(lambda: re.search(pattern, agent.log_path.read_text()), what=pattern)
+    assert found.group(1) != "none", found[0]
+    assert float(found.group(1).rstrip("s")) >= 0, found[0]
+    return str(found.group(2))
+
+
 @contextmanager
 def running_agent(tmp_path: Path, **kwargs: Any) -> Iterator[AgentProcess]:
     agent = AgentProcess(tmp_path, **kwargs).start()
@@ -875,6 +904,7 @@ __all__ = [
     "DEAD_LOOPBACK",
     "AgentProcess",
     "LazyModule",
+    "SignalHandlers",
     "SimControl",
     "Subscriber",
     "WatcherRun",
@@ -887,6 +917,7 @@ __all__ = [
     "forewarn_cmd",
     "free_port",
     "requires",
+    "resume_steps_lost",
     "run_forewarn",
     "running_agent",
     "running_watcher",

@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 from support import (
     AgentProcess,
     LazyModule,
+    SignalHandlers,
     eventually,
     examples,
     fsynced_at_each_ack,
     requires,
+    resume_steps_lost,
 )
 
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
@@ -480,49 +482,44 @@ def test_fit_raising_outside_a_save_closes_the_guard_and_acks_only_a_notice_left
     during that step was never answered, a terminate's exit_code 0."""
     import re
 
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with AgentProcess(tmp_path) as agent:
-            callback = lit.ForewarnCallback(
-                tmp_path / "ckpt",
-                events=agent.events,
-                control=agent.control_endpoint,
-                flag_file=None,
-            )
-            sent: list[str] = []
-            heard: list[str] = []
+    with SignalHandlers() as handlers, AgentProcess(tmp_path) as agent:
+        callback = lit.ForewarnCallback(
+            tmp_path / "ckpt",
+            events=agent.events,
+            control=agent.control_endpoint,
+            flag_file=None,
+        )
+        sent: list[str] = []
+        heard: list[str] = []
 
-            def a_notice_arrives() -> None:
-                if notice is None:
-                    return
-                notices = callback.guard.notices
-                eventually(lambda: notices.alive, 10, "the agent")
-                # Called after the guard's own listener: the guard has the notice by then.
-                notices.add_listener(lambda event: heard.append(event.id))
-                sent.append(agent.control({"op": "notify", "action": notice})["notice"]["id"])
-                eventually(lambda: sent[0] in heard, 10, "the notice")
-
-            model = models.RaisesAt(callback, at=6, before_raising=a_notice_arrives)
-            data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
-            with pytest.raises(RuntimeError, match="CUDA error"):
-                models.trainer(callback).fit(model, torch.utils.data.DataLoader(data, batch_size=4))
-            assert model.guard is not None
-            assert callback._guard is None, "closed"
-            assert model.guard.notices._thread is None, "its subscriber closed"
-            assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
-            assert callback.saved_paths == []
+        def a_notice_arrives() -> None:
             if notice is None:
-                assert not re.search(r"\back\b", agent.output()), agent.output()
-                assert callback.exit_code == 0
-            else:
-                eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
-                acks = [line for line in agent.output().splitlines() if f"ack {sent[0]}" in line]
-                assert len(acks) == 1 and "outcome=failed" in acks[0], acks
-                assert "CUDA error" in acks[0]
-                assert callback.exit_code == (1 if notice == "terminate" else 0)
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+                return
+            notices = callback.guard.notices
+            eventually(lambda: notices.alive, 10, "the agent")
+            # Called after the guard's own listener: the guard has the notice by then.
+            notices.add_listener(lambda event: heard.append(event.id))
+            sent.append(agent.control({"op": "notify", "action": notice})["notice"]["id"])
+            eventually(lambda: sent[0] in heard, 10, "the notice")
+
+        model = models.RaisesAt(callback, at=6, before_raising=a_notice_arrives)
+        data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+        with pytest.raises(RuntimeError, match="CUDA error"):
+            models.trainer(callback).fit(model, torch.utils.data.DataLoader(data, batch_size=4))
+        assert model.guard is not None
+        assert callback._guard is None, "closed"
+        assert model.guard.notices._thread is None, "its subscriber closed"
+        assert handlers.now() == handlers.before
+        assert callback.saved_paths == []
+        if notice is None:
+            assert not re.search(r"\back\b", agent.output()), agent.output()
+            assert callback.exit_code == 0
+        else:
+            eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
+            acks = [line for line in agent.output().splitlines() if f"ack {sent[0]}" in line]
+            assert len(acks) == 1 and "outcome=failed" in acks[0], acks
+            assert "CUDA error" in acks[0]
+            assert callback.exit_code == (1 if notice == "terminate" else 0)
 
 
 @pytest.mark.parametrize("run", ["validate", "test", "predict"])
@@ -535,11 +532,10 @@ def test_a_terminate_during_an_evaluation_outside_fit_is_saved_by_the_next_fit(
     guard now: the terminate is replayed to the guard of the next fit(), saved at its first
     step boundary after the replay reaches it, and the training checkpoint already in
     `dirpath` is left as it was."""
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "step-00000000.ckpt").write_bytes(b"the run's own step 0")
-    try:
+    with SignalHandlers() as handlers:
         with AgentProcess(tmp_path) as agent:
             callback = lit.ForewarnCallback(
                 folder, events=agent.events, control=agent.control_endpoint, flag_file=None
@@ -552,7 +548,7 @@ def test_a_terminate_during_an_evaluation_outside_fit_is_saved_by_the_next_fit(
             assert model.batches == 10, "Lightning finished the pass"
             assert callback.saved_paths == []
             assert callback._guard is None and callback.exit_code == 0
-            assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+            assert handlers.now() == handlers.before
             eventually(lambda: set(threading.enumerate()) <= threads, 10, "no guard's threads")
             assert "ack local/t from" not in agent.output()
 
@@ -567,9 +563,6 @@ def test_a_terminate_during_an_evaluation_outside_fit_is_saved_by_the_next_fit(
             assert callback.exit_code == 143
             eventually(lambda: "ack local/t from" in agent.output(), 10, "the ack")
         assert (folder / "step-00000000.ckpt").read_bytes() == b"the run's own step 0"
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
 
 
 @pytest.mark.parametrize("run", ["validate", "test", "predict"])
@@ -753,13 +746,7 @@ def test_a_resume_from_the_exit_save_reports_its_restore_time_and_no_step_lost(
                 models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4), ckpt_path=path
             )
             assert again.exit_code == 0 and resumed.global_step == step + 2
-            pattern = rf"resume of \S+ at step {step}: restore=(\S+) steps_lost=(\S+)"
-            eventually(lambda: re.search(pattern, agent.log_path.read_text()) is not None)
-            found = re.search(pattern, agent.log_path.read_text())
-            assert found is not None
-            assert found.group(1) != "none", found[0]
-            assert float(found.group(1).rstrip("s")) >= 0, found[0]
-            return found.group(2)
+            return resume_steps_lost(agent, step)
 
         assert resume(exited) == "0"
         assert resume(drained) == "unknown"

@@ -14,10 +14,12 @@ from hypothesis import strategies as st
 from support import (
     AgentProcess,
     LazyModule,
+    SignalHandlers,
     eventually,
     examples,
     fsynced_at_each_ack,
     requires,
+    resume_steps_lost,
 )
 
 # Its agents fork from a launcher that loaded the agent once (`forked_agents`,
@@ -32,12 +34,7 @@ models = LazyModule("transformers_models")
 
 def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
-        callback = fw.ForewarnTrainerCallback(
-            events=agent.events,
-            control=agent.control_endpoint,
-            handle_signals=False,
-            flag_file=None,
-        )
+        callback = models.listening_callback(agent)
         args = models.arguments(tmp_path, max_steps=10_000)
         trainer = hf.Trainer(
             model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
@@ -65,17 +62,11 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
 
 
 def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Path) -> None:
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     model = models.AsksToExitInEvaluation()
     model.callback = callback
     args = models.arguments(tmp_path, **models.EVALUATE_EVERY_25)
-    trainer = hf.Trainer(
-        model=model,
-        args=args,
-        train_dataset=models.Points(),
-        eval_dataset=models.FewPoints(),
-        callbacks=[callback],
-    )
+    trainer = models.evaluated_trainer(model, args, callback)
     trainer.train()
     assert callback.saved_steps == [25]
     assert (tmp_path / "out" / "checkpoint-25").is_dir()
@@ -90,20 +81,14 @@ def test_an_exit_during_a_long_evaluation_cuts_the_pass_short_and_saves(
     came as an 8 s evaluation began (the README's loop's pass of 500 batches, two persistent
     workers) was saved 9.2 s after the notice, and a longer pass lost every step since the
     last checkpoint. The pass now ends at the batch the exit is seen, and the save follows."""
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     model = models.AsksToExitInEvaluation()
     model.callback = callback
     options: dict[str, Any] = {"dataloader_num_workers": workers}
     if workers:
         options |= {"dataloader_persistent_workers": True, "dataloader_prefetch_factor": 4}
     args = models.arguments(tmp_path, **models.EVALUATE_EVERY_25, **options)
-    trainer = hf.Trainer(
-        model=model,
-        args=args,
-        train_dataset=models.Points(),
-        eval_dataset=models.ManyPoints(),
-        callbacks=[callback],
-    )
+    trainer = models.evaluated_trainer(model, args, callback, eval_dataset=models.ManyPoints())
     trainer.train()
     assert model.eval_calls == 3, "the pass went on past the batch that saw the exit"
     assert callback.saved_steps == [25]
@@ -119,22 +104,11 @@ def test_a_terminate_withdrawn_during_evaluation_saves_and_training_goes_on(
     a terminate the agent withdrew before that save still ended the job, where the guard
     (and the README) say save and continue, the machine is not going away."""
     with AgentProcess(tmp_path) as agent:
-        callback = fw.ForewarnTrainerCallback(
-            events=agent.events,
-            control=agent.control_endpoint,
-            handle_signals=False,
-            flag_file=None,
-        )
+        callback = models.listening_callback(agent)
         eventually(lambda: callback.guard.notices is not None and callback.guard.notices.alive)
         model = models.TerminateWithdrawnInEvaluation(agent, callback)
         args = models.arguments(tmp_path, max_steps=50, **models.EVALUATE_EVERY_25)
-        trainer = hf.Trainer(
-            model=model,
-            args=args,
-            train_dataset=models.Points(),
-            eval_dataset=models.FewPoints(),
-            callbacks=[callback, model.withdraws()],
-        )
+        trainer = models.evaluated_trainer(model, args, callback, model.withdraws())
         trainer.train()
     # The first pass ended at the terminate's batch; the second, at step 50, ran whole.
     assert model.cleared and model.eval_calls == 3 + 16, model.eval_calls
@@ -150,19 +124,10 @@ def test_evaluate_and_predict_outside_train_leave_no_guard_behind(
     or after it had closed its own, and no on_train_end came to close it: its SIGTERM handler
     stayed installed (a job done with its evaluation ran on through the platform's SIGTERM)
     and its ticker kept running."""
-    import signal
-
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with SignalHandlers() as handlers:
         callback = fw.ForewarnTrainerCallback(notices=False, flag_file=None)
         args = models.arguments(tmp_path, max_steps=5, per_device_eval_batch_size=4)
-        trainer = hf.Trainer(
-            model=models.Tiny(),
-            args=args,
-            train_dataset=models.Points(),
-            eval_dataset=models.FewPoints(),
-            callbacks=[callback],
-        )
+        trainer = models.evaluated_trainer(models.Tiny(), args, callback)
         if trained_first:
             trainer.train()
             assert callback._guard is None, "train() closed its guard"
@@ -170,12 +135,9 @@ def test_evaluate_and_predict_outside_train_leave_no_guard_behind(
         trainer.evaluate()
         trainer.predict(models.FewPoints())
         assert callback._guard is None
-        assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+        assert handlers.now() == handlers.before
         assert set(threading.enumerate()) <= threads
         assert callback.exit_code == 0
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
 
 
 def test_a_terminate_during_an_evaluate_before_train_is_saved_once_training_starts(
@@ -184,21 +146,10 @@ def test_a_terminate_during_an_evaluate_before_train_is_saved_once_training_star
     """evaluate() outside train() has nothing trained to save: the terminate that came during
     it is replayed to the guard train() makes, which saves at the first steps and stops."""
     with AgentProcess(tmp_path) as agent:
-        callback = fw.ForewarnTrainerCallback(
-            events=agent.events,
-            control=agent.control_endpoint,
-            handle_signals=False,
-            flag_file=None,
-        )
+        callback = models.listening_callback(agent)
         model = models.TerminatedInEvaluation(agent)
         args = models.arguments(tmp_path, max_steps=10_000, per_device_eval_batch_size=4)
-        trainer = hf.Trainer(
-            model=model,
-            args=args,
-            train_dataset=models.Points(),
-            eval_dataset=models.FewPoints(),
-            callbacks=[callback],
-        )
+        trainer = models.evaluated_trainer(model, args, callback)
         trainer.evaluate()
         assert model.eval_calls == 16 and callback._guard is None
         trainer.train()
@@ -221,13 +172,7 @@ def test_a_sigterm_during_an_evaluate_before_train_is_the_processs_own(tmp_path:
     try:
         callback = fw.ForewarnTrainerCallback(notices=False, flag_file=None)
         args = models.arguments(tmp_path, max_steps=5, per_device_eval_batch_size=4)
-        trainer = hf.Trainer(
-            model=models.SigtermInEvaluation(),
-            args=args,
-            train_dataset=models.Points(),
-            eval_dataset=models.FewPoints(),
-            callbacks=[callback],
-        )
+        trainer = models.evaluated_trainer(models.SigtermInEvaluation(), args, callback)
         trainer.evaluate()
         assert received == [signal.SIGTERM]
         assert callback._guard is None and callback.saved_steps == []
@@ -248,7 +193,7 @@ def test_an_exit_during_eval_on_start_is_saved_after_the_first_step_and_resumes_
     resume): resumed, the run ends with the weights of a run never interrupted."""
 
     def train(folder: Path, exit_in_eval: bool, resume: str | None = None) -> Any:
-        callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+        callback = models.quiet_callback()
         torch.manual_seed(0)
         model = models.AsksToExitInEvaluation()
         if exit_in_eval:
@@ -284,23 +229,11 @@ def test_an_exit_during_eval_on_start_with_dcp_saves_step_0(tmp_path: Path) -> N
     step; the Trainer cannot stop before its first step, which it trains and then stops."""
     from forewarn.clients.checkpoint import CheckpointStore
 
-    callback = fw.ForewarnTrainerCallback(
-        store=CheckpointStore(str(tmp_path / "store")),
-        dcp=True,
-        notices=False,
-        handle_signals=False,
-        flag_file=None,
-    )
+    callback = models.quiet_callback(store=CheckpointStore(str(tmp_path / "store")), dcp=True)
     model = models.AsksToExitInEvaluation()
     model.callback = callback
     args = models.arguments(tmp_path, max_steps=6, eval_on_start=True, per_device_eval_batch_size=4)
-    trainer = hf.Trainer(
-        model=model,
-        args=args,
-        train_dataset=models.Points(),
-        eval_dataset=models.FewPoints(),
-        callbacks=[callback],
-    )
+    trainer = models.evaluated_trainer(model, args, callback)
     trainer.train()
     assert callback.saved_steps == [0] and callback.exit_code == 143
     assert [generation.name for generation in callback.saved_generations] == ["step-000000000000"]
@@ -311,7 +244,7 @@ def test_the_trainers_dataloader_workers_outlive_a_job_wide_sigterm(tmp_path: Pa
     """The Trainer builds its DataLoader itself, with its own worker_init_fn, so its users
     cannot give it forewarn's: with workers, a SIGTERM to the whole job killed them and the
     Trainer raised before the save."""
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     sigterm = models.SigtermsTheWorkers(callback)
     args = models.arguments(
         tmp_path, dataloader_num_workers=2, dataloader_multiprocessing_context="fork"
@@ -334,7 +267,7 @@ def test_the_evaluation_dataloader_workers_outlive_a_job_wide_sigterm(
     killed them, and the Trainer raised `DataLoader worker ... exited unexpectedly` instead of
     saving. With persistent workers it keeps the first one it built, here by an evaluate()
     before train()."""
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     model = models.SigtermsTheWorkersInEvaluation()
     model.callback = callback
     args = models.arguments(
@@ -344,13 +277,7 @@ def test_the_evaluation_dataloader_workers_outlive_a_job_wide_sigterm(
         dataloader_persistent_workers=evaluated_first,
         **models.EVALUATE_EVERY_25,
     )
-    trainer = hf.Trainer(
-        model=model,
-        args=args,
-        train_dataset=models.Points(),
-        eval_dataset=models.FewPoints(),
-        callbacks=[callback],
-    )
+    trainer = models.evaluated_trainer(model, args, callback)
     if evaluated_first:
         model.callback = None  # no SIGTERM during this pass
         trainer.evaluate()
@@ -368,9 +295,7 @@ def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) 
     step 0, so the first step after every resume (26) saved again."""
 
     def train(max_steps: int, resume: str | None) -> list[int]:
-        callback = fw.ForewarnTrainerCallback(
-            every_steps=20, notices=False, handle_signals=False, flag_file=None
-        )
+        callback = models.quiet_callback(every_steps=20)
         args = models.arguments(tmp_path, max_steps=max_steps, save_strategy="steps", save_steps=25)
         trainer = hf.Trainer(
             model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
@@ -391,9 +316,7 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     from forewarn.clients.checkpoint import CheckpointStore, load_dcp
 
     store = CheckpointStore(str(tmp_path / "store"))
-    callback = fw.ForewarnTrainerCallback(
-        store=store, dcp=True, notices=False, handle_signals=False, flag_file=None
-    )
+    callback = models.quiet_callback(store=store, dcp=True)
     args = models.arguments(tmp_path, max_steps=10_000)
     model = models.Tiny()
     trainer = hf.Trainer(
@@ -426,18 +349,12 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
 def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     acked = fsynced_at_each_ack(monkeypatch, callback.guard)
     model = models.AsksToExitInEvaluation()
     model.callback = callback
     args = models.arguments(tmp_path, **models.EVALUATE_EVERY_25)
-    trainer = hf.Trainer(
-        model=model,
-        args=args,
-        train_dataset=models.Points(),
-        eval_dataset=models.FewPoints(),
-        callbacks=[callback],
-    )
+    trainer = models.evaluated_trainer(model, args, callback)
     trainer.train()
     folder = (tmp_path / "out" / "checkpoint-25").resolve()
     assert len(acked) == 1
@@ -462,16 +379,12 @@ def test_resume_passes_over_a_checkpoint_the_trainer_never_finished(
 ) -> None:
     import shutil
 
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     model = models.AsksToExitInEvaluation()
     model.callback = callback
 
-    hf.Trainer(
-        model=model,
-        args=models.arguments(tmp_path, **models.EVALUATE_EVERY_25),
-        train_dataset=models.Points(),
-        eval_dataset=models.FewPoints(),
-        callbacks=[callback],
+    models.evaluated_trainer(
+        model, models.arguments(tmp_path, **models.EVALUATE_EVERY_25), callback
     ).train()
     out = tmp_path / "out"
     # A later terminate save killed mid-write: the weights are there, the rest never came.
@@ -499,7 +412,7 @@ def test_the_end_of_the_epoch_a_terminate_cut_short_adds_no_evaluation_or_second
     checkpoint just saved and acked was written a second time in place during the notice's
     last seconds (a kill then left it half-rewritten, its trainer_state.json still there for
     last_checkpoint to take)."""
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     spy = models.AsksToExitAt(callback, at=7)
     args = models.arguments(
         tmp_path,
@@ -530,7 +443,7 @@ def test_the_exits_checkpoint_outlives_the_end_of_train_with_save_total_limit_1(
     checkpoint but the best one: it deleted the exit's checkpoint-31, fsynced and acked, and
     the job resumed from checkpoint-25, six steps back. The limit is the Trainer's again once
     train() has returned."""
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     spy = models.AsksToExitAt(callback, at=30)
     args = models.arguments(
         tmp_path,
@@ -540,13 +453,7 @@ def test_the_exits_checkpoint_outlives_the_end_of_train_with_save_total_limit_1(
         load_best_model_at_end=True,
         **models.EVALUATE_EVERY_25,
     )
-    trainer = hf.Trainer(
-        model=models.Tiny(),
-        args=args,
-        train_dataset=models.Points(),
-        eval_dataset=models.FewPoints(),
-        callbacks=[callback, spy],
-    )
+    trainer = models.evaluated_trainer(models.Tiny(), args, callback, spy)
     trainer.train()
     assert callback.saved_steps == [31]
     assert callback.exit_code == 143
@@ -562,7 +469,7 @@ def test_a_train_after_one_an_exit_stopped_keeps_its_evaluations_and_saves(
     saves (the epoch it cut short); that was never undone, so a later train() with the same
     callback (a notebook training on once the machine stayed) lost every epoch's
     checkpoint and evaluation of the Trainer's own."""
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     spy = models.AsksToExitAt(callback, at=5)
     args = models.arguments(
         tmp_path,
@@ -616,13 +523,11 @@ def test_train_raising_closes_the_guard_however_the_callback_was_given(
     subclass built itself, it wrapped nothing, and a train() that raised left the guard open,
     its SIGTERM handler installed."""
     import importlib
-    import signal
 
     if attach == "reloaded":  # a notebook re-running its imports: a new callback class
         importlib.reload(importlib.import_module("forewarn.clients.frameworks.transformers"))
         attach = "add_callback"
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with SignalHandlers() as handlers:
         callback = fw.ForewarnTrainerCallback(notices=False, flag_file=None)
         args = models.arguments(tmp_path)
         given = {"model": models.FailsAt(4), "args": args, "train_dataset": models.Points()}
@@ -632,10 +537,7 @@ def test_train_raising_closes_the_guard_however_the_callback_was_given(
             trainer.train()
         assert trainer.state.global_step == 3
         assert callback._guard is None
-        assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+        assert handlers.now() == handlers.before
 
 
 @pytest.mark.parametrize("attach", ["callbacks", "add_callback", "own_add_callback", "own_handler"])
@@ -644,10 +546,7 @@ def test_an_exit_saves_and_stops_however_the_callback_was_given(
 ) -> None:
     """The same lifecycle whichever way the callback reached its Trainer: the exit's save
     through the Trainer's checkpoint, training stopped there, the guard closed after."""
-    import signal
-
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with SignalHandlers() as handlers:
         callback = fw.ForewarnTrainerCallback(notices=False, flag_file=None)
         args = models.arguments(tmp_path)
         given = {"model": models.Tiny(), "args": args, "train_dataset": models.Points()}
@@ -659,10 +558,7 @@ def test_an_exit_saves_and_stops_however_the_callback_was_given(
         assert (tmp_path / "out" / "checkpoint-6").is_dir()
         assert callback.exit_code == 143
         assert callback._guard is None
-        assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+        assert handlers.now() == handlers.before
 
 
 def test_the_wrapped_add_callback_is_wrapped_once_and_adds_as_before() -> None:
@@ -696,14 +592,9 @@ def _train_until_a_save_fails(
     """Train with an agent that sends `action` at step 10; `break_the_save(trainer)` makes the
     save that answers it fail. Returns the callback, what train() raised, and the agent's log
     lines for the notice's acks."""
-    import signal
-
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with SignalHandlers() as handlers:
         with AgentProcess(tmp_path) as agent:
-            callback = fw.ForewarnTrainerCallback(
-                events=agent.events, control=agent.control_endpoint, flag_file=None
-            )
+            callback = models.listening_callback(agent, handle_signals=True)
             args = models.arguments(tmp_path, max_steps=10_000)
             given = {"model": models.Tiny(), "args": args, "train_dataset": models.Points()}
             trainer = _given(given, callback, attach)
@@ -723,10 +614,7 @@ def _train_until_a_save_fails(
             eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
             acks = [line for line in agent.output().splitlines() if f"ack {sent[0]} from" in line]
         # The guard was closed on the way out: the handlers it replaced are back.
-        assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+        assert handlers.now() == handlers.before
     return callback, raised.value, acks
 
 
@@ -809,13 +697,7 @@ def test_a_dcp_save_that_fails_on_an_exit_is_reported_and_exits_1(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(dcp, "save_dcp", full_disk)
-    callback = fw.ForewarnTrainerCallback(
-        store=CheckpointStore(str(tmp_path / "store")),
-        dcp=True,
-        notices=False,
-        handle_signals=False,
-        flag_file=None,
-    )
+    callback = models.quiet_callback(store=CheckpointStore(str(tmp_path / "store")), dcp=True)
     trainer = hf.Trainer(
         model=models.Tiny(),
         args=models.arguments(tmp_path),
@@ -837,7 +719,7 @@ def test_an_exit_save_of_the_trainer_that_runs_long_is_said_while_it_runs(
     from forewarn.clients import guard_report
 
     monkeypatch.setattr(guard_report, "EXIT_SAVE_WARN_SECONDS", 0.3)
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     trainer = hf.Trainer(
         model=models.Tiny(),
         args=models.arguments(tmp_path),
@@ -892,32 +774,24 @@ def test_train_raising_outside_a_save_of_ours_closes_the_guard_and_acks_nothing(
     save, the model's forward) never reached on_train_end: the guard stayed open, its SIGTERM
     handler installed, and the job went on, deaf to the platform's SIGTERM."""
     import re
-    import signal
 
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with AgentProcess(tmp_path) as agent:
-            callback = fw.ForewarnTrainerCallback(
-                events=agent.events, control=agent.control_endpoint, flag_file=None
-            )
-            args = models.arguments(tmp_path, save_strategy="steps", save_steps=5)
-            model = models.FailsAt(7) if failing == "forward" else models.Tiny()
-            given = {"model": model, "args": args, "train_dataset": models.Points()}
-            trainer = _given(given, callback, attach)
-            _breaks(trainer, failing)
-            assert callback.guard.notices is not None  # made now: its handlers installed
-            assert {signum: signal.getsignal(signum) for signum in handlers} != handlers
-            with pytest.raises(OSError if failing == "save" else RuntimeError):
-                trainer.train()
-            assert trainer.state.global_step == (5 if failing == "save" else 6)
-            # Closed: the handlers it replaced are back, and no ack reached the agent.
-            assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
-            assert callback.exit_code == 0
-            assert "_save_checkpoint" not in vars(trainer)
-            assert not re.search(r"\back\b", agent.output()), agent.output()
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+    with SignalHandlers() as handlers, AgentProcess(tmp_path) as agent:
+        callback = models.listening_callback(agent, handle_signals=True)
+        args = models.arguments(tmp_path, save_strategy="steps", save_steps=5)
+        model = models.FailsAt(7) if failing == "forward" else models.Tiny()
+        given = {"model": model, "args": args, "train_dataset": models.Points()}
+        trainer = _given(given, callback, attach)
+        _breaks(trainer, failing)
+        assert callback.guard.notices is not None  # made now: its handlers installed
+        assert handlers.now() != handlers.before
+        with pytest.raises(OSError if failing == "save" else RuntimeError):
+            trainer.train()
+        assert trainer.state.global_step == (5 if failing == "save" else 6)
+        # Closed: the handlers it replaced are back, and no ack reached the agent.
+        assert handlers.now() == handlers.before
+        assert callback.exit_code == 0
+        assert "_save_checkpoint" not in vars(trainer)
+        assert not re.search(r"\back\b", agent.output()), agent.output()
 
 
 @ATTACH
@@ -929,41 +803,33 @@ def test_a_notice_that_comes_during_the_trainers_own_failing_save_is_acked_faile
     own scheduled save, and that save raises: train() left with the notice never answered
     (the agent waited on an ack that never came), and a terminate's exit_code said 0."""
     import errno
-    import signal
 
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with AgentProcess(tmp_path) as agent:
-            callback = fw.ForewarnTrainerCallback(
-                events=agent.events, control=agent.control_endpoint, flag_file=None
-            )
-            args = models.arguments(tmp_path, save_strategy="steps", save_steps=5)
-            given = {"model": models.Tiny(), "args": args, "train_dataset": models.Points()}
-            trainer = _given(given, callback, attach)
-            sent: list[str] = []
-            heard: list[str] = []
-            # Called after the guard's own listener: the guard has the notice by then.
-            callback.guard.notices.add_listener(lambda event: heard.append(event.id))
+    with SignalHandlers() as handlers, AgentProcess(tmp_path) as agent:
+        callback = models.listening_callback(agent, handle_signals=True)
+        args = models.arguments(tmp_path, save_strategy="steps", save_steps=5)
+        given = {"model": models.Tiny(), "args": args, "train_dataset": models.Points()}
+        trainer = _given(given, callback, attach)
+        sent: list[str] = []
+        heard: list[str] = []
+        # Called after the guard's own listener: the guard has the notice by then.
+        callback.guard.notices.add_listener(lambda event: heard.append(event.id))
 
-            def full_disk_once_the_notice_is_in(*args: Any, **kwargs: Any) -> None:
-                notice = agent.control({"op": "notify", "action": action})["notice"]["id"]
-                sent.append(notice)
-                eventually(lambda: notice in heard, 10, "the notice")
-                raise OSError(errno.ENOSPC, "No space left on device")
+        def full_disk_once_the_notice_is_in(*args: Any, **kwargs: Any) -> None:
+            notice = agent.control({"op": "notify", "action": action})["notice"]["id"]
+            sent.append(notice)
+            eventually(lambda: notice in heard, 10, "the notice")
+            raise OSError(errno.ENOSPC, "No space left on device")
 
-            trainer.save_model = full_disk_once_the_notice_is_in
-            with pytest.raises(OSError, match="No space left"):
-                trainer.train()
-            assert trainer.state.global_step == 5
-            eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
-            acks = [line for line in agent.output().splitlines() if f"ack {sent[0]} from" in line]
-            assert len(acks) == 1 and "outcome=failed" in acks[0], acks
-            assert "No space left on device" in acks[0]
-            assert callback.exit_code == (1 if action == "terminate" else 0)
-            assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+        trainer.save_model = full_disk_once_the_notice_is_in
+        with pytest.raises(OSError, match="No space left"):
+            trainer.train()
+        assert trainer.state.global_step == 5
+        eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
+        acks = [line for line in agent.output().splitlines() if f"ack {sent[0]} from" in line]
+        assert len(acks) == 1 and "outcome=failed" in acks[0], acks
+        assert "No space left on device" in acks[0]
+        assert callback.exit_code == (1 if action == "terminate" else 0)
+        assert handlers.now() == handlers.before
 
 
 # Its own process, forked from the launcher that imported torch once (tests/forked_ranks.py):
@@ -998,18 +864,9 @@ def test_a_resume_from_the_exit_save_reports_its_restore_time_and_no_step_lost(
     had restored the exit's checkpoint: now the restore is timed and the exit's save marked,
     so the resume from it says `steps_lost=0`; the one from the drain's save (the job trained
     past it) still says `unknown`."""
-    import re
-
-    def callback_of(agent: AgentProcess) -> Any:
-        return fw.ForewarnTrainerCallback(
-            events=agent.events,
-            control=agent.control_endpoint,
-            handle_signals=False,
-            flag_file=None,
-        )
 
     with AgentProcess(tmp_path) as agent:
-        callback = callback_of(agent)
+        callback = models.listening_callback(agent)
         args = models.arguments(tmp_path, max_steps=10_000)
         trainer = hf.Trainer(
             model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
@@ -1030,7 +887,7 @@ def test_a_resume_from_the_exit_save_reports_its_restore_time_and_no_step_lost(
         assert agent.control({"op": "clear"})["ok"]
 
         def resume(step: int) -> str:
-            again = callback_of(agent)
+            again = models.listening_callback(agent)
             resumed = hf.Trainer(
                 model=models.Tiny(),
                 args=models.arguments(tmp_path, max_steps=step + 2),
@@ -1039,13 +896,7 @@ def test_a_resume_from_the_exit_save_reports_its_restore_time_and_no_step_lost(
             )
             resumed.train(resume_from_checkpoint=str(tmp_path / "out" / f"checkpoint-{step}"))
             assert again.exit_code == 0 and resumed.state.global_step == step + 2
-            pattern = rf"resume of \S+ at step {step}: restore=(\S+) steps_lost=(\S+)"
-            eventually(lambda: re.search(pattern, agent.log_path.read_text()) is not None)
-            found = re.search(pattern, agent.log_path.read_text())
-            assert found is not None
-            assert found.group(1) != "none", found[0]
-            assert float(found.group(1).rstrip("s")) >= 0, found[0]
-            return found.group(2)
+            return resume_steps_lost(agent, step)
 
         assert resume(exited) == "0"
         assert resume(drained) == "unknown"
@@ -1080,7 +931,7 @@ def test_the_exit_mark_a_resume_reads_says_no_step_lost_only_when_it_is_whole(
     exit's save of this very step with no newer checkpoint beside it."""
     import tempfile
 
-    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    callback = models.quiet_callback()
     with tempfile.TemporaryDirectory() as folder:
         resumed = Path(folder) / "checkpoint-7"
         resumed.mkdir()

@@ -3,6 +3,7 @@ the tests does not import transformers."""
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import signal
@@ -208,6 +209,39 @@ def arguments(tmp_path: Path, **options: Any) -> TrainingArguments:
 
 # An evaluation pass of FewPoints every 25 steps.
 EVALUATE_EVERY_25 = {"per_device_eval_batch_size": 4, "eval_strategy": "steps", "eval_steps": 25}
+
+
+def _callback_class() -> type[ForewarnTrainerCallback]:
+    # Looked up at each call: a test reloads the module (a notebook re-running its imports),
+    # and the class the tests' own `fw.ForewarnTrainerCallback` names is the new one.
+    module = importlib.import_module("forewarn.clients.frameworks.transformers")
+    return module.ForewarnTrainerCallback  # type: ignore[no-any-return]
+
+
+def quiet_callback(**options: Any) -> ForewarnTrainerCallback:
+    """A callback that hears no agent, handles no signal and writes no flag file: the test
+    asks its guard itself; `options` add to those."""
+    return _callback_class()(notices=False, handle_signals=False, flag_file=None, **options)
+
+
+def listening_callback(agent: Any, **options: Any) -> ForewarnTrainerCallback:
+    """A callback that hears `agent` (a tests' AgentProcess), with no signal handlers unless
+    `options` say so, and no flag file."""
+    settings: dict[str, Any] = {"handle_signals": False, "flag_file": None} | options
+    return _callback_class()(events=agent.events, control=agent.control_endpoint, **settings)
+
+
+def evaluated_trainer(
+    model: Any, args: TrainingArguments, *callbacks: Any, eval_dataset: Any = None
+) -> Trainer:
+    """A Trainer of `model` over Points, evaluating on FewPoints (or `eval_dataset`)."""
+    return Trainer(
+        model=model,
+        args=args,
+        train_dataset=Points(),
+        eval_dataset=FewPoints() if eval_dataset is None else eval_dataset,
+        callbacks=list(callbacks),
+    )
 
 
 class AsksToExitAt(TrainerCallback):  # type: ignore[misc]
