@@ -67,6 +67,46 @@ def next_notice(sub: Subscriber, timeout: float = 10, **match: Any) -> dict[str,
     raise AssertionError(f"no notice matching {match}; saw {seen}")
 
 
+class _Guarded:
+    """A started agent with a `Notices` on it (its listener `seen` records each action, added
+    before the subscription starts: a drain delivered first was missed, seen []) and a
+    `CheckpointGuard` over those notices. A test that restarts the agent sets `agent`: the
+    one stopped at the end is the last."""
+
+    def __init__(self, agent: AgentProcess, **guard_options: Any) -> None:
+        self.agent = agent.start()
+        self.notices = Notices(agent.events, agent.control_endpoint, start=False)
+        self.seen: list[str] = []
+        self.notices.add_listener(lambda event: self.seen.append(event.action))
+        self.notices.start()
+        self.guard = CheckpointGuard(notices=self.notices, flag_file=None, **guard_options)
+
+    def __enter__(self) -> _Guarded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.guard.close()
+        self.notices.close()
+        self.agent.stop()
+
+    def flushed_drain(self) -> tuple[str, str]:
+        """The drain the guard was told of, saved for: its id, and the id of the agent that
+        sent it (from its first heartbeat)."""
+        eventually(lambda: self.guard.due(1), 10, "the drain")
+        (notice_id,) = self.guard.saved(1, 0.1).notices
+        # The notice's replay can come before the first heartbeat.
+        eventually(lambda: self.notices.agent is not None, 10, "the first heartbeat")
+        assert self.notices.agent is not None
+        return notice_id, self.notices.agent["agent"]
+
+    def hears_nothing(self) -> None:
+        """The agent lists no notice, and the guard, once it has heard the agent, has neither
+        a save nor an exit due."""
+        assert self.agent.control({"op": "status"})["active"] == []
+        eventually(lambda: self.notices.agent is not None, 10, "the agent's heartbeat")
+        assert not self.guard.due(1) and not self.guard.should_exit
+
+
 @pytest.fixture
 def imds() -> Iterator[tuple[ImdsSimulator, SimServer]]:
     sim = ImdsSimulator()
@@ -186,36 +226,20 @@ def test_a_drain_still_shown_across_an_agent_restart_is_not_cleared_nor_flushed_
     for it again when the new agent reported it a moment later."""
     sim, server = imds
     sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
-    agent = aws_agent(tmp_path, server).start()
-    # Listening before the subscription starts: a drain delivered first was missed (seen []).
-    notices = Notices(agent.events, agent.control_endpoint, start=False)
-    seen: list[str] = []
-    notices.add_listener(lambda event: seen.append(event.action))
-    notices.start()
-    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
-    try:
-        eventually(lambda: guard.due(1), 10, "the drain")
-        (notice_id,) = guard.saved(1, 0.1).notices
-        # The notice's replay can come before the first heartbeat.
-        eventually(lambda: notices.agent is not None, 10, "the first heartbeat")
-        assert notices.agent is not None
-        first_agent = notices.agent["agent"]
-        agent.stop()
+    with _Guarded(aws_agent(tmp_path, server), handle_signals=False) as held:
+        notice_id, first_agent = held.flushed_drain()
+        held.agent.stop()
         # The new agent's first look at the rebalance path takes a second.
         path = "/latest/meta-data/events/recommendations/rebalance"
         sim.add_fault("hang", seconds=1, count=1, path=path)
-        agent = aws_agent(tmp_path, server).start()
+        held.agent = aws_agent(tmp_path, server).start()
 
         def listed_by_the_new_agent() -> bool:
-            beat = notices.agent or {}
+            beat = held.notices.agent or {}
             return beat.get("agent") != first_agent and beat.get("active") == [notice_id]
 
         eventually(listed_by_the_new_agent, 15, "the new agent to report the drain")
-        assert seen == ["drain"] and not guard.due(2)
-    finally:
-        guard.close()
-        notices.close()
-        agent.stop()
+        assert held.seen == ["drain"] and not held.guard.due(2)
 
 
 def test_a_scheduled_event_inside_its_window_is_not_cleared_by_an_agent_restart(
@@ -618,41 +642,25 @@ def test_a_drain_across_an_agent_restart_outlasts_a_first_answer_slower_than_the
     the path answered. The agent now keeps the notice it had until the watcher has answered."""
     sim, server = imds
     sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
-    agent = aws_agent(tmp_path, server).start()
-    # Listening before the subscription starts: a drain delivered first was missed (seen []).
-    notices = Notices(agent.events, agent.control_endpoint, start=False)
-    seen: list[str] = []
-    notices.add_listener(lambda event: seen.append(event.action))
-    notices.start()
-    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
-    try:
-        eventually(lambda: guard.due(1), 10, "the drain")
-        (notice_id,) = guard.saved(1, 0.1).notices
-        # The notice's replay can come before the first heartbeat.
-        eventually(lambda: notices.agent is not None, 10, "the first heartbeat")
-        assert notices.agent is not None
-        first_agent = notices.agent["agent"]
+    with _Guarded(aws_agent(tmp_path, server), handle_signals=False) as held:
+        notice_id, first_agent = held.flushed_drain()
         # On disk a moment after it went out (the publish does not wait for the fsync).
         state = tmp_path / "state" / "state.json"
         eventually(lambda: state.exists() and notice_id in state.read_text(), 10, "the state")
-        agent.kill()
+        held.agent.kill()
         path = "/latest/meta-data/events/recommendations/rebalance"
         sim.add_fault("status", status=503, duration=15, path=path)
-        agent = aws_agent(tmp_path, server).start()
+        agent = held.agent = aws_agent(tmp_path, server).start()
         assert agent.control({"op": "status"})["active"][0]["id"] == notice_id
 
         def answered_by_the_new_agent() -> bool:
-            beat = notices.agent or {}
+            beat = held.notices.agent or {}
             health = agent.control({"op": "status"})["health"][0]
             return beat.get("agent") != first_agent and health["state"] == "healthy"
 
         eventually(answered_by_the_new_agent, 20, "the new agent's rebalance path to answer")
-        eventually(lambda: notices.agent and notices.agent["active"] == [notice_id], 5)
-        assert seen == ["drain"] and not guard.due(2)
-    finally:
-        guard.close()
-        notices.close()
-        agent.stop()
+        eventually(lambda: held.notices.agent and held.notices.agent["active"] == [notice_id], 5)
+        assert held.seen == ["drain"] and not held.guard.due(2)
 
 
 def test_a_notice_withdrawn_while_the_agent_was_down_is_cleared_once_its_watcher_answered(
@@ -691,10 +699,8 @@ def test_a_terminate_withdrawn_before_the_save_is_flushed_and_the_job_trains_on(
     """The machine is not going away: the guard that was about to save for the terminate
     still saves, but the save no longer ends the job. It did, since an exit once asked for
     was never taken back."""
-    agent = AgentProcess(tmp_path).start()
-    notices = Notices(agent.events, agent.control_endpoint)
-    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
-    try:
+    with _Guarded(AgentProcess(tmp_path), handle_signals=False) as held:
+        agent, notices, guard = held.agent, held.notices, held.guard
         agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
         eventually(lambda: guard.due(1), 10, "the terminate")
         assert guard.should_exit
@@ -708,27 +714,17 @@ def test_a_terminate_withdrawn_before_the_save_is_flushed_and_the_job_trains_on(
         result = guard.saved(1, 0.1)
         assert result.notices == ("local/t",) and not result.exit
         assert not guard.due(2)
-    finally:
-        guard.close()
-        notices.close()
-        agent.stop()
 
 
 def test_a_sigterm_still_ends_the_job_when_the_terminate_is_withdrawn(tmp_path: Path) -> None:
-    agent = AgentProcess(tmp_path).start()
-    notices = Notices(agent.events, agent.control_endpoint)
-    guard = CheckpointGuard(notices=notices, flag_file=None)
-    try:
+    with _Guarded(AgentProcess(tmp_path)) as held:
+        agent, notices, guard = held.agent, held.notices, held.guard
         agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
         eventually(lambda: guard.due(1), 10, "the terminate")
         os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next line
         agent.control({"op": "clear", "id": "local/t"})
         eventually(lambda: "local/t" not in notices.active, 10, "the clear")
         assert guard.should_exit and guard.saved(1, 0.1).exit
-    finally:
-        guard.close()
-        notices.close()
-        agent.stop()
 
 
 def test_a_provider_clear_is_on_disk_before_clients_hear_it(
@@ -799,17 +795,10 @@ def test_provider_notices_from_before_a_reboot_are_not_restored(
     state.write_text(json.dumps({**saved, "boot_id": "the-boot-before"}))
     sim.withdraw("asg")
     sim.add_fault("hang", path="/latest/meta-data/autoscaling")  # IMDS slow after the boot
-    agent = AgentProcess(tmp_path, providers=("aws",), env=env).start()
-    notices = Notices(agent.events, agent.control_endpoint)
-    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
-    try:
-        assert agent.control({"op": "status"})["active"] == []
-        eventually(lambda: notices.agent is not None, 10, "the agent's heartbeat")
-        assert not guard.due(1) and not guard.should_exit
-    finally:
-        guard.close()
-        notices.close()
-        agent.stop()
+    with _Guarded(
+        AgentProcess(tmp_path, providers=("aws",), env=env), handle_signals=False
+    ) as held:
+        held.hears_nothing()
 
 
 @pytest.mark.parametrize(
@@ -850,18 +839,9 @@ def test_a_manual_notice_whose_deadline_passed_before_this_boot_is_not_sent_agai
     # A grace and a lifetime past this machine's uptime: as after a reboot within the
     # defaults (300 s, 1 h).
     env = agent_env(tmp_path, FOREWARN_NOTICE_GRACE="86400", FOREWARN_MANUAL_LIFETIME="604800")
-    agent = AgentProcess(tmp_path, env=env).start()
-    notices = Notices(agent.events, agent.control_endpoint)
-    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
-    try:
-        assert agent.control({"op": "status"})["active"] == []
-        eventually(lambda: notices.agent is not None, 10, "the agent's heartbeat")
-        assert not guard.due(1) and not guard.should_exit
-    finally:
-        guard.close()
-        notices.close()
-        agent.stop()
-    assert "before this machine started" in agent.output(), agent.output()
+    with _Guarded(AgentProcess(tmp_path, env=env), handle_signals=False) as held:
+        held.hears_nothing()
+    assert "before this machine started" in held.agent.output(), held.agent.output()
 
 
 def test_a_notify_duration_of_an_earlier_boot_stands_as_the_moment_it_named(
