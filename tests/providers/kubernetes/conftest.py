@@ -47,6 +47,26 @@ async def start_watcher(
 
 
 @pytest.fixture
+def watch_sim(tmp_path: Path, start_watcher: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """`await watch_sim(sim)`: `sim` (a simulator made by the test, one that misbehaves, or
+    with its own timings) served on loopback until the test ends, and a watcher on its node
+    with the simulator's token."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+
+    with contextlib.ExitStack() as stack:
+
+        async def start(sim: KubernetesSimulator) -> Running:
+            server = stack.enter_context(SimServer(sim))
+            running: Running = await start_watcher(
+                url=server.url, node_name=NODE, token_file=token_file
+            )
+            return running
+
+        yield start
+
+
+@pytest.fixture
 async def watching(cluster: Cluster, start_watcher: Callable[..., Any]) -> Running:
     """A watcher on the simulator's node, after its first list and watch."""
     running: Running = await start_watcher(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,23 @@ class Running(WatcherRun):
 
         await self.until(found, timeout, f"{action} {report_id}")
         return next(r for r in self.reports if r.action == action and r.id == report_id)
+
+    async def drained_cleared_and_drained(self, report_id: str, what: str) -> None:
+        """Until this watcher has reported drain, clear, drain of `report_id` and nothing
+        else: a drain the relist after a watch gap found lifted and set again is cleared, then
+        raised anew (a guard that saved for the first saves for the second)."""
+        expected = [("drain", report_id), ("clear", report_id), ("drain", report_id)]
+        await self.until(lambda: self.summary() == expected, what=what)
+
+
+@contextmanager
+def watch_gap(sim: KubernetesSimulator) -> Iterator[KubernetesSimulator]:
+    """What the block does to `sim`'s node, no watch sees: done under the simulator's lock,
+    then the watch is pushed out of the history (410), so the relist is the first the
+    watcher learns of any of it."""
+    with sim.lock:
+        yield sim
+        sim.raise_notice("compact", {"expire_watches": True})
 
 
 def recordon(sim: KubernetesSimulator, later: int = 1) -> None:

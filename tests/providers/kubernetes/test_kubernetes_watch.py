@@ -15,7 +15,7 @@ from forewarn.providers.kubernetes.nodes import CORDON_TAINT
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS, DEFAULT_TERMINATE_TAINTS
 from hypothesis import given
 from hypothesis import strategies as st
-from k8s_support import NODE, TOKEN, Cluster, Running, recordon, retaint
+from k8s_support import NODE, TOKEN, Cluster, Running, recordon, retaint, watch_gap
 from support import RotatingTls, refused_port, self_signed_ca
 
 CORDON = f"kubernetes/{NODE}/cordon"
@@ -111,12 +111,11 @@ def _recreate_while_the_watch_is_broken(
 ) -> None:
     """Delete the node and create it again under its name, change the new one, and push the
     watch out of the history (410): the relist is the first the watcher sees of any of it."""
-    with cluster.sim.lock:
-        cluster.sim.raise_notice("delete", {})
-        cluster.sim.withdraw("node")
+    with watch_gap(cluster.sim) as sim:
+        sim.raise_notice("delete", {})
+        sim.withdraw("node")
         for kind, fields in then:
-            cluster.sim.raise_notice(kind, fields)
-        cluster.sim.raise_notice("compact", {"expire_watches": True})
+            sim.raise_notice(kind, fields)
 
 
 async def test_a_shutdown_is_not_carried_onto_a_node_recreated_in_a_watch_gap(
@@ -142,10 +141,7 @@ async def test_a_node_recreated_in_a_watch_gap_raises_its_own_notices(
     cluster.raise_("cordon")
     old = await watching.report("drain", CORDON)
     _recreate_while_the_watch_is_broken(cluster, ("cordon", {}))
-    await watching.until(
-        lambda: watching.summary() == [("drain", CORDON), ("clear", CORDON), ("drain", CORDON)],
-        what="the new node's cordon",
-    )
+    await watching.drained_cleared_and_drained(CORDON, "the new node's cordon")
     assert watching.reports[1].detail["uid"] == old.detail["uid"]
     new_uid = cluster.state()["node"]["metadata"]["uid"]
     assert old.detail["uid"] != new_uid
@@ -155,9 +151,8 @@ async def test_a_node_recreated_in_a_watch_gap_raises_its_own_notices(
 def _recordon_while_the_watch_is_broken(cluster: Cluster) -> None:
     """Lift the cordon and cordon again (as a real API server shows it: see `recordon`), then
     push the watch out of the history (410): the relist is the first the watcher sees of it."""
-    with cluster.sim.lock:  # no watch sees the steps between
-        recordon(cluster.sim)
-        cluster.sim.raise_notice("compact", {"expire_watches": True})
+    with watch_gap(cluster.sim) as sim:  # no watch sees the steps between
+        recordon(sim)
 
 
 async def test_a_cordon_lifted_and_applied_again_in_a_watch_gap_is_cleared_and_raised(
@@ -169,10 +164,7 @@ async def test_a_cordon_lifted_and_applied_again_in_a_watch_gap_is_cleared_and_r
     cluster.raise_("cordon")
     await watching.report("drain", CORDON)
     _recordon_while_the_watch_is_broken(cluster)
-    await watching.until(
-        lambda: watching.summary() == [("drain", CORDON), ("clear", CORDON), ("drain", CORDON)],
-        what="the second cordon cleared and raised",
-    )
+    await watching.drained_cleared_and_drained(CORDON, "the second cordon cleared and raised")
     assert watching.watcher.lists == 2
 
 
@@ -450,58 +442,47 @@ async def test_410_on_an_open_watch_relists_and_catches_up(
     cluster.raise_("cordon")
     await watching.report("drain", CORDON)
     # The watch falls out of the history while the node changes: the relist must find out.
-    with cluster.sim.lock:
-        cluster.sim.raise_notice("shutdown", {})
-        cluster.sim.withdraw("cordon")
-        cluster.sim.raise_notice("compact", {"expire_watches": True})
+    with watch_gap(cluster.sim) as sim:
+        sim.raise_notice("shutdown", {})
+        sim.withdraw("cordon")
     await watching.report("terminate", SHUTDOWN)
     await watching.report("clear", CORDON)
     assert watching.watcher.lists == 2
 
 
-async def test_server_side_timeout_resumes_from_last_version(
-    tmp_path: Path, start_watcher: Any
-) -> None:
+async def test_server_side_timeout_resumes_from_last_version(watch_sim: Any) -> None:
     from forewarn.providers.kubernetes.simulate import KubernetesSimulator
-    from forewarn.providers.simulator import SimServer
 
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     sim = KubernetesSimulator(node=NODE, token=TOKEN, max_watch_seconds=0.3, bookmark_interval=30)
-    with SimServer(sim) as server:
-        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
-        await running.until(lambda: running.watcher.watches >= 4, what="several watches")
-        sim.raise_notice("cordon", {})
-        await running.report("drain", CORDON)
-        with sim.lock:
-            versions = [entry["resourceVersion"] for entry in sim.watch_log]
-            lists = sim.counts["lists"]
-        assert lists == 1  # a timeout is resumed, never relisted
-        assert all(version not in ("", "0") for version in versions)
-        # Watches that end within a second with nothing in them are counted as such (see
-        # test_a_watch_that_ends_at_once_with_nothing_is_no_progress), and nothing else.
-        assert set(running.health.errors_by_kind) <= {"watch-closed"}
+    running = await watch_sim(sim)
+    await running.until(lambda: running.watcher.watches >= 4, what="several watches")
+    sim.raise_notice("cordon", {})
+    await running.report("drain", CORDON)
+    with sim.lock:
+        versions = [entry["resourceVersion"] for entry in sim.watch_log]
+        lists = sim.counts["lists"]
+    assert lists == 1  # a timeout is resumed, never relisted
+    assert all(version not in ("", "0") for version in versions)
+    # Watches that end within a second with nothing in them are counted as such (see
+    # test_a_watch_that_ends_at_once_with_nothing_is_no_progress), and nothing else.
+    assert set(running.health.errors_by_kind) <= {"watch-closed"}
 
 
-async def test_bookmarks_move_the_resume_point(tmp_path: Path, start_watcher: Any) -> None:
+async def test_bookmarks_move_the_resume_point(watch_sim: Any) -> None:
     from forewarn.providers.kubernetes.simulate import KubernetesSimulator
-    from forewarn.providers.simulator import SimServer
 
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     sim = KubernetesSimulator(node=NODE, token=TOKEN, max_watch_seconds=30, bookmark_interval=0.1)
-    with SimServer(sim) as server:
-        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
-        await running.until(lambda: running.watcher.watches >= 1)
-        # Other objects move the cluster's resourceVersion on; only a bookmark says so.
-        sim.raise_notice("compact", {"as": "status"})
-        target = str(sim.rv)
-        await running.until(lambda: running.watcher.resource_version == target, what="a bookmark")
-        assert running.watcher.bookmarks >= 1
-        sim.raise_notice("timeout", {})
-        await running.until(lambda: running.watcher.watches >= 2, what="a resumed watch")
-        assert sim.watch_log[-1] == {"resourceVersion": target, "outcome": "ok"}
-        assert running.watcher.lists == 1  # thanks to the bookmark, no 410
+    running = await watch_sim(sim)
+    await running.until(lambda: running.watcher.watches >= 1)
+    # Other objects move the cluster's resourceVersion on; only a bookmark says so.
+    sim.raise_notice("compact", {"as": "status"})
+    target = str(sim.rv)
+    await running.until(lambda: running.watcher.resource_version == target, what="a bookmark")
+    assert running.watcher.bookmarks >= 1
+    sim.raise_notice("timeout", {})
+    await running.until(lambda: running.watcher.watches >= 2, what="a resumed watch")
+    assert sim.watch_log[-1] == {"resourceVersion": target, "outcome": "ok"}
+    assert running.watcher.lists == 1  # thanks to the bookmark, no 410
 
 
 async def test_token_rotation_is_picked_up(cluster: Cluster, watching: Running) -> None:
@@ -772,14 +753,12 @@ async def test_a_watch_ahead_of_a_restored_server_relists(
     assert watching.health.errors == 0  # one restore: a relist, not a fault
 
 
-async def test_a_watch_cache_that_never_catches_up_is_a_fault(
-    tmp_path: Path, start_watcher: Any
-) -> None:
+async def test_a_watch_cache_that_never_catches_up_is_a_fault(watch_sim: Any) -> None:
     """A server whose watch cache stays behind its lists answers every watch "Too large
     resource version": the watcher lists again each time, spaced out, and says so in its
     health instead of looking healthy while it sees nothing."""
     from forewarn.providers.kubernetes import simulate
-    from forewarn.providers.simulator import SimResponse, SimServer
+    from forewarn.providers.simulator import SimResponse
 
     class LaggingCache(simulate.KubernetesSimulator):
         def _watch(self, request: Any, matches: bool) -> Any:
@@ -792,19 +771,16 @@ async def test_a_watch_cache_that_never_catches_up_is_a_fault(
                 200, content_type="application/json", headers=headers, stream=iter([line])
             )
 
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     sim = LaggingCache(node=NODE, token=TOKEN, max_watch_seconds=30)
-    with SimServer(sim) as server:
-        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
-        await running.until(lambda: running.watcher.lists >= 3, what="lists again")
-        kind = "resource-version-too-large"
-        await running.until(lambda: running.health.errors_by_kind.get(kind, 0) >= 1)
-        # The lists in between are no recovery: `status` keeps the fault (it said healthy
-        # again after each list, a moment after saying so).
-        lists = running.watcher.lists
-        await running.until(lambda: running.watcher.lists >= lists + 2, what="more lists")
-        assert running.health.last_error == kind, running.health
+    running = await watch_sim(sim)
+    await running.until(lambda: running.watcher.lists >= 3, what="lists again")
+    kind = "resource-version-too-large"
+    await running.until(lambda: running.health.errors_by_kind.get(kind, 0) >= 1)
+    # The lists in between are no recovery: `status` keeps the fault (it said healthy
+    # again after each list, a moment after saying so).
+    lists = running.watcher.lists
+    await running.until(lambda: running.watcher.lists >= lists + 2, what="more lists")
+    assert running.health.last_error == kind, running.health
 
 
 _CAUSE = {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
@@ -894,14 +870,11 @@ async def test_a_restored_cordon_applied_again_in_a_later_watch_gap_is_cleared_a
         await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
         assert [r.detail for r in running.reports] == [detail]  # as the agent holds it
         _recordon_while_the_watch_is_broken(cluster)
-        await running.until(
-            lambda: running.summary() == [("drain", CORDON), ("clear", CORDON), ("drain", CORDON)],
-            what="the second cordon cleared and raised",
-        )
+        await running.drained_cleared_and_drained(CORDON, "the second cordon cleared and raised")
 
 
 async def test_a_watch_history_that_never_holds_the_listed_version_is_a_fault(
-    tmp_path: Path, start_watcher: Any
+    watch_sim: Any,
 ) -> None:
     """A server whose watches refuse every version its lists hand out (410: a list from an
     API server replica whose cache lags behind another's watch window): the watcher lists
@@ -909,7 +882,7 @@ async def test_a_watch_history_that_never_holds_the_listed_version_is_a_fault(
     healthy while no watch ever opened and the node's changes came only with the lists, up to
     `retry_max` late."""
     from forewarn.providers.kubernetes import simulate
-    from forewarn.providers.simulator import SimResponse, SimServer
+    from forewarn.providers.simulator import SimResponse
 
     class ShortHistory(simulate.KubernetesSimulator):
         def _watch(self, request: Any, matches: bool) -> Any:
@@ -922,19 +895,16 @@ async def test_a_watch_history_that_never_holds_the_listed_version_is_a_fault(
                 200, content_type="application/json", headers=headers, stream=iter([line])
             )
 
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     sim = ShortHistory(node=NODE, token=TOKEN, max_watch_seconds=30)
-    with SimServer(sim) as server:
-        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
-        await running.until(lambda: running.watcher.lists >= 4, what="lists again")
-        await running.until(
-            lambda: running.health.errors_by_kind.get("gone", 0) >= 1, what="a gone fault"
-        )
-        # The lists in between are no recovery: `status` keeps the fault.
-        lists = running.watcher.lists
-        await running.until(lambda: running.watcher.lists >= lists + 2, what="more lists")
-        assert running.health.last_error == "gone", running.health
+    running = await watch_sim(sim)
+    await running.until(lambda: running.watcher.lists >= 4, what="lists again")
+    await running.until(
+        lambda: running.health.errors_by_kind.get("gone", 0) >= 1, what="a gone fault"
+    )
+    # The lists in between are no recovery: `status` keeps the fault.
+    lists = running.watcher.lists
+    await running.until(lambda: running.watcher.lists >= lists + 2, what="more lists")
+    assert running.health.last_error == "gone", running.health
 
 
 async def test_a_410_after_a_watch_that_held_is_no_fault(
@@ -958,7 +928,7 @@ async def test_a_410_after_a_watch_that_held_is_no_fault(
 
 
 async def test_an_event_over_the_line_cap_is_passed_by_a_relist(
-    tmp_path: Path, start_watcher: Any, caplog: pytest.LogCaptureFixture
+    watch_sim: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """One version of the Node is over the 4 MiB line cap (an annotation of `<` the API
     server writes as `\\u003c`, six bytes each): a watch from before it meets that line at
@@ -966,7 +936,7 @@ async def test_an_event_over_the_line_cap_is_passed_by_a_relist(
     line, and a cordon made after it raised nothing until the history dropped that version
     (410, minutes later). Past a line it could not read, it lists the node as it is now."""
     from forewarn.providers.kubernetes import simulate
-    from forewarn.providers.simulator import SimResponse, SimServer
+    from forewarn.providers.simulator import SimResponse
 
     class OneHugeVersion(simulate.KubernetesSimulator):
         huge_after: str | None = None  # the version whose next event is over the cap
@@ -983,24 +953,21 @@ async def test_an_event_over_the_line_cap_is_passed_by_a_relist(
                 )
             return super()._watch(request, matches)
 
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     sim = OneHugeVersion(node=NODE, token=TOKEN, max_watch_seconds=30)
-    with SimServer(sim) as server:
-        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
-        await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
-        with sim.lock:
-            sim.huge_after = str(sim.rv)
-            sim.raise_notice("cordon", {})  # after the huge version, in the history
-            sim.raise_notice("timeout", {})  # the watch resumes from before the huge version
-        await running.report("drain", CORDON, timeout=15)
-        assert sim.counts["huge"] >= 1
-        # Said as what it was: the watch's event, its size and that the node is listed again
-        # (it read "AnswerTooLarge: a streamed line longer than 4194304 bytes").
-        said = [r.getMessage() for r in caplog.records if "AnswerTooLarge" in r.getMessage()]
-        assert said, caplog.text
-        assert "AnswerTooLarge: watch: an event line longer than 4 MiB" in said[0], said
-        assert "listing the node again" in said[0], said
+    running = await watch_sim(sim)
+    await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+    with sim.lock:
+        sim.huge_after = str(sim.rv)
+        sim.raise_notice("cordon", {})  # after the huge version, in the history
+        sim.raise_notice("timeout", {})  # the watch resumes from before the huge version
+    await running.report("drain", CORDON, timeout=15)
+    assert sim.counts["huge"] >= 1
+    # Said as what it was: the watch's event, its size and that the node is listed again
+    # (it read "AnswerTooLarge: a streamed line longer than 4194304 bytes").
+    said = [r.getMessage() for r in caplog.records if "AnswerTooLarge" in r.getMessage()]
+    assert said, caplog.text
+    assert "AnswerTooLarge: watch: an event line longer than 4 MiB" in said[0], said
+    assert "listing the node again" in said[0], said
 
 
 async def test_a_node_recreated_while_the_agent_was_down_raises_its_own_notices(
