@@ -1774,6 +1774,36 @@ def _error_of(call: Any) -> BaseException | None:
     return None
 
 
+def _answers_within_15_seconds(call: Any, what: str) -> list[BaseException | None]:
+    """What `call` raised (None: nothing), run in a thread that must be done 15 s on: `what`
+    says the wait that had no bound."""
+    saving, answers = _in_thread(lambda: _error_of(call))
+    saving.join(15)
+    assert not saving.is_alive(), what
+    return answers
+
+
+@contextlib.contextmanager
+def _stuck_upload(tmp_path: Path, step: int) -> Iterator[tuple[Any, CheckpointStore, Any]]:
+    """A background guard saving every 10 steps into a store (its gated backend, the store,
+    the guard) whose upload of `step` is stuck in its write: the periodic saves from step 10
+    to `step` made (those before it durable), the stuck one released as the block ends."""
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(step)
+    try:
+        for at in range(10, step + 1, 10):
+            if at > 10:
+                guard.saver.wait()
+            assert guard.due(at)
+            guard.save_state(at, state(at))
+        assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+        yield backend, store, guard
+    finally:
+        release.set()
+
+
 def test_the_next_periodic_save_stops_waiting_for_an_upload_that_writes_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1786,32 +1816,20 @@ def test_the_next_periodic_save_stops_waiting_for_an_upload_that_writes_nothing(
     from forewarn.clients.checkpoint import background
 
     monkeypatch.setattr(background, "EXIT_STALL_SECONDS", 0.5)
-    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
-    store = CheckpointStore(backend=backend)
     caplog.set_level(logging.WARNING)
-    guard = background_guard(store, every_steps=10)
-    release = backend.hold(20)
-    try:
-        assert guard.due(10)
-        guard.save_state(10, state(10))
-        guard.saver.wait()
-        assert guard.due(20)
-        guard.save_state(20, state(20))
-        assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    with _stuck_upload(tmp_path, 20) as (_, store, guard):
         # Due by the schedule alone while step 20 uploads: skipped (test_s3_stalled_periodic);
         # a save the loop makes all the same waits for step 20, bounded.
         assert not guard.due(30)
-        saving, answers = _in_thread(lambda: _error_of(lambda: guard.save_state(30, state(30))))
-        saving.join(15)
-        assert not saving.is_alive(), "save_state still waits for an upload that writes nothing"
-        (error,) = answers
+        (error,) = _answers_within_15_seconds(
+            lambda: guard.save_state(30, state(30)),
+            "save_state still waits for an upload that writes nothing",
+        )
         assert isinstance(error, BackgroundSaveError) and error.step == 20, error
         assert "wrote nothing" in str(error)
         assert guard.durable_step == 10
         assert guard.due(31)  # the retry asked for
         guard.save_state(31, state(31))
-    finally:
-        release.set()
     guard.close()
     assert store.latest_hint() == 31
     # The save left behind never commits, and its files go: released above, its thread
@@ -1838,9 +1856,9 @@ def test_a_bare_saver_stops_waiting_for_an_upload_that_writes_nothing(
         saver.wait()
         saver.save(2, state(2))
         assert backend.stuck.acquire(timeout=60)
-        saving, answers = _in_thread(lambda: _error_of(lambda: saver.save(3, state(3))))
-        saving.join(15)
-        assert not saving.is_alive(), "save() still waits for an upload that writes nothing"
+        answers = _answers_within_15_seconds(
+            lambda: saver.save(3, state(3)), "save() still waits for an upload that writes nothing"
+        )
         assert answers and isinstance(answers[0], BackgroundSaveError), answers
         assert answers[0].step == 2
     finally:
@@ -1864,29 +1882,17 @@ def test_an_exit_at_the_step_still_uploading_stops_waiting_once_it_writes_nothin
     from forewarn.clients.checkpoint import background
 
     monkeypatch.setattr(background, "EXIT_STALL_SECONDS", 0.5)
-    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
-    store = CheckpointStore(backend=backend)
     caplog.set_level(logging.WARNING)
-    guard = background_guard(store, every_steps=10)
-    release = backend.hold(20)
-    try:
-        assert guard.due(10)
-        guard.save_state(10, state(10))
-        guard.saver.wait()
-        assert guard.due(20)
-        guard.save_state(20, state(20))
-        assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    with _stuck_upload(tmp_path, 20) as (_, store, guard):
         guard.request("signal", exit=True)
-        saving, answers = _in_thread(lambda: _error_of(lambda: guard.save_state(20, state(20))))
-        saving.join(15)
-        assert not saving.is_alive(), "the exit's save still waits for an upload that is stuck"
-        (error,) = answers
+        (error,) = _answers_within_15_seconds(
+            lambda: guard.save_state(20, state(20)),
+            "the exit's save still waits for an upload that is stuck",
+        )
         assert isinstance(error, BackgroundSaveError) and error.step == 20, error
         assert "wrote nothing" in str(error)
         assert guard.exit_code == 1
         assert "the checkpoint of step 20 was NOT saved" in caplog.text
-    finally:
-        release.set()
     guard.close()
     assert store.latest_hint() == 10
     eventually(lambda: 20 not in store.steps(), what="the stuck save to be cleaned up")
@@ -1898,15 +1904,8 @@ def test_a_periodic_save_due_while_one_uploads_is_skipped_once_said_and_a_reques
     """docs/checkpoint.md: a save due by the schedule alone while the one before uploads is
     skipped (said once per save in flight), the first due() after that save ends saves, and
     `guard.request()` (the end of a run) is never skipped: it waits for the upload."""
-    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
-    store = CheckpointStore(backend=backend)
-    guard = background_guard(store, every_steps=10)
-    release = backend.hold(10)
     caplog.set_level(logging.INFO, logger="forewarn.clients")
-    try:
-        assert guard.due(10)
-        guard.save_state(10, state(10))
-        assert backend.stuck.acquire(timeout=60)
+    with _stuck_upload(tmp_path, 10) as (_, store, guard):
         assert not any(guard.due(step) for step in range(20, 25))
         skipped = [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
         assert len(skipped) == 1, skipped
@@ -1919,8 +1918,6 @@ def test_a_periodic_save_due_while_one_uploads_is_skipped_once_said_and_a_reques
         assert guard.due(25)
         saving, answers = _in_thread(lambda: guard.save_state(25, state(25)))
         eventually(lambda: _waits_for_the_save_in_flight(saving), what="save_state to wait")
-    finally:
-        release.set()
     saving.join(30)
     assert answers and answers[0].reasons == ("end", "periodic"), answers
     assert guard.saver.wait() is not None
@@ -1940,15 +1937,8 @@ def test_a_drain_during_an_upload_is_said_once_after_a_skipped_periodic_step(
 
     from forewarn.clients.event import Event
 
-    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
-    store = CheckpointStore(backend=backend)
-    guard = background_guard(store, every_steps=10)
-    release = backend.hold(10)
     caplog.set_level(logging.INFO, logger="forewarn.clients")
-    try:
-        assert guard.due(10)
-        guard.save_state(10, state(10))
-        assert backend.stuck.acquire(timeout=60)
+    with _stuck_upload(tmp_path, 10) as (_, _store, guard):
         assert not guard.due(20)
         now = datetime.now(timezone.utc)
         guard._on_event(
@@ -1964,8 +1954,6 @@ def test_a_drain_during_an_upload_is_said_once_after_a_skipped_periodic_step(
             )
         )
         assert not any(guard.due(step) for step in range(21, 25))
-    finally:
-        release.set()
     waits = [r.getMessage() for r in caplog.records if "save due at step" in r.getMessage()]
     assert len(waits) == 2, waits
     assert "the save due at step 20 is skipped" in waits[0], waits
