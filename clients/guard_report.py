@@ -249,6 +249,24 @@ class ExitReporting(GuardState):
                 resumes,
             )
             return
+        if nearest > 0 and ran < EXIT_SAVE_LATE_SECONDS:
+            # A terminate EXIT_SAVE_LATE_SECONDS or less before its deadline (`forewarn agent
+            # --exit-margin 5s`, a short lead) has its save judged as it begins: one that has
+            # run a few seconds was said to wait on a hung mount, a guess nothing supports.
+            log.warning(
+                "forewarn: the exit's save of step %d (on %s) %s (it has run %.0fs, begun "
+                "%.0fs before the deadline): a lead too short to tell a slow save from a hung "
+                "one; if it needs more than the %.0fs left it is killed at the deadline, the "
+                "job resumes from %s",
+                self._due_step,
+                cause,
+                ended,
+                ran,
+                nearest + ran,
+                nearest,
+                resumes,
+            )
+            return
         log.warning(
             "forewarn: the exit's save of step %d (on %s) %s (it has run %.0fs): it waits on "
             "its storage (a hung mount, a write that does not return) or, with several ranks, "

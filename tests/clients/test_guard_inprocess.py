@@ -571,6 +571,59 @@ def test_an_exit_save_begun_after_its_deadline_is_not_said_to_have_missed_it(
         assert "has not ended by" not in line and "killed at the deadline" not in line, line
 
 
+@pytest.mark.parametrize(
+    ("ran", "hung"),
+    [(0.0, False), (2.0, False), (60.0, True)],
+)
+def test_an_exit_save_begun_in_a_short_lead_is_not_said_to_hang(
+    caplog: pytest.LogCaptureFixture, ran: float, hung: bool
+) -> None:
+    """With `forewarn agent --exit-margin 5s` a drain became a terminate 5-6 s before its
+    deadline and a 3 s save begun then was told it "has not ended 5s before the terminate's
+    deadline (it has run 2s): it waits on its storage (a hung mount ...)": a save that has
+    run a few seconds cannot be told hung from slow. One that has run a minute still is."""
+    from datetime import datetime, timedelta, timezone
+
+    from forewarn.clients.event import Event
+
+    guard = quiet_guard()
+    guard.resumed(4)
+    now = datetime.now(timezone.utc)
+    # Within EXIT_SAVE_LATE_SECONDS, and said as 5 s by a check run up to 0.4 s after this.
+    at = now + timedelta(seconds=4.95)
+    guard._on_event(
+        Event(
+            id="local/manual/short",
+            seq=1,
+            action="terminate",
+            reason="manual",
+            provider="local",
+            deadline=at,
+            noticed_at=now,
+            sent_at=now,
+        )
+    )
+    # The guard's own tick judges the save it sees begin at `due`: only this test's call may.
+    judge = guard._check_exit_save_late
+    guard._check_exit_save_late = lambda since: None  # type: ignore[method-assign]
+    try:
+        assert guard.due(7) and guard.should_exit
+        judge(time.monotonic() - ran)
+    finally:
+        guard.close()
+    (line,) = [r.getMessage() for r in caplog.records if "exit's save of step 7" in r.getMessage()]
+    assert "has not ended 5s before the terminate's deadline" in line, line
+    assert "the job resumes from step 4" in line, line
+    if hung:
+        assert "it waits on its storage (a hung mount" in line, line
+        return
+    assert "hung mount" not in line, line
+    began = f"it has run {ran:.0f}s, begun {5 + ran:.0f}s before the deadline"
+    assert began in line, line
+    assert "too short to tell a slow save from a hung one" in line, line
+    assert "if it needs more than the 5s left it is killed at the deadline" in line, line
+
+
 def _terminate(notice_id: str, **detail: Any) -> Any:
     from datetime import datetime, timedelta, timezone
 
