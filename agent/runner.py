@@ -938,6 +938,7 @@ class Agent:
             log.error("%s reported a notice with a bad id: %s; dropped", report.provider, problem)
             return
         before = self.board.get(report.id)
+        was_escalated = self.board.escalated(report.id)
         notice = self.board.report(report)
         if notice is None:
             return
@@ -952,7 +953,12 @@ class Agent:
             # it was went out again before the watcher's first answer (a job told to go on
             # exited for it). Nothing waits on it as on a new notice or an escalation.
             self._save_now()
-        self._send(notice, escalated=self.board.escalated(notice.id), fresh=before is None)
+        self._send(
+            notice,
+            escalated=self.board.escalated(notice.id),
+            fresh=before is None,
+            back=self._back_words(before, was_escalated, notice),
+        )
         # Raised again after its expiry, with every client's ack in (the last one came in
         # between): its provider is told now, as at the ack that completes a notice.
         for notice_id in self.board.take_flushed():
@@ -961,7 +967,18 @@ class Agent:
         # first heartbeat on, however long its watcher then takes to answer.
         self._save()
 
-    def _send(self, notice: Notice, *, escalated: bool, fresh: bool = False) -> None:
+    def _back_words(self, before: Notice | None, escalated: bool, notice: Notice) -> str | None:
+        """Why `notice` goes out as a drain where `before` (the same id, `escalated` then)
+        went out as terminate, for its text-log line; None when it is no such change."""
+        if before is None or before.action != "terminate" or notice.action != "drain":
+            return None
+        if escalated:
+            return f"its deadline is outside the exit margin, {self.board.exit_margin:g}s"
+        return f"{notice.provider} reports a drain now"
+
+    def _send(
+        self, notice: Notice, *, escalated: bool, fresh: bool = False, back: str | None = None
+    ) -> None:
         if fresh and notice.action != "clear":
             # Its own step: when the watcher (or `notify`) noticed it, before it was published.
             log.info(
@@ -987,6 +1004,9 @@ class Agent:
             if escalated
             else ""
         )
+        if back is not None:
+            # A terminate withdrawn read as any drain: clients told to exit now go on.
+            why = f" (back to drain from terminate: {back})"
         log.info(
             "notice %s %s %s (%s) deadline=%s seq=%d%s",
             notice.action,
@@ -1225,8 +1245,10 @@ class Agent:
         moved = self.board.take_moved()
         for notice in moved:
             # A deadline given as a duration, moved by a step of the wall clock: the same
-            # notice (a drain or a terminate), its deadline where the boot clock puts it.
-            self._send(notice, escalated=False)
+            # notice (a drain or a terminate), its deadline where the boot clock puts it. An
+            # escalated drain's is still one (sent with `escalated=False`, its text-log line
+            # read as a plain terminate).
+            self._send(notice, escalated=self.board.escalated(notice.id))
         for notice in escalated:
             self._send(notice, escalated=True)
         if escalated or moved:
@@ -1401,6 +1423,7 @@ class Agent:
         if problem is not None:
             return ErrorReply(error=f"id: {problem}")
         existing = self.board.get(notice_id)
+        was_escalated = self.board.escalated(notice_id)
         if existing is not None and existing.provider != "local":
             return ErrorReply(error=f"id {notice_id!r} belongs to a {existing.provider} notice")
         if existing is not None and notice_id not in {n.id for n in self.board.manual()}:
@@ -1435,7 +1458,12 @@ class Agent:
                 # On disk first, as for a provider's notice (`_emit`): no watcher corrects a
                 # manual one after a restart, and one restored as it was stayed until its end.
                 self._save_now()
-            self._send(notice, escalated=escalated, fresh=existing is None)
+            self._send(
+                notice,
+                escalated=escalated,
+                fresh=existing is None,
+                back=self._back_words(existing, was_escalated, notice),
+            )
             self._save()
         current = self.board.get(notice_id)
         assert current is not None

@@ -17,7 +17,14 @@ from forewarn.agent.cli import main
 from forewarn.agent.protocol import NotifyRequest
 from forewarn.protocol.timefmt import parse_time, utcnow
 from pydantic import ValidationError
-from support import AgentProcess, agent_env, run_forewarn, running_agent, shifted_wall_clock
+from support import (
+    AgentProcess,
+    agent_env,
+    eventually,
+    run_forewarn,
+    running_agent,
+    shifted_wall_clock,
+)
 
 
 class OlderAgent:
@@ -139,3 +146,39 @@ def test_a_terminate_moved_by_a_step_of_the_agents_clock_is_sent_again(tmp_path:
         assert abs(shift - timedelta(minutes=10)) < timedelta(seconds=1), (terminate, moved)
         [active] = agent.control({"op": "status"})["active"]
         assert active["deadline"] == moved["deadline"]
+
+
+def test_an_escalated_terminate_moved_by_a_step_is_still_said_escalated(tmp_path: Path) -> None:
+    """`forewarn notify drain --deadline 20s` with a 30 s exit margin goes out as terminate,
+    its text-log line ending `(escalated from drain: ...)`; the agent's wall clock stepped back
+    10 minutes sent it again (`take_moved`) with `escalated=False`, a line read as a plain
+    terminate. Sent back as a drain (`notify drain --id` with a later deadline), its line
+    did not say the terminate before it was withdrawn either."""
+    shifted, offset = shifted_wall_clock(tmp_path)
+    env = agent_env(tmp_path, FOREWARN_EXIT_MARGIN="30s", **shifted)
+    with AgentProcess(tmp_path, env=env) as agent, agent.subscriber() as sub:
+        done = run_forewarn("notify", "drain", "--deadline", "20s", env=agent_env(tmp_path))
+        assert done.returncode == 0, done.stderr
+        terminate = sub.notice(10)
+        assert terminate["action"] == "terminate", terminate
+        offset.write_text("-600")
+        moved = sub.notice(10)
+        assert (moved["id"], moved["action"]) == (terminate["id"], "terminate")
+
+        def lines(action: str) -> list[str]:
+            wanted = f" notice {action} {terminate['id']} "
+            return [x for x in agent.output().splitlines() if wanted in x]
+
+        eventually(lambda: len(lines("terminate")) >= 2, what="the moved terminate's line")
+        again = run_forewarn(
+            "notify", "drain", "--id", terminate["id"], "--deadline", "1h", env=agent_env(tmp_path)
+        )
+        assert again.returncode == 0, again.stderr
+        assert sub.notice(10)["action"] == "drain"
+        (drain,) = eventually(lambda: lines("drain"), what="the drain's line")
+    first, second = lines("terminate")
+    for line in (first, second):
+        assert line.endswith("(escalated from drain: its deadline is within the exit margin, 30s)")
+    assert drain.endswith(
+        "(back to drain from terminate: its deadline is outside the exit margin, 30s)"
+    ), drain
