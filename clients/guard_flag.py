@@ -25,6 +25,7 @@ from forewarn.protocol.flagfile import (
     flag_deadline_is_duration,
     flag_mtime_text,
     flag_written,
+    outlives_boot,
     past_when_read,
     read_flag,
     unread_deadline,
@@ -378,7 +379,14 @@ class FlagFileRequests(GuardState):
         it, as the agent judges it: against the mtime, a time written before a step back of
         the clock was "past already when the file was written", and the save had no deadline."""
         mtime, now = flag_written(mtime_ns), utcnow()
-        anchor = written_anchor(mtime, now, boot_seconds(), self._flag_empty_at)
+        flag = self.flag_file
+        anchor = written_anchor(
+            mtime,
+            now,
+            boot_seconds(),
+            self._flag_empty_at,
+            lambda: flag is not None and outlives_boot(flag),
+        )
         if anchor == mtime:
             return anchor
         log.warning(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -191,8 +192,62 @@ def flag_deadline_is_duration(content: str) -> bool:
     return False
 
 
+# Filesystems whose files never outlive a boot: a flag file there was written in this one.
+VOLATILE_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def _unescape_mount_point(text: str) -> str:
+    r"""A mount point as mountinfo writes it, its space, tab, newline and backslash as octal
+    escapes (`\040`), read back."""
+    out, index = [], 0
+    while index < len(text):
+        code = text[index + 1 : index + 4]
+        if text[index] == "\\" and len(code) == 3 and all(c in "01234567" for c in code):
+            out.append(chr(int(code, 8)))
+            index += 4
+        else:
+            out.append(text[index])
+            index += 1
+    return "".join(out)
+
+
+def filesystem_type(path: str, mountinfo: str) -> str | None:
+    """The type of the filesystem `path` (absolute, links resolved) is on, by the mount
+    whose mount point is the longest prefix of it in `mountinfo` (/proc/self/mountinfo's
+    text); None when no line names one. A line that is not mountinfo's is skipped."""
+    best: tuple[int, str] | None = None
+    for line in mountinfo.splitlines():
+        fields, sep, rest = line.partition(" - ")
+        parts = fields.split(" ")
+        if not sep or len(parts) < 5 or not rest.split(" ", 1)[0]:
+            continue
+        point = _unescape_mount_point(parts[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= best[0]):
+            best = (len(point), rest.split(" ", 1)[0])  # the last mount over it wins
+    return None if best is None else best[1]
+
+
+def outlives_boot(path: Path) -> bool:
+    """Whether the flag file `path` can be one an earlier boot of the machine wrote: its
+    filesystem is no tmpfs (a runtime directory under /var, a home directory, a volume).
+    False where the mounts cannot be read (not Linux): as before, a step of the clock."""
+    try:
+        mounts = MOUNTINFO.read_text(errors="replace")
+        where = os.path.realpath(path.parent)
+    except OSError:
+        return False
+    kind = filesystem_type(where, mounts)
+    return kind is not None and kind not in VOLATILE_FILESYSTEMS
+
+
 def written_anchor(
-    written: datetime, now: datetime, booted: float | None, empty_at: float | None
+    written: datetime,
+    now: datetime,
+    booted: float | None,
+    empty_at: float | None,
+    outlives: Callable[[], bool] = lambda: False,
 ) -> datetime:
     """When a flag file written at `written` (its mtime, on the wall clock then) counts as
     written, read first at `now` with the boot clock at `booted`; `empty_at`: the boot clock
@@ -201,7 +256,13 @@ def written_anchor(
     future (the clock stepped back), one before the last look that found no file, or one
     before this machine booted (the clock stepped forward: NTP's first sync after a boot
     script wrote the flag). Then the first read is the honest anchor: a `10m` written 2 h
-    before a step 2 h forward was 1 h 50 min past at once, a terminate and its clear."""
+    before a step 2 h forward was 1 h 50 min past at once, a terminate and its clear.
+    `outlives()`: whether the file's filesystem outlives a boot (`outlives_boot`, asked
+    only then); there a file found at the first look with an mtime before this boot may be
+    an earlier boot's, and its mtime stands: a duration is the writing plus it, judged as a
+    moment (more than 5 min past when read, a flag file left over, it is none), as a kept
+    deadline of an earlier boot is (`flagkept`). Counted from the read, a `10m` left two
+    days before a reboot was a terminate 10 min after the agent started."""
     slack = timedelta(seconds=FLAG_CLOCK_SLACK)
     if written > now + slack:
         return now
@@ -209,7 +270,9 @@ def written_anchor(
         # How long ago, at most, the file can have been written, by the boot clock.
         since = booted - empty_at if empty_at is not None else booted
         if now - written > timedelta(seconds=max(0.0, since)) + slack:
-            return now
+            # An mtime no date holds is no earlier boot's writing.
+            earlier_boot = empty_at is None and written > EARLIEST_WRITTEN and outlives()
+            return written if earlier_boot else now
     return written
 
 
@@ -221,12 +284,15 @@ __all__ = [
     "PAST_AT_READING_SECONDS",
     "PAST_AT_WRITING_SECONDS",
     "SHOWN_CHARS",
+    "VOLATILE_FILESYSTEMS",
     "FlagError",
+    "filesystem_type",
     "flag_deadline",
     "flag_deadline_is_duration",
     "flag_mtime_text",
     "flag_written",
     "line_deadline",
+    "outlives_boot",
     "past_when_read",
     "read_flag",
     "unread_deadline",

@@ -35,6 +35,7 @@ from forewarn.protocol.flagfile import (
     flag_mtime_text,
     flag_written,
     line_deadline,
+    outlives_boot,
     read_flag,
     unread_deadline,
     written_anchor,
@@ -230,7 +231,9 @@ class LocalWatcher:
     def _written(self, mtime_ns: int) -> datetime:
         """When the file found with `mtime_ns` counts as written (`written_anchor`)."""
         mtime, now = flag_written(mtime_ns), utcnow()
-        anchor = written_anchor(mtime, now, since_boot(), self._empty_at)
+        anchor = written_anchor(
+            mtime, now, since_boot(), self._empty_at, lambda: outlives_boot(self.flag_file)
+        )
         if anchor != mtime:
             log.warning(
                 "flag file %s: its mtime %s is not when it was written by this clock (read "

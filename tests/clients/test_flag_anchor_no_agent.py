@@ -51,12 +51,21 @@ def test_a_flag_duration_counts_from_the_read_where_the_mtime_shows_a_step(
         guard.close()
 
 
-def test_a_flag_duration_written_before_this_boot_counts_from_the_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize("outlives", [False, True], ids=["tmpfs", "persistent"])
+def test_a_flag_duration_written_before_this_boot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outlives: bool
+) -> None:
     """A `5m` flag left over from before a reboot (a runtime directory that outlived it) was
-    past at once: the new job saved and exited at its first step. It counts from the read."""
+    past at once: the new job saved and exited at its first step. Then it counted from the
+    read, a fresh 5 min: the job saved and exited 4.5 min later for a reclaim long gone,
+    where a time written so was "a flag file left over", saved for once. On a filesystem
+    that outlives a boot it is the writing plus 5 min, judged as that time: no deadline, one
+    save, training goes on. On a tmpfs the file is this boot's, its mtime before the boot a
+    step of the clock (NTP's first sync): it counts from the read."""
     up = proctime.boot_seconds()
     if up is None:
         pytest.skip("no boot clock here")
+    monkeypatch.setattr(guard_flag, "outlives_boot", lambda path: outlives)
     flag = tmp_path / "checkpoint-now"
     flag.write_text("5m\n")
     before_boot = time.time() - up - 3600
@@ -64,8 +73,11 @@ def test_a_flag_duration_written_before_this_boot_counts_from_the_read(tmp_path:
     guard = job(flag, margin=30.0)
     try:
         save_for_flag(guard)
-        assert guard._flag_deadline is not None
-        assert abs((guard._flag_deadline - utcnow()).total_seconds() - 300) < 30
+        if outlives:
+            assert guard._flag_deadline is None
+        else:
+            assert guard._flag_deadline is not None
+            assert abs((guard._flag_deadline - utcnow()).total_seconds() - 300) < 30
         assert not guard.should_exit
     finally:
         guard.close()
@@ -80,12 +92,14 @@ def test_a_flag_duration_written_before_this_boot_counts_from_the_read(tmp_path:
     written_off=st.floats(-1e6, 1e6, allow_nan=False),
     empty_for=st.one_of(st.none(), st.floats(0, 1e5)),
     minutes=st.integers(1, 120),
+    outlives=st.booleans(),
 )
 def test_the_guards_duration_deadline_is_the_agents(
     monkeypatch: pytest.MonkeyPatch,
     written_off: float,
     empty_for: float | None,
     minutes: int,
+    outlives: bool,
 ) -> None:
     """Whatever the mtime and the guard's last look without a file, the guard counts a
     duration from the anchor the agent's watcher takes (`written_anchor`): never from before
@@ -94,6 +108,7 @@ def test_the_guards_duration_deadline_is_the_agents(
     up = 5e5
     monkeypatch.setattr(guard_flag, "utcnow", lambda: now)
     monkeypatch.setattr(guard_flag, "boot_seconds", lambda: up)
+    monkeypatch.setattr(guard_flag, "outlives_boot", lambda path: outlives)
     guard = guard_flag.FlagFileRequests.__new__(guard_flag.FlagFileRequests)
     guard.flag_file = Path("/nonexistent/checkpoint-now")
     guard._flag_empty_at = None if empty_for is None else up - empty_for
@@ -102,9 +117,15 @@ def test_the_guards_duration_deadline_is_the_agents(
     read_written = datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
     duration = timedelta(minutes=minutes)
     deadline = guard._anchor(mtime_ns) + duration
-    assert deadline == written_anchor(read_written, now, up, guard._flag_empty_at) + duration
+    anchor = written_anchor(read_written, now, up, guard._flag_empty_at, lambda: outlives)
+    assert deadline == anchor + duration
     since = empty_for if empty_for is not None else up
     slack = timedelta(seconds=FLAG_CLOCK_SLACK)
+    if empty_for is None and outlives:
+        # Found at the first look on a filesystem that outlives a boot: the mtime may be an
+        # earlier boot's, however long before this one.
+        assert deadline - duration in (read_written, now)
+        return
     assert now - timedelta(seconds=since) - slack - timedelta(milliseconds=1) <= deadline - duration
     assert deadline - duration <= now + slack
 

@@ -147,3 +147,51 @@ def test_a_flag_written_before_a_step_and_read_after_counts_from_the_read(
     assert raised.deadline == clocks.wall + timedelta(minutes=10)
     assert raised.detail["notice_time"] == format_time(clocks.wall)
     assert raised.deadline_is_duration
+
+
+@pytest.mark.parametrize("volatile", [False, True], ids=["persistent", "tmpfs"])
+def test_a_flag_left_from_an_earlier_boot_counts_its_duration_from_its_mtime(
+    tmp_path: Path, clocks: Clocks, monkeypatch: pytest.MonkeyPatch, volatile: bool
+) -> None:
+    """`echo 10m > checkpoint-now` two days ago, then a reboot, on a runtime directory that
+    is no tmpfs: its mtime, before this boot, was taken for a step of the clock and the
+    `10m` counted from the first read, a fresh deadline 10 min away (measured with a real
+    agent: `deadline=...10:33:30Z` read at 10:23:30), a terminate to every job on the node.
+    A moment written so was "more than 300 s past when read: a flag file left over?", a drain
+    without a deadline. On a filesystem that outlives a reboot the mtime may be an earlier
+    boot's: the duration counts from it, one rule with a moment and with the kept deadline
+    (`protocol.flagkept`); on a tmpfs, the file is this boot's and the clock was stepped."""
+    monkeypatch.setattr(watch, "outlives_boot", lambda path: not volatile)
+    flag = tmp_path / "checkpoint-now"
+    flag.write_text("10m\n")
+    written = T0 - timedelta(days=2)
+    mtime_ns = int(written.timestamp()) * 10**9
+    os.utime(flag, ns=(mtime_ns, mtime_ns))
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("local"))
+    watcher = watch.LocalWatcher(flag, 0.25, context)
+    emitted: list[Report] = []
+    asyncio.run(watcher.poll(emitted.append))
+    (raised,) = emitted
+    if volatile:
+        assert raised.deadline == T0 + timedelta(minutes=10)
+    else:
+        assert raised.deadline is None, raised
+
+
+def test_a_flag_written_in_an_earlier_boot_keeps_a_deadline_still_ahead(
+    tmp_path: Path, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`echo 2h > checkpoint-now` 30 min before this boot (1000 s ago), on a persistent
+    runtime directory: the writing plus 2 h, not 2 h from the read."""
+    monkeypatch.setattr(watch, "outlives_boot", lambda path: True)
+    flag = tmp_path / "checkpoint-now"
+    flag.write_text("2h\n")
+    written = T0 - timedelta(seconds=1000 + 1800)
+    mtime_ns = int(written.timestamp()) * 10**9
+    os.utime(flag, ns=(mtime_ns, mtime_ns))
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("local"))
+    watcher = watch.LocalWatcher(flag, 0.25, context)
+    emitted: list[Report] = []
+    asyncio.run(watcher.poll(emitted.append))
+    (raised,) = emitted
+    assert raised.deadline == written + timedelta(hours=2)
