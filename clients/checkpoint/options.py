@@ -31,6 +31,9 @@ class S3Options:
     part_size: int | None = None
     concurrency: int | None = None
     upload_checksums: bool | None = None
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    attempts: int | None = None
 
     def given(self) -> dict[str, Any]:
         """The options that were set, by name."""

@@ -46,19 +46,22 @@ def backoff_seconds(attempts: int) -> float:
     return sum(min(2.0 ** (attempt - 1), _MAX_BACKOFF) for attempt in range(1, attempts))
 
 
-def request_limits(seconds: float) -> RequestLimits:
+DEFAULTS = RequestLimits(DEFAULT_CONNECT, DEFAULT_READ, DEFAULT_ATTEMPTS)
+
+
+def request_limits(seconds: float, base: RequestLimits = DEFAULTS) -> RequestLimits:
     """Limits under which one request that is never answered fails within `seconds` (at
-    least MIN_SECONDS): botocore's defaults when they fit, else as many attempts (up to 3)
-    as each get PREFERRED_READ, sharing the time."""
+    least MIN_SECONDS): `base` (the store's S3 options; botocore's defaults) when they fit,
+    else as many attempts (up to 3, and up to base's) as each get PREFERRED_READ, sharing
+    the time, each no longer than base's."""
     seconds = max(seconds, MIN_SECONDS)
-    defaults = RequestLimits(DEFAULT_CONNECT, DEFAULT_READ, DEFAULT_ATTEMPTS)
-    if defaults.worst_seconds <= seconds:
-        return defaults
+    if base.worst_seconds <= seconds:
+        return base
     attempts = 1
     for tried in (3, 2):
-        if (seconds - backoff_seconds(tried)) / tried >= PREFERRED_READ:
+        if tried <= base.attempts and (seconds - backoff_seconds(tried)) / tried >= PREFERRED_READ:
             attempts = tried
             break
-    read = min(DEFAULT_READ, (seconds - backoff_seconds(attempts)) / attempts)
+    read = min(base.read_timeout, (seconds - backoff_seconds(attempts)) / attempts)
     # A dead endpoint costs the connect timeout per attempt instead: never more than a read.
-    return RequestLimits(min(DEFAULT_CONNECT, read), read, attempts)
+    return RequestLimits(min(base.connect_timeout, read), read, attempts)

@@ -13,6 +13,7 @@ import copy
 import hashlib
 import io
 import logging
+import math
 import os
 import queue
 import threading
@@ -483,8 +484,14 @@ class _ClientWithin:
     fit the time left when each starts."""
 
     def __init__(
-        self, make: Callable[[RequestLimits], Any], deadline: float, *, single_attempt: bool
+        self,
+        make: Callable[[RequestLimits], Any],
+        deadline: float,
+        *,
+        single_attempt: bool,
+        base: RequestLimits,
     ) -> None:
+        self._base = base
         self._make = make
         self._deadline = deadline
         self._single_attempt = single_attempt
@@ -494,7 +501,7 @@ class _ClientWithin:
     def limits(self) -> RequestLimits:
         """The limits a request starting now gets."""
         left = (self._deadline - time.monotonic()) * _WITHIN_SHARE
-        limits = request_limits(left)
+        limits = request_limits(left, self._base)
         if self._single_attempt:
             whole = max(left, limits.worst_seconds)
             return RequestLimits(min(limits.connect_timeout, whole), whole, 1)
@@ -555,8 +562,17 @@ class S3Backend(Backend):
         upload_checksums: bool | None = None,
         part_size: int = DEFAULT_PART,
         concurrency: int = DEFAULT_CONCURRENCY,
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
+        attempts: int | None = None,
     ) -> None:
         self.bucket, self.prefix = parse_s3_url(url)
+        self.limits = RequestLimits(
+            _seconds_option("connect_timeout", connect_timeout, CONNECT_TIMEOUT),
+            _seconds_option("read_timeout", read_timeout, READ_TIMEOUT),
+            _attempts_option(attempts),
+        )
+        self._watch: RequestWatch | None = None
         # As the keys are: `s3://b/run/` and `s3://b//run` are `s3://b/run`, and a copy out
         # recorded under one spelling is in place for another (`get_dir`), not copied again.
         self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
@@ -584,6 +600,7 @@ class S3Backend(Backend):
             "profile": profile,
             "addressing_style": addressing_style,
             "upload_checksums": self.upload_checksums,
+            "limits": self.limits,
         }
         self._client: Any = None
         self._completer: Any = None
@@ -614,12 +631,14 @@ class S3Backend(Backend):
         bounded._client = bounded._completer = None
         deadline = time.monotonic() + seconds
 
+        options = {name: value for name, value in self._options.items() if name != "limits"}
+
         def make(limits: RequestLimits) -> Any:
-            return make_client(concurrency=self.concurrency, limits=limits, **self._options)
+            return make_client(concurrency=self.concurrency, limits=limits, **options)
 
         bounded._timed = (
-            _ClientWithin(make, deadline, single_attempt=False),
-            _ClientWithin(make, deadline, single_attempt=True),
+            _ClientWithin(make, deadline, single_attempt=False, base=self.limits),
+            _ClientWithin(make, deadline, single_attempt=True, base=self.limits),
         )
         return bounded
 
@@ -630,8 +649,22 @@ class S3Backend(Backend):
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = make_client(concurrency=self.concurrency, **self._options)
+                    client = make_client(concurrency=self.concurrency, **self._options)
+                    if self._watch is not None:
+                        self._watch.install(client)
+                    self._client = client
         return self._client
+
+    def watch_requests(self, say: Callable[[str], None]) -> RequestWatch:
+        """Have `say` told of each request left unanswered for a few seconds (the
+        commands' wait line); `close()` the watch returned when done."""
+        watch = RequestWatch(self.limits, say)
+        with self._lock:
+            self._watch = watch
+            for client in (self._client, self._completer):
+                if client is not None:
+                    watch.install(client)
+        return watch
 
     @property
     def completer(self) -> Any:
@@ -641,11 +674,14 @@ class S3Backend(Backend):
         if self._completer is None:
             with self._lock:
                 if self._completer is None:
-                    self._completer = make_client(
+                    completer = make_client(
                         concurrency=self.concurrency,
-                        read_timeout=COMPLETE_READ_TIMEOUT,
+                        read_timeout=max(COMPLETE_READ_TIMEOUT, self.limits.read_timeout),
                         **self._options,
                     )
+                    if self._watch is not None:
+                        self._watch.install(completer)
+                    self._completer = completer
         return self._completer
 
     def _key(self, key: str) -> str:
@@ -1094,8 +1130,9 @@ def make_client(
 ) -> Any:
     """A boto3 S3 client. Arguments win; otherwise boto3 reads AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION/AWS_DEFAULT_REGION and
-    AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL itself. `limits`: the timeouts and attempts of a
-    save that must end in time, in place of the defaults (and of `read_timeout`)."""
+    AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL itself. `limits`: the timeouts and attempts of each
+    request (the store's S3 options, or those of a save that must end in time; default
+    CONNECT_TIMEOUT, READ_TIMEOUT, RETRIES + 1); `read_timeout` in place of its read timeout."""
     try:
         import boto3
         from botocore.config import Config
@@ -1131,14 +1168,13 @@ def make_client(
             "request_checksum_calculation": "when_required",
             "response_checksum_validation": "when_required",
         }
-    retries: dict[str, Any] = {"max_attempts": RETRIES, "mode": "standard"}
+    if limits is None:
+        limits = RequestLimits(CONNECT_TIMEOUT, READ_TIMEOUT, RETRIES + 1)
+    retries = {"total_max_attempts": limits.attempts, "mode": "standard"}
     timeouts = {
-        "connect_timeout": CONNECT_TIMEOUT,
-        "read_timeout": read_timeout if read_timeout is not None else READ_TIMEOUT,
+        "connect_timeout": limits.connect_timeout,
+        "read_timeout": read_timeout if read_timeout is not None else limits.read_timeout,
     }
-    if limits is not None:
-        retries = {"total_max_attempts": limits.attempts, "mode": "standard"}
-        timeouts = {"connect_timeout": limits.connect_timeout, "read_timeout": limits.read_timeout}
     config = Config(
         max_pool_connections=concurrency + 4,
         retries=retries,
@@ -1192,3 +1228,122 @@ def _no_expect_continue(client: Any) -> None:
     add_expect_header = getattr(handlers, "add_expect_header", None)
     if add_expect_header is not None:
         client.meta.events.unregister("before-call.s3", add_expect_header)
+
+
+def _seconds_option(name: str, value: float | None, default: float) -> float:
+    """An S3 option in seconds: more than 0 and finite (None: `default`)."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StoreConfigError(f"{name} is a number of seconds, not {value!r}")
+    if not 0 < value < math.inf:
+        raise StoreConfigError(f"{name} must be more than 0 seconds and finite, not {value!r}")
+    return float(value)
+
+
+def _attempts_option(value: int | None) -> int:
+    """The `attempts` S3 option: a whole number, at least 1 (None: RETRIES + 1)."""
+    if value is None:
+        return RETRIES + 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StoreConfigError(f"attempts must be a whole number, 1 or more, not {value!r}")
+    return value
+
+
+# How long a request goes unanswered before a `RequestWatch` says what it waits for.
+WAIT_NOTICE_SECONDS = 5.0
+
+
+class RequestWatch:
+    """Says (through `say`) which request a client has waited on for `after` seconds with no
+    answer: where, which attempt of how many, and the read timeout that will end it. For the
+    commands (`forewarn checkpoint ...`), which were silent for minutes on a hung service."""
+
+    def __init__(
+        self,
+        limits: RequestLimits,
+        say: Callable[[str], None],
+        *,
+        after: float = WAIT_NOTICE_SECONDS,
+    ) -> None:
+        self._limits = limits
+        self._say = say
+        self._after = after
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        # By thread: (started, method, url, attempt), until the attempt ends.
+        self._waiting: dict[int, tuple[float, str, str, int]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def install(self, client: Any) -> None:
+        events = client.meta.events
+        events.register("before-call.s3", self._call)
+        events.register("before-send.s3", self._send)
+        events.register("needs-retry.s3", self._ended)
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="forewarn-s3-wait", daemon=True
+                )
+                self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _call(self, **_: Any) -> None:
+        self._local.attempt = 0
+
+    def _send(self, request: Any, **_: Any) -> None:
+        attempt = getattr(self._local, "attempt", 0) + 1
+        self._local.attempt = attempt
+        with self._lock:
+            self._waiting[threading.get_ident()] = (
+                time.monotonic(),
+                str(request.method),
+                str(request.url).split("?")[0],
+                attempt,
+            )
+
+    def _ended(self, **_: Any) -> None:
+        with self._lock:
+            self._waiting.pop(threading.get_ident(), None)
+
+    def _run(self) -> None:
+        said: set[tuple[int, float]] = set()
+        while not self._stop.wait(0.25):
+            now = time.monotonic()
+            with self._lock:
+                waiting = list(self._waiting.items())
+            for ident, (started, method, url, attempt) in waiting:
+                if now - started < self._after or (ident, started) in said:
+                    continue
+                said.add((ident, started))
+                self._say(
+                    f"waiting for an answer from {url} ({method}): none for "
+                    f"{now - started:.0f} s (attempt {attempt} of {self._limits.attempts}, "
+                    f"read timeout {self._limits.read_timeout:g} s each)"
+                )
+
+
+def timeout_words(error: BaseException, limits: RequestLimits) -> str | None:
+    """The limit that ended a request `error` (or its cause) reports, in words: botocore's
+    timeout errors name the URL only."""
+    try:
+        from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+    except ImportError:  # pragma: no cover - no S3 store without botocore
+        return None
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ReadTimeoutError):
+            return (
+                f"no answer within the read timeout of {limits.read_timeout:g} s, "
+                f"{limits.attempts} attempts"
+            )
+        if isinstance(seen, ConnectTimeoutError):
+            return (
+                f"no connection within the connect timeout of {limits.connect_timeout:g} s, "
+                f"{limits.attempts} attempts"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint import CheckpointStore, S3Options
 from forewarn.clients.checkpoint.requestlimits import (
     DEFAULT_ATTEMPTS,
     DEFAULT_READ,
     MIN_SECONDS,
     PREFERRED_READ,
+    RequestLimits,
     request_limits,
 )
 from forewarn.clients.checkpoint.testing import DelegatingBackend
@@ -57,6 +58,40 @@ def test_a_bounded_save_s3_client_fits_the_time_left_and_the_store_keeps_its_own
     assert 0.8 * (20 - spent) <= completer.read_timeout <= 0.8 * 20, spent
     own = store.backend.client.meta.config  # type: ignore[attr-defined]
     assert (own.read_timeout, own.retries["total_max_attempts"]) == (60.0, 6)
+
+
+@given(
+    st.floats(min_value=-10, max_value=1e4),
+    st.floats(min_value=0.01, max_value=100),
+    st.floats(min_value=0.01, max_value=300),
+    st.integers(min_value=1, max_value=10),
+)
+def test_a_bounded_request_never_gets_more_than_the_stores_own_limits(
+    seconds: float, connect: float, read: float, attempts: int
+) -> None:
+    base = RequestLimits(connect, read, attempts)
+    limits = request_limits(seconds, base)
+    assert limits.read_timeout <= read and limits.attempts <= attempts
+    assert limits.connect_timeout <= connect
+    assert limits.worst_seconds <= max(seconds, MIN_SECONDS, base.worst_seconds) + 1e-9
+    if base.worst_seconds <= max(seconds, MIN_SECONDS):
+        assert limits == base
+
+
+def test_a_bounded_save_keeps_the_stores_shorter_s3_options(bucket: str) -> None:
+    """A store given `read_timeout=`/`attempts=` keeps them in an exit's bounded save (its
+    time long enough for botocore's defaults): before, the save went back to 60 s, 6 tries."""
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(read_timeout=7.0, attempts=2, connect_timeout=1.0)
+    )
+    config = store.backend.within(3600.0).client.meta.config  # type: ignore[attr-defined]
+    assert (config.read_timeout, config.retries["total_max_attempts"]) == (7.0, 2)
+    assert config.connect_timeout == 1.0
+    own = store.backend.client.meta.config  # type: ignore[attr-defined]
+    assert (own.read_timeout, own.retries["total_max_attempts"]) == (7.0, 2)
+    completer = store.backend.completer.meta.config  # type: ignore[attr-defined]
+    assert completer.read_timeout == 900.0  # a commit may take minutes to answer
+    store.close()
 
 
 def test_a_bounded_save_past_its_time_still_gives_a_live_service_seconds(
