@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -34,6 +35,8 @@ from forewarn.clients.checkpoint import (
 from forewarn.clients.checkpoint.generation import Generation, Verification, read_generation
 from forewarn.clients.checkpoint.local import LocalBackend
 from forewarn.clients.checkpoint.manifest import COMMIT, generation_name, parse_generation_name
+from forewarn.clients.checkpoint.requestlimits import RequestLimits
+from forewarn.clients.checkpoint.s3 import S3Backend, timeout_words
 from forewarn.clients.checkpoint.store import PASSED_OVER
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_duration, parse_time
@@ -101,6 +104,31 @@ def _wait(text: str) -> float:
     return seconds
 
 
+# The commands' own request limits on S3 (the store's: 60 s, 6 attempts, over six minutes for
+# a request never answered): a person waits at a prompt, and a read timeout is a time with no
+# byte moving, so a slow download or listing is never cut short by it.
+CLI_READ_TIMEOUT = 20.0
+CLI_ATTEMPTS = 3
+
+
+def _limit_seconds(text: str) -> float:
+    """A timeout flag's value: a duration (`20`, `20s`, `1m`), more than 0."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"a timeout is more than 0 seconds (got {text!r})")
+    return seconds
+
+
+_attempts = whole_number(
+    minimum=1,
+    not_whole="{text!r} is not a whole number",
+    below="at least {minimum} attempt (got {value})",
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "List, inspect, verify, copy out and prune the generations of a checkpoint store "
@@ -120,6 +148,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             type=word_as_written,
             choices=("auto", "path", "virtual"),
             help="S3 addressing style",
+        )
+        s3.add_argument(
+            "--connect-timeout",
+            type=_limit_seconds,
+            metavar="DURATION",
+            help="how long a connection may take to open (default: 3s)",
+        )
+        s3.add_argument(
+            "--read-timeout",
+            type=_limit_seconds,
+            metavar="DURATION",
+            help="how long a request may wait with no byte coming back, per attempt "
+            f"(default: {CLI_READ_TIMEOUT:g}s)",
+        )
+        s3.add_argument(
+            "--attempts",
+            type=_attempts,
+            metavar="N",
+            help=f"tries of each request, the first included (default: {CLI_ATTEMPTS})",
         )
         return sub
 
@@ -196,11 +243,18 @@ def run(args: argparse.Namespace) -> int:
     # here `ls` shows them `partial`, and on bad input it made the one line two.
     store_log = logging.getLogger("forewarn.checkpoint")
     store_log.addFilter(_without_passed_over)
+    limits: list[RequestLimits] = []
     try:
         store = _open(args)
+        watch = None
+        if isinstance(store.backend, S3Backend):
+            limits.append(store.backend.limits)
+            watch = store.backend.watch_requests(_say_waiting)
         try:
             result: int = action(args, store)
         finally:
+            if watch is not None:
+                watch.close()
             store.close()
         return result
     except (_Usage, StoreConfigError, GenerationNotFoundError) as error:
@@ -214,16 +268,34 @@ def run(args: argparse.Namespace) -> int:
         # own quiet exit, not 'cannot read <store>: Broken pipe'.
         raise
     except (CheckpointError, OSError) as error:
-        print(f"forewarn: checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
+        print(
+            f"forewarn: checkpoint: cannot read {args.url}: {_why(error, limits)}", file=sys.stderr
+        )
         return EXIT_UNREADABLE
     except Exception as error:
         # botocore's errors (no such bucket, access denied, endpoint unreachable).
         if type(error).__module__.startswith(("botocore", "boto3")):
-            print(f"forewarn: checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
+            print(
+                f"forewarn: checkpoint: cannot read {args.url}: {_why(error, limits)}",
+                file=sys.stderr,
+            )
             return EXIT_UNREADABLE
         raise
     finally:
         store_log.removeFilter(_without_passed_over)
+
+
+def _say_waiting(line: str) -> None:
+    print(f"forewarn: checkpoint: {line}", file=sys.stderr, flush=True)
+
+
+def _why(error: BaseException, limits: list[RequestLimits]) -> str:
+    """The error, and for a timeout the limit that ended it (botocore names only the URL:
+    "Read timeout on endpoint URL: ...", after minutes of silence) and the flags to change."""
+    words = timeout_words(error, limits[0]) if limits else None
+    if words is None:
+        return str(error)
+    return f"{error} ({words}: --connect-timeout, --read-timeout, --attempts)"
 
 
 def _without_passed_over(record: logging.LogRecord) -> bool:
@@ -236,6 +308,9 @@ _S3_FLAGS = {
     "region": "--region",
     "profile": "--profile",
     "addressing_style": "--addressing-style",
+    "connect_timeout": "--connect-timeout",
+    "read_timeout": "--read-timeout",
+    "attempts": "--attempts",
 }
 
 
@@ -245,6 +320,9 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         region=args.region,
         profile=args.profile,
         addressing_style=args.addressing_style,
+        connect_timeout=args.connect_timeout,
+        read_timeout=args.read_timeout,
+        attempts=args.attempts,
     )
     url = os.fspath(args.url)
     if options.given() and not url.lower().startswith("s3:"):
@@ -253,6 +331,12 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         # asks whether `s3://x` was meant.)
         flags = ", ".join(_S3_FLAGS[name] for name in sorted(options.given()))
         raise _Usage(f"{flags}: for s3:// stores only, not {url!r}")
+    if url.lower().startswith("s3:"):
+        options = dataclasses.replace(
+            options,
+            read_timeout=CLI_READ_TIMEOUT if args.read_timeout is None else args.read_timeout,
+            attempts=CLI_ATTEMPTS if args.attempts is None else args.attempts,
+        )
     keep = getattr(args, "keep", None)
     verify: Literal["sizes", "checksums"] = (
         "checksums" if args.action == "prune" and args.checksums else "sizes"
