@@ -769,8 +769,10 @@ def _copy_out(
     except ValueError as error:
         raise _Usage(str(error)) from None  # a destination that is the store, or holds it
     except OSError as error:
-        if _in_store(store, error):
-            raise  # the store's own file: "cannot read", exit 3
+        if _in_store(store, error) or type(error).__module__.startswith("botocore"):
+            # The store's own file, or S3's request timing out (botocore's timeouts are
+            # OSErrors): "cannot read", exit 3.
+            raise
         if isinstance(error, FileExistsError) and error.errno == errno.ENOTEMPTY:
             # Copied beside another step's files, a loader read a mix of the two checkpoints
             # (a stale model.safetensors beside a sharded layout): get_dir refused, at once.

@@ -70,6 +70,8 @@ RETRY_FILL_SECONDS = 2.0
 # shorter read timeout makes botocore retry a commit still in progress, and the retries fail
 # (moto answers 500: the parts were already taken), so a large upload never completes.
 COMPLETE_READ_TIMEOUT = 900.0
+# boto3's TransferConfig default: how many times a download tries a file's GET.
+_DOWNLOAD_ATTEMPTS = 5
 # How often a file's writer waiting for a part looks whether the file was given up.
 _STOP_TICK = 0.1
 
@@ -908,8 +910,13 @@ class S3Backend(Backend):
         # hashed once it is complete (from the page cache), before the caller renames it.
         from boto3.s3.transfer import TransferConfig
 
+        # boto3 tries a file's GET again over a stall or a reset mid-file (5 times), each
+        # with botocore's attempts: a service that answered all but that GET held `get` for
+        # 5 * attempts * read timeout. The store's `attempts` caps its tries too.
         config = TransferConfig(
-            multipart_chunksize=self.part_size, max_concurrency=self.concurrency
+            multipart_chunksize=self.part_size,
+            max_concurrency=self.concurrency,
+            num_download_attempts=min(self.limits.attempts, _DOWNLOAD_ATTEMPTS),
         )
         done = 0
         lock = threading.Lock()
@@ -921,9 +928,16 @@ class S3Backend(Backend):
                 if progress is not None:
                     progress(done)
 
-        self.client.download_file(
-            self.bucket, self._key(key), str(destination), Config=config, Callback=arrived
-        )
+        from boto3.exceptions import RetriesExceededError
+
+        try:
+            self.client.download_file(
+                self.bucket, self._key(key), str(destination), Config=config, Callback=arrived
+            )
+        except RetriesExceededError as exc:
+            # Its message is "Max Retries Exceeded", naming neither the file nor the cause.
+            raise exc.last_exception from exc
+
         with open(destination, "rb") as handle:
             return digest_stream(handle, like)[1]
 

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore, S3Options, StoreConfigError
@@ -30,9 +31,13 @@ class HungProxy(S3Proxy):
         self.hang = threading.Event()
         self.released = threading.Event()
         self.held = 0
+        self.only: tuple[str, str] | None = None  # (method, a word of the path): hang those
 
     def answer(self, request: Request) -> Reply | None:
-        if self.hang.is_set():
+        hangs = self.only is None or (
+            request.command == self.only[0] and self.only[1] in request.path
+        )
+        if self.hang.is_set() and hangs:
             self.held += 1
             self.released.wait()
             return Reply(503, [], b"")
@@ -76,6 +81,33 @@ def test_ls_against_a_hung_service_ends_at_its_limits_naming_them(
     assert f"{bucket}/run/" in err, err
     assert "read timeout of 1 s" in err, err
     assert "2 attempts" in err, err
+
+
+def test_get_of_a_file_the_service_never_sends_ends_at_the_attempts_given(
+    hung: HungProxy, bucket: str, tmp_path: Path
+) -> None:
+    """boto3's download tried a file's GET 5 times, each with botocore's attempts, and then
+    said only "Max Retries Exceeded": `get` against a service that answered everything but
+    that GET took 5 * attempts * read timeouts, and named neither the file nor the limit."""
+    hung.only = ("GET", "model.bin")
+    hung.held = 0
+    env = loopback_s3_env(hung.url)
+    process = command(
+        "get",
+        f"s3://{bucket}/run",
+        str(tmp_path / "out"),
+        "--read-timeout",
+        "1",
+        "--attempts",
+        "2",
+        env=env,
+    )
+    _out, err = process.communicate(timeout=120)
+    assert process.returncode == 3, err
+    assert "model.bin" in err and "read timeout of 1 s, 2 attempts" in err, err
+    # botocore's 2 attempts within each of boto3's download tries, which --attempts caps too
+    # (before: 5 tries, 10 requests, and the error "Max Retries Exceeded" naming nothing).
+    assert hung.held == 2 * 2, hung.held
 
 
 def test_a_command_waiting_on_a_hung_service_says_so(hung: HungProxy, bucket: str) -> None:
