@@ -136,7 +136,6 @@ def test_an_escalated_scheduled_event_moved_a_day_out_is_a_drain_again(
 
 def test_a_manual_drain_escalated_and_moved_out_is_a_drain_again(tmp_path: Path) -> None:
     with AgentProcess(tmp_path, args=("--exit-margin", "60s")) as agent, agent.subscriber() as sub:
-        time.sleep(0.2)
         request = {"op": "notify", "action": "drain", "id": "local/move", "deadline": later(30)}
         assert agent.control(request)["notice"]["action"] == "terminate"
         next_notice(sub, action="terminate")
@@ -272,7 +271,6 @@ def test_a_notice_past_deadline_and_grace_is_retired_with_a_clear(tmp_path: Path
     args = ("--exit-margin", "1s", "--set", "notice_grace=1")
     env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
     with AgentProcess(tmp_path, args=args, env=env) as agent, agent.subscriber() as sub:
-        time.sleep(0.2)
         raised = agent.control({"op": "notify", "action": "terminate", "deadline": later(1)})
         notice_id = raised["notice"]["id"]
         cleared = next_notice(sub, timeout=6, action="clear", id=notice_id)
@@ -386,7 +384,6 @@ def test_a_manual_notice_without_deadline_ends_after_its_lifetime(tmp_path: Path
         AgentProcess(tmp_path, args=("--set", "manual_lifetime=1")) as agent,
         agent.subscriber() as sub,
     ):
-        time.sleep(0.2)
         raised = agent.control({"op": "notify", "action": "drain"})
         cleared = next_notice(sub, timeout=6, action="clear", id=raised["notice"]["id"])
         assert "no deadline" in cleared["detail"]["expired"]
@@ -395,7 +392,6 @@ def test_a_manual_notice_without_deadline_ends_after_its_lifetime(tmp_path: Path
 def test_a_flag_file_still_there_after_expiry_is_raised_again(tmp_path: Path) -> None:
     args = ("--set", "manual_lifetime=1", "--set", "local.flag_interval=0.05")
     with AgentProcess(tmp_path, args=args) as agent, agent.subscriber() as sub:
-        time.sleep(0.2)
         (tmp_path / "run" / "checkpoint-now").write_text("")
         first = next_notice(sub, action="drain")
         next_notice(sub, timeout=6, action="clear", id=first["id"])
