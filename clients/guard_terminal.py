@@ -11,11 +11,17 @@ own and a terminal, are given a raw file that catches that EIO: the terminal is 
 (it no longer answers as a terminal), its descriptors are pointed at /dev/null, the process is
 sent the SIGHUP the shell would send (the guard's handler saves and exits 129; the shell's, when
 it comes, is a repeat), and the write is dropped, as every later one is. Output that is not a
-terminal is not wrapped, and costs nothing more.
+terminal is not wrapped, and costs nothing more. A spawn or forkserver worker of such a job (a
+fresh interpreter, its stdout the terminal too) wraps its own as its protection starts
+(`watch_terminal_output_in_worker`): its dataset's print there raised the EIO in the worker,
+which the DataLoader raised in the loop before the save; it drops the write while the main
+process's guard handles SIGHUP, and sends that process the SIGHUP (a protected fork worker,
+its streams its main process's wrapped copies, sends it too).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -28,9 +34,15 @@ from . import workers_guardbyte
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
-# The process that wrapped its streams; a child forked from it (a fork worker) drops a write
-# to the hung-up terminal too, but sends no SIGHUP: the guard there is its parent's copy.
+    from .workers_guardbyte import _GuardByte
+
+# The process that wrapped its streams; a child forked from it drops a write to the hung-up
+# terminal too, but sends itself no SIGHUP: the guard there is its parent's copy (a protected
+# fork worker sends it to its main process, as a spawn worker does: `_main`).
 _wrapped_in = 0
+# In a protected spawn or forkserver worker that wrapped its own: its main process and that
+# process's guard byte, whose second place says whether a guard there handles SIGHUP.
+_main: tuple[int, _GuardByte] | None = None
 
 
 class _TerminalFile(io.FileIO):
@@ -51,16 +63,41 @@ _write = io.FileIO.write
 def _hung_up(fd: int) -> bool:
     """Whether the terminal `fd` is has hung up while a guard handles SIGHUP; if so its
     descriptors are pointed at /dev/null and the guard's process is sent SIGHUP."""
-    if workers_guardbyte._guards_handling_sighup <= 0 or os.isatty(fd):
+    if not _a_guard_saves_on_hangup() or os.isatty(fd):
         # No guard to save on it (closed, or SIGHUP not its: `nohup`), or a terminal that
         # still answers (an orphaned background job's write): as without forewarn.
         return False
     detach_hung_up_terminal()
-    if os.getpid() == _wrapped_in:
+    if _main is not None and _wrapped_in == os.getpid():
+        # A worker's: its main process's guard saves, as on the shell's SIGHUP (which may
+        # never come: the job in a session of its own, its output still the terminal).
+        with contextlib.suppress(OSError):
+            os.kill(_main[0], signal.SIGHUP)
+    elif os.getpid() == _wrapped_in:
         # As the shell's SIGHUP would: the guard's handler, on the main thread, asks for the
         # save and the exit (or the handler that replaced it does what it does).
         os.kill(os.getpid(), signal.SIGHUP)
     return True
+
+
+def _a_guard_saves_on_hangup() -> bool:
+    """A guard of this process (or, in a fork worker, its copy of the main process's count)
+    handles SIGHUP, or, in a spawn or forkserver worker, one in its main process does."""
+    if workers_guardbyte._guards_handling_sighup > 0:
+        return True
+    return _main is not None and _main[1].map[1] != 0
+
+
+def watch_terminal_output_in_worker(main: int, hangup: _GuardByte) -> None:
+    """In a protected spawn or forkserver worker, a fresh interpreter whose stdout and stderr
+    may be the job's terminal too: a write of its own (a dataset's print) that meets it hung
+    up is dropped while the guard of its main process `main` handles SIGHUP (`hangup`, that
+    process's guard byte), and that process is sent the SIGHUP. Raised in the worker, the
+    DataLoader raised it in the loop before the save (measured: a spawn worker printing each
+    item, the terminal closed after step 5: 3 of 3 runs ended unsaved)."""
+    global _main
+    _main = (main, hangup)
+    watch_terminal_output()
 
 
 def watch_terminal_output() -> None:
@@ -123,4 +160,8 @@ def detach_hung_up_terminal() -> None:
             os.close(null)
 
 
-__all__ = ["detach_hung_up_terminal", "watch_terminal_output"]
+__all__ = [
+    "detach_hung_up_terminal",
+    "watch_terminal_output",
+    "watch_terminal_output_in_worker",
+]

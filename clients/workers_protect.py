@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _programs
+from .guard_terminal import watch_terminal_output_in_worker
 from .workers_guardbyte import _guard_saves_first, _guard_saves_on_hangup, _GuardByte
 from .workers_ownhandler import _to_workers_own_handler
 
@@ -71,6 +72,10 @@ def _protect(
         # worker when the main process exits.
         _start(_end_with_main, lifeline)
     _hold_hangup(hangup, watch=lifeline is None)
+    if hangup is not None:
+        # A spawn or forkserver worker's own print to the terminal after it hung up raised
+        # EIO in the worker, which the DataLoader raised in the loop before the save.
+        watch_terminal_output_in_worker(main, hangup)
 
 
 def _hold_hangup(hangup: _GuardByte | None, watch: bool) -> None:

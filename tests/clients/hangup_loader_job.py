@@ -4,10 +4,11 @@ ones run out within a few steps; run by hand in a terminal. It records each step
 and its exit code in a file (the terminal is gone by then)
 and ends with `sys.exit(guard.exit_code)`.
 
-    hangup_loader_job.py RECORD loader|pool|executor fork|spawn|forkserver [INIT]
+    hangup_loader_job.py RECORD loader|pool|executor fork|spawn|forkserver [INIT [prints]]
 
 INIT, the DataLoader's worker_init_fn: none (the default), ignore_job_signals (given
-uncalled, as people write it) or worker_init_fn() (the README's spelling).
+uncalled, as people write it) or worker_init_fn() (the README's spelling). `prints`: each
+DataLoader worker prints a line for each item it loads (a dataset's own progress or warnings).
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class Slow(Dataset[int]):
+    def __init__(self, prints: bool = False) -> None:
+        self.prints = prints
+
     def __len__(self) -> int:
         return 100_000
 
     def __getitem__(self, index: int) -> int:
         time.sleep(0.05)  # the scenario: a slow batch, so the prefetch runs out
+        if self.prints:
+            print(f"loaded item {index}", flush=True)
         return index
 
 
@@ -55,7 +61,7 @@ def main() -> int:
         )
     else:
         loader = DataLoader(
-            Slow(),
+            Slow(prints=sys.argv[5:6] == ["prints"]),
             batch_size=2,
             num_workers=2,
             multiprocessing_context=context,

@@ -75,9 +75,23 @@ def test_workers_given_their_init_outlive_a_closed_terminal_either_way_it_is_wri
     closed_terminal(tmp_path, ["loader", method, init])
 
 
-def closed_terminal(tmp_path: Path, job: list[str]) -> None:
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_workers_print_to_a_terminal_that_hung_up_does_not_end_the_loop_before_the_save(
+    tmp_path: Path, method: str
+) -> None:
+    """Found typing a torch loop whose DataLoader workers print (a dataset's progress line)
+    into `bash -i` under a pty, its output the terminal, and closing the terminal after step
+    5: a spawn or forkserver worker's next print raised `OSError: [Errno 5] Input/output
+    error` in the worker, which the DataLoader raised in the loop before the guard's save (3
+    of 3 runs each, no save, the loop's last record step 5 or 6); a fork worker's print
+    was dropped (its stdout the main process's wrapped copy), saved at step 6, exit 129."""
+    closed_terminal(tmp_path, ["loader", method, "none", "prints"], output_to_terminal=True)
+
+
+def closed_terminal(tmp_path: Path, job: list[str], output_to_terminal: bool = False) -> None:
     """The job (hangup_loader_job.py's arguments after RECORD) typed into `bash -i` under a
-    pty, as sshd runs it, the terminal closed after step 5: saved, exit 129, nothing left."""
+    pty, as sshd runs it, the terminal closed after step 5: saved, exit 129, nothing left.
+    `output_to_terminal`: its stdout is the terminal (its stderr still a file)."""
     record = tmp_path / "record"
     env = dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path), PS1="$ ")
     pid, master = pty.fork()
@@ -93,7 +107,9 @@ def closed_terminal(tmp_path: Path, job: list[str]) -> None:
     errors = tmp_path / "job.err"
     os.set_blocking(master, False)  # the terminal shows only bash's prompt now: never wait on it
     command = shlex.join([sys.executable, str(SCRIPT), str(record), *job])
-    command += f" > {shlex.quote(str(tmp_path / 'job.out'))} 2> {shlex.quote(str(errors))}"
+    if not output_to_terminal:
+        command += f" > {shlex.quote(str(tmp_path / 'job.out'))}"
+    command += f" 2> {shlex.quote(str(errors))}"
     sid = pid
     try:
         os.write(master, command.encode() + b"\n")

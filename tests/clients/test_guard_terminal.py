@@ -9,6 +9,7 @@ import errno
 import io
 import os
 import pty
+import signal
 import subprocess
 import sys
 import tty
@@ -144,3 +145,41 @@ def test_a_terminal_output_is_wrapped_as_it_was(unbuffered: str) -> None:
         os.close(terminal)
         os.close(master)
     assert done.stderr.split() == ["_TerminalFile", "True", *["True"] * 7, "True"]
+
+
+def test_a_workers_write_is_dropped_and_its_main_process_sent_sighup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a protected spawn or forkserver worker (no guard of its own) whose main process's
+    guard handles SIGHUP: the write is dropped and the main process is sent the SIGHUP, which
+    may never come otherwise (the job in a session of its own, its output still the terminal).
+    Here the main process is a `sleep`, which SIGHUP ends."""
+    monkeypatch.setattr(workers_guardbyte, "_guards_handling_sighup", 0)
+    main = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    byte = workers_guardbyte._GuardByte(-1)
+    byte.map[1] = 1
+    try:
+        monkeypatch.setattr(guard_terminal, "_main", (main.pid, byte))
+        monkeypatch.setattr(guard_terminal, "_wrapped_in", os.getpid())
+        with a_terminal() as (master, stream):
+            hang_up(master)
+            print("loaded item 12", file=stream, flush=True)  # no OSError
+        assert main.wait(timeout=30) == -signal.SIGHUP
+    finally:
+        main.kill()
+        main.wait()
+
+
+def test_a_workers_write_raises_eio_when_its_main_process_has_no_guard_handling_sighup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The main process's guard closed, or SIGHUP not its (`nohup`): as without forewarn."""
+    monkeypatch.setattr(workers_guardbyte, "_guards_handling_sighup", 0)
+    byte = workers_guardbyte._GuardByte(-1)
+    monkeypatch.setattr(guard_terminal, "_main", (os.getpid(), byte))
+    monkeypatch.setattr(guard_terminal, "_wrapped_in", os.getpid())
+    with a_terminal() as (master, stream):
+        hang_up(master)
+        with pytest.raises(OSError) as raised:
+            print("loaded item 12", file=stream, flush=True)
+        assert raised.value.errno == errno.EIO
