@@ -20,7 +20,10 @@ WARNING says its metrics cover the batches run; Lightning's end of the pass, its
 `on_validation_end` hooks, still runs), then fit() stops: Lightning ran the rest of the pass,
 and a job validating at its deadline was SIGKILLed (exit 137). After an exit's save no
 further validation pass runs (Lightning would run one when `should_stop` is set), and fit()
-stops before the trainer's `min_steps` or `min_epochs` (Lightning would train on to them). A
+stops before the trainer's `min_steps` or `min_epochs` (Lightning would train on to them).
+Lightning's own ModelCheckpoint with a `monitor` ranks nothing after the exit's save (the pass
+or epoch the exit cut short has metrics of the batches run), its `save_last` still writes the
+exit's step, and its saves of that step are marked as the exit's save. A
 `validate()`, `test()` or `predict()` outside `fit()` asks nothing, makes no guard and leaves
 a guard given
 (`guard=`) open: it trains nothing worth saving, and a save there (`step-{global_step}`, step 0
@@ -143,6 +146,12 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         self._restore_seconds: float | None = None  # of the restore this fit() made
         self._restored_exit_save = False  # the checkpoint it restored was an exit's save
         self._marking: Any = None  # what `on_save_checkpoint` adds to the save being written
+        # After an exit's save: its step and the marking Lightning's own ModelCheckpoint's
+        # saves of that step get too (`on_save_checkpoint`).
+        self._exit_save: tuple[int, Any] | None = None
+        # The ModelCheckpoints whose ranked saves are held after an exit's save, and what each
+        # instance held under `_save_topk_checkpoint` before.
+        self._held: list[tuple[Any, Any]] = []
 
     @staticmethod
     def dcp_state(module: Any, optimizers: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
@@ -225,10 +234,14 @@ class ForewarnCallback(GuardHolder, pl.Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        # Only in the save this callback writes for an exit (see `_write`): Lightning's own
-        # ModelCheckpoint calls this too.
+        # Only in the save this callback writes for an exit (see `_write`), and in the `last`
+        # save of that step Lightning's own ModelCheckpoint writes after it (the same state: a
+        # resume from it, `fit(ckpt_path="last")`, lost no step either); ModelCheckpoint calls
+        # this for its every save.
         if self._marking:
             checkpoint.update(self._marking)
+        elif self._exit_save is not None and self._exit_save[0] == trainer.global_step:
+            checkpoint.update(self._exit_save[1])
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
@@ -402,6 +415,9 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         if result.exit:
             self._exiting = True  # saved once; the rest of this pass must not save again
             trainer.should_stop = True
+            # The job leaves at this step: a save of it from here on is the exit's too.
+            self._exit_save = (trainer.global_step, {EXIT_SAVE: True})
+            self._hold_model_checkpoints(trainer)
             # Lightning validates once more when should_stop is set (for early stopping): a
             # whole pass between the final save and the exit. Put back in teardown.
             if self._limit_val_batches is None:
@@ -415,6 +431,35 @@ class ForewarnCallback(GuardHolder, pl.Callback):
                 self._minimums = (fit_loop.min_epochs, fit_loop.epoch_loop.min_steps)
                 fit_loop.min_epochs = 0
                 fit_loop.epoch_loop.min_steps = None
+
+    def _hold_model_checkpoints(self, trainer: pl.Trainer) -> None:
+        """After an exit's save, Lightning's own ModelCheckpoint with a `monitor` ranks nothing
+        more in this fit(): it ranked the validation pass the exit cut short on the batches run
+        (measured: `monitor="val_loss", save_top_k=1` ranked a pass cut after 2 of 10 batches
+        best, wrote it, and deleted the whole pass's best checkpoint), or an epoch the exit cut
+        short, and each ranked save is one more full save inside the exit's lead. Its
+        `save_last` still writes `last.ckpt` of the exit's step (a `fit(ckpt_path="last")`
+        resumes from it), marked as the exit's save (`on_save_checkpoint`); with
+        `save_last="link"` it links to this callback's exit checkpoint, with no second save.
+        Put back in `_finish`."""
+        if self._held:
+            return
+        exit_file = self.saved_paths[-1] if self.saved_paths and not self.dcp else None
+        checkpoint: Any
+        for checkpoint in trainer.checkpoint_callbacks:
+            ranked = getattr(checkpoint, "_save_topk_checkpoint", None)
+            if not callable(ranked) or not hasattr(checkpoint, "_last_global_step_saved"):
+                continue  # not Lightning's ModelCheckpoint as this one knows it: left as is
+            self._held.append((checkpoint, vars(checkpoint).get("_save_topk_checkpoint")))
+            checkpoint._save_topk_checkpoint = _ranking_nothing(checkpoint, exit_file)
+
+    def _release_model_checkpoints(self) -> None:
+        for checkpoint, before in self._held:
+            if before is None:
+                vars(checkpoint).pop("_save_topk_checkpoint", None)
+            else:
+                checkpoint._save_topk_checkpoint = before
+        self._held = []
 
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
@@ -438,6 +483,8 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         # The exit's save ended this run only: a later fit() with this callback (training on
         # once the machine stayed) saved nothing, its own terminate unanswered.
         self._unwrap()
+        self._release_model_checkpoints()
+        self._exit_save = None
         self._exiting = False
         if self._limit_val_batches is not None:
             trainer.limit_val_batches = self._limit_val_batches
@@ -446,6 +493,33 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             trainer.fit_loop.min_epochs, trainer.fit_loop.epoch_loop.min_steps = self._minimums
             self._minimums = None
         self._close_guard()
+
+
+def _ranking_nothing(checkpoint: Any, exit_file: Path | None) -> Any:
+    """What a ModelCheckpoint's `_save_topk_checkpoint` does after the exit's save: with a
+    `monitor`, it ranks and writes nothing, and has the `last` save that follows it in each of
+    its hooks write `last.ckpt` of this step (with `save_last="link"`: link it to the exit's
+    checkpoint `exit_file`); without one (its top-k are the newest saves, ranked on no metric)
+    it saves as before."""
+    own = checkpoint._save_topk_checkpoint
+
+    def ranked(trainer: Any, monitor_candidates: Any) -> None:
+        if checkpoint.monitor is None:
+            own(trainer, monitor_candidates)
+            return
+        if not checkpoint.save_last:
+            return
+        if checkpoint.save_last == "link":
+            folder = str(checkpoint.dirpath or "")
+            if exit_file is None or not folder or "://" in folder:
+                return  # no file to link to (a DCP save), or no local folder: Lightning's link
+            # Its link is made where its first save would have made the folder.
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            checkpoint._last_checkpoint_saved = str(exit_file)
+        # Read by its hooks as "a checkpoint of this step was saved": the `last` one follows.
+        checkpoint._last_global_step_saved = trainer.global_step
+
+    return ranked
 
 
 @contextlib.contextmanager

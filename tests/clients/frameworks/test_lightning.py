@@ -816,3 +816,48 @@ def test_a_terminate_mid_validation_ends_the_pass_and_the_job_exits_before_its_d
         assert after <= 2, out
         assert "cut short" in err, err[-3000:]
         assert [path.name for path in (tmp_path / "ckpt").glob("*.ckpt")] == ["step-00000020.ckpt"]
+
+
+def test_a_validation_pass_cut_for_the_exit_is_not_ranked_and_last_is_the_exit_save(
+    tmp_path: Path,
+) -> None:
+    """Found running fit() with Lightning's `ModelCheckpoint(monitor="val_loss", save_top_k=1,
+    save_last=True)` beside the callback, an exit asked for at the 2nd batch of the 2nd
+    validation pass (10 batches, `val_loss` each batch's index: 4.5 for a whole pass):
+    ModelCheckpoint ranked the cut pass's 0.5 best, wrote `epoch=0-step=20.ckpt` as its best
+    and deleted the whole pass's `epoch=0-step=10.ckpt`, and its `last.ckpt` of the exit's
+    step was not marked as the exit's save (a `fit(ckpt_path="last")` reported
+    `steps_lost=unknown`). Now no checkpoint is ranked on the cut pass's metrics, and
+    `last.ckpt` holds the exit's step, marked so."""
+    callback = lit.ForewarnCallback(
+        tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
+    )
+    best = pl.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "mc", monitor="val_loss", save_top_k=1, save_last=True
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+    trainer = models.trainer(
+        callback,
+        callbacks=[callback, best],
+        enable_checkpointing=True,
+        val_check_interval=10,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(
+        models.RankedOnValidation(callback, exit_in=2),
+        torch.utils.data.DataLoader(data, batch_size=4),
+        torch.utils.data.DataLoader(data, batch_size=40),
+    )
+    assert [path.name for path in callback.saved_paths] == ["step-00000020.ckpt"]
+    assert callback.exit_code == 143
+    assert sorted(path.name for path in (tmp_path / "mc").iterdir()) == [
+        "epoch=0-step=10.ckpt",
+        "last.ckpt",
+    ]
+    assert Path(best.best_model_path).name == "epoch=0-step=10.ckpt"
+    assert float(best.best_model_score) == 4.5
+    last = torch.load(tmp_path / "mc" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 20
+    assert last.get(forewarn_clients.guard_state.EXIT_SAVE) is True
+    ranked = torch.load(tmp_path / "mc" / "epoch=0-step=10.ckpt", weights_only=False)
+    assert forewarn_clients.guard_state.EXIT_SAVE not in ranked
