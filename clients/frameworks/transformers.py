@@ -25,8 +25,9 @@ cut short ends with no evaluation or save of the Trainer's own; nor does `train(
 deleting that checkpoint (`save_total_limit=1` keeps the best alone). During an evaluation it asks
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): on an exit the
 evaluation DataLoader (the one `get_eval_dataloader` builds) ends the pass after that batch
-(its metrics cover the batches run, with a WARNING saying so), and the save follows as the
-evaluation returns (it waited for the whole pass: an 8 s pass under a 10 s lead was saved
+(its metrics cover the batches run, with a WARNING saying so, and the Trainer's best from
+before that pass is put back before the save: it ranked the cut pass), and the save follows as
+the evaluation returns (it waited for the whole pass: an 8 s pass under a 10 s lead was saved
 9.2 s after the notice); training stops once that save is made, unless the exit was
 withdrawn meanwhile (as the guard decides).
 The evaluation of `eval_on_start` comes before the first step, and the Trainer saves only
@@ -367,6 +368,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         def reported(*args: Any, **kwargs: Any) -> Any:
             _put_back(trainer, own)  # for this one save only
             self._wrapped = None
+            _unrank_a_cut_evaluation(trainer)
             try:
                 return save(*args, **kwargs)
             except BaseException as error:
@@ -510,8 +512,11 @@ def _cut_evaluation_short(loader: Any, trainer: Trainer) -> None:
 
         def __iter__(self: Any) -> Iterator[Any]:
             owner = self._forewarn_trainer()
+            best = None
             if owner is not None:
                 vars(owner).pop(_CUT, None)  # a mark from an earlier pass is no cut of this one
+                vars(owner).pop(_CUT_BEST, None)
+                best = _best_of(owner.state)
             batches = base.__iter__(self)
             for count, batch in enumerate(batches, 1):
                 yield batch
@@ -523,6 +528,9 @@ def _cut_evaluation_short(loader: Any, trainer: Trainer) -> None:
                     end = getattr(self, "end", None)
                     if callable(end):
                         end()
+                    # The Trainer ranks the pass's metrics (`metric_for_best_model`) before
+                    # the save: put back as they were before it by the save (`_report_failure_of`).
+                    vars(owner)[_CUT_BEST] = best
                     log.warning(
                         "forewarn: evaluation at step %s cut short after %d batch(es) for "
                         "the exit's save; its metrics cover those batches only",
@@ -552,6 +560,30 @@ def _protecting(build: Callable[..., Any], cut: Trainer | None = None) -> Callab
     protected._forewarn_protects = True  # type: ignore[attr-defined]
     protected.__wrapped__ = build  # type: ignore[attr-defined]
     return protected
+
+
+# The Trainer's best (metric, step, checkpoint) from before an evaluation the exit cut short.
+_CUT_BEST = "_forewarn_best_before_cut"
+_BEST_FIELDS = ("best_metric", "best_global_step", "best_model_checkpoint")
+
+
+def _best_of(state: Any) -> tuple[Any, ...]:
+    return tuple(getattr(state, name, None) for name in _BEST_FIELDS)
+
+
+def _unrank_a_cut_evaluation(trainer: Trainer) -> None:
+    """Before the exit's save: the Trainer's best as it was before the evaluation the exit cut
+    short. It ranked that pass on the batches run (`metric_for_best_model`): measured, a pass
+    cut after 2 of 10 batches (`eval_loss` 3.5, the whole pass's 19.5) became the best, in the
+    exit checkpoint's `trainer_state.json` too, so the resumed job ranked every whole pass
+    after it worse, `load_best_model_at_end` loaded the exit's weights as the best, and with
+    `save_total_limit` the true best was no longer kept from the rotation."""
+    best = vars(trainer).pop(_CUT_BEST, None)
+    if best is None:
+        return
+    for name, value in zip(_BEST_FIELDS, best, strict=True):
+        if hasattr(trainer.state, name):
+            setattr(trainer.state, name, value)
 
 
 def _mark_cut(trainer: Trainer | None) -> None:

@@ -947,3 +947,38 @@ def test_the_exit_mark_a_resume_reads_says_no_step_lost_only_when_it_is_whole(
     whole = isinstance(read, dict) and read.get("forewarn_exit_save") is True
     whole = whole and isinstance(read, dict) and read.get("global_step") == 7
     assert lost == (0 if whole and not newer else None)
+
+
+def test_an_evaluation_cut_for_the_exit_is_not_ranked_the_best(tmp_path: Path) -> None:
+    """Found running train() with `metric_for_best_model="loss"`, `load_best_model_at_end` and
+    `save_total_limit=2`, an exit asked at the 2nd batch of the 2nd evaluation pass (10
+    batches, `eval_loss` 19.5 for a whole pass): the Trainer ranked the cut pass's 3.5 best,
+    and the exit's `checkpoint-50/trainer_state.json` said `best_metric` 3.5, best checkpoint
+    checkpoint-50 (a resumed job ranked every whole pass after it worse). Now the best stays
+    the whole pass's."""
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    model = models.RankedOnEvaluation()
+    model.callback = callback
+    args = models.arguments(
+        tmp_path,
+        **models.EVALUATE_EVERY_25,
+        save_strategy="steps",
+        save_steps=25,
+        metric_for_best_model="loss",
+        load_best_model_at_end=True,
+        save_total_limit=2,
+    )
+    trainer = hf.Trainer(
+        model=model,
+        args=args,
+        train_dataset=models.Points(),
+        eval_dataset=models.IndexedPoints(),
+        callbacks=[callback],
+    )
+    trainer.train()
+    assert callback.saved_steps == [50]
+    assert callback.exit_code == 143
+    saved = json.loads((tmp_path / "out" / "checkpoint-50" / "trainer_state.json").read_text())
+    assert saved["best_metric"] == 19.5
+    assert saved["best_global_step"] == 25
+    assert Path(saved["best_model_checkpoint"]).name == "checkpoint-25"

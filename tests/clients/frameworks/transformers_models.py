@@ -299,3 +299,33 @@ class OwnCallbackHandler(Trainer):  # type: ignore[misc]
             self.optimizer,
             self.lr_scheduler,
         )
+
+
+class IndexedPoints(Dataset):  # type: ignore[type-arg]
+    """40 points whose label is their index: in batches of 4, a pass's `eval_loss` (the
+    `RankedOnEvaluation` model's) is 19.5, one cut after its first 2 batches 3.5."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"x": torch.randn(4), "labels": torch.tensor([float(index)])}
+
+
+class RankedOnEvaluation(Tiny):
+    """Its evaluation loss is the batch's mean label; asks for an exit at the 2nd batch of its
+    2nd evaluation pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callback: ForewarnTrainerCallback | None = None
+        self.passes = 0
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.training:
+            return super().forward(x, labels)
+        first = int(labels.min().item())
+        self.passes += first == 0
+        if self.passes == 2 and first == 4 and self.callback is not None:
+            self.callback.guard.request("signal", exit=True)
+        return {"loss": labels.mean() + 0 * self.layer(x).sum()}
