@@ -20,6 +20,7 @@ from forewarn.clients.checkpoint.testing import loopback_s3_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from s3_proxy import Reply, Request, S3Proxy
+from support import examples
 
 
 class HungProxy(S3Proxy):
@@ -154,7 +155,7 @@ def test_bad_limits_are_refused_by_name(field: str, value: object, s3_env: objec
         CheckpointStore("s3://bucket/run", s3=S3Options(**{field: value}))  # type: ignore[arg-type]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.text(max_size=12))
 def test_limit_flags_take_a_duration_or_refuse_it_by_name(text: str) -> None:
     from forewarn.agent.checkpoint_cli import _limit_seconds
