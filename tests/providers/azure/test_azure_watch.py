@@ -661,3 +661,24 @@ def test_events_changing_every_way_azure_changes_them_lose_nothing(
         for notice_id in active:
             assert notice_id in mine_now or notice_id in mine_before, (notice_id, "stale")
         mine_before = mine_now
+
+
+@pytest.mark.parametrize("interval", [1.0, 8.0])
+def test_the_failure_backoff_never_waits_past_its_ceiling_by_its_jitter(interval: float) -> None:
+    """After failures the next poll waits the interval, then 1.25 times it at most (docs,
+    "Errors and recovery"): a Spot eviction gives 30 s. The ±10 % jitter took the ceiling's
+    wait to 1.375 times the interval (11 s at an 8 s interval), past the bound the docs and
+    `progress_bound` give; at the ceiling the waits still spread, below it."""
+    from forewarn.providers.azure.watch import BACKOFF_JITTER, BACKOFF_STRETCH
+
+    watcher = AzureWatcher(
+        Settings(url="http://127.0.0.1:9", interval=interval), PollHealth("azure")
+    )
+    for draw in (1.0, 0.0):
+        watcher._backoff.rng = lambda draw=draw: draw  # the widest spread either way
+        watcher._backoff.reset()
+        waits = [watcher._next_delay(False, 0.0) for _ in range(6)]
+        assert max(waits) <= interval * BACKOFF_STRETCH, waits
+        assert min(waits) >= interval, waits
+    low = interval * BACKOFF_STRETCH * (1 - BACKOFF_JITTER)
+    assert waits[-1] == pytest.approx(low)  # spread below the ceiling
