@@ -325,7 +325,7 @@ class AwsWatcher:
         except ImdsError as error:
             self._failed(path, error.kind, self._describe(error), shown=error.explained())
             if error.kind == "token-http-429":  # throttled as a GET's 429 is
-                self._throttled_until = self.clock() + self._throttle.next()
+                self._throttled_until = self.clock() + self._throttle_wait()
             if error.hint is not None:
                 # Logged once, the cause and fix scrolled away; `status` shows only the
                 # error's kind. Held as a condition until IMDS answers.
@@ -359,7 +359,7 @@ class AwsWatcher:
         else:
             self._failed(path, f"http-{answer.status}", _status_message(path.path, answer))
             if answer.status == 429:
-                self._throttled_until = self.clock() + self._throttle.next()
+                self._throttled_until = self.clock() + self._throttle_wait()
                 return False
             return True
         for report in path.tracker.update(self._shown(path, reports)):
@@ -375,6 +375,12 @@ class AwsWatcher:
         if not any(other.failing for other in self.paths):
             self.health.success()
         return True
+
+    def _throttle_wait(self) -> float:
+        """Seconds no path is asked after a 429: 1 s doubling to THROTTLE_CEILING. The ceiling
+        holds with the jitter too (it spread 5 s to 6 s, past AWS's spot cadence); at the
+        ceiling the waits still spread, below it."""
+        return min(self._throttle.ceiling, self._throttle.next())
 
     def _take_skew(self, date: str | None) -> None:
         """Take the skew of this instance's clock from an answer's `Date`, when it moved by

@@ -645,3 +645,41 @@ async def test_answered_only_once_every_path_has_answered(
         assert not run.watcher.answered
         sim.remove_fault(fault)
         await run.until(lambda: run.watcher.answered, what="every path to answer")
+
+
+@pytest.mark.parametrize("token_in_hand", [False, True])
+async def test_the_429_backoff_never_waits_past_its_ceiling_by_its_jitter(
+    token_in_hand: bool,
+) -> None:
+    """After 429s no path is asked for 1 s, 2 s, 4 s, then 5 s at most (docs/aws.md: AWS's
+    spot cadence, at most 5 s of the two minutes). The jitter (±20 %) took the ceiling's wait
+    to 6 s, past it and past `progress_bound`'s figure; at the ceiling the waits still
+    spread, below it."""
+    import httpx
+    from forewarn.providers.aws.imds import SPOT_PATH, TOKEN_PATH
+    from forewarn.providers.aws.watch import THROTTLE_CEILING, THROTTLE_FIRST
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == TOKEN_PATH and token_in_hand:
+            return httpx.Response(200, text="token")
+        return httpx.Response(429, text="Too Many Requests")
+
+    now = [1000.0]
+    watcher = AwsWatcher(
+        Settings(url="http://127.0.0.1:9"),
+        PollHealth("aws", repeat_log_seconds=60),
+        clock=lambda: now[0],
+        transport=httpx.MockTransport(answer),
+    )
+    spot = next(path for path in watcher.paths if path.path == SPOT_PATH)
+    for draw in (1.0, 0.0):
+        watcher._throttle.rng = lambda draw=draw: draw  # the widest spread either way
+        watcher._throttle.reset()
+        waits = []
+        for _ in range(6):
+            assert not await watcher.poll(spot, lambda report: None)
+            waits.append(watcher._throttled_until - now[0])
+        assert max(waits) <= THROTTLE_CEILING, waits
+        assert min(waits) >= THROTTLE_FIRST * 0.5, waits
+    assert waits[-1] == pytest.approx(THROTTLE_CEILING * (1 - watcher._throttle.jitter))
+    await watcher.aclose()
