@@ -12,7 +12,8 @@ VM's events already reported that turns unreadable is kept as it was, not cleare
 An event is cleared when ABSENT_DOCUMENTS documents in a row lack it: one document without it
 (IMDS restarted by a host update, its DocumentIncarnation back at 1, or a stray answer)
 cleared every event and the next raised them again, so a Preempt's terminate was withdrawn for
-a poll and a drain was saved twice.
+a poll and a drain was saved twice. A document whose DocumentIncarnation went back (another
+host's IMDS, or one restarted) is read only when the next answer is such a one too.
 """
 
 from __future__ import annotations
@@ -145,6 +146,9 @@ class AzureWatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[bool]] = set()
         self._retry_after = 0.0
+        # The last document was let pass unread, its incarnation below the one before
+        # (`_went_back`).
+        self._held_back = False
         self._backoff = Backoff(
             settings.interval, settings.interval * BACKOFF_STRETCH, jitter=BACKOFF_JITTER
         )
@@ -294,6 +298,9 @@ class AzureWatcher:
             return False
         self.documents += 1
         self.health.success()
+        if self._went_back(document.incarnation):
+            self._retry_failed_approvals()
+            return True
         raw_events = [event.raw for event in document.events]
         raw_events += [bad.raw for bad in document.malformed]
         changed = document.incarnation != self.incarnation or raw_events != self._raw_events
@@ -305,6 +312,24 @@ class AzureWatcher:
             await self._check_configured_name(self.name_check, document)
         self._retry_failed_approvals()
         return True
+
+    def _went_back(self, incarnation: int) -> bool:
+        """True for a document to let pass unread: its DocumentIncarnation is below the last
+        one read and the answer before it was not such a one too. Another host's IMDS (or one
+        restarted by a host update) listing a Preempt for this VM went out as a terminate at
+        once, cleared two documents later: a job saved and exited for an eviction that never
+        came. A second such document in a row (a restarted IMDS, its count begun again) is
+        read, one poll late; an answer back at the count before drops the stray one."""
+        went_back = self.incarnation is not None and incarnation < self.incarnation
+        self._held_back = went_back and not self._held_back
+        if self._held_back:
+            log.info(
+                "azure: a document with DocumentIncarnation %d after %d (another host's, or "
+                "a restarted IMDS): read only if the next answer agrees",
+                incarnation,
+                self.incarnation,
+            )
+        return self._held_back
 
     def _clock_moved(self, date: str | None) -> bool:
         """Take the skew of this VM's clock from an answer's `Date`; True when it moved by
