@@ -2,7 +2,9 @@
 
 Waits double from `first` up to `ceiling`; each is spread by up to `jitter` (a fraction) either
 way, so that many agents restarted together (a fleet after a metadata outage) do not retry in
-lockstep.
+lockstep, but never past `ceiling`: callers document it as the longest wait (AWS's 5 s of the
+two-minute notice, Azure's 1.25 intervals, DigitalOcean's and Kubernetes' `retry_max`), and
+at the ceiling a spread downward alone still breaks the lockstep.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class Backoff:
         """Count one failure; the seconds to wait before trying again."""
         base = self.peek()
         self.failures += 1
-        return base * (1.0 + self.jitter * (2.0 * self.rng() - 1.0))
+        return min(self.ceiling, base * (1.0 + self.jitter * (2.0 * self.rng() - 1.0)))
 
     def reset(self) -> None:
         self.failures = 0

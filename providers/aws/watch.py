@@ -377,10 +377,9 @@ class AwsWatcher:
         return True
 
     def _throttle_wait(self) -> float:
-        """Seconds no path is asked after a 429: 1 s doubling to THROTTLE_CEILING. The ceiling
-        holds with the jitter too (it spread 5 s to 6 s, past AWS's spot cadence); at the
-        ceiling the waits still spread, below it."""
-        return min(self._throttle.ceiling, self._throttle.next())
+        """Seconds no path is asked after a 429: 1 s doubling to THROTTLE_CEILING, which the
+        jitter never passes (it spread 5 s to 6 s, past AWS's spot cadence)."""
+        return self._throttle.next()
 
     def _take_skew(self, date: str | None) -> None:
         """Take the skew of this instance's clock from an answer's `Date`, when it moved by

@@ -197,9 +197,8 @@ class Approver:
                 rng=self._rng,
             ),
         )
-        # The ceiling holds with the jitter too (it spread a 10 s wait up to 11 s); at the
-        # ceiling the waits still spread, below it.
-        wait = min(backoff.ceiling, backoff.next())
+        # Backoff never passes its ceiling by the jitter (it spread a 10 s wait up to 11 s).
+        wait = backoff.next()
         if response is not None:
             wait = max(wait, retry_after_seconds(response.headers.get("Retry-After")) or 0.0)
         give_up_at = self._give_up_at.get(event_id)

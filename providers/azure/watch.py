@@ -248,9 +248,8 @@ class AzureWatcher:
             self._backoff.reset()
             # Keep the cadence, but never start two requests closer than `interval`.
             return max(0.0, interval - elapsed)
-        # The ceiling holds with the jitter too (it spread 1.25 intervals to 1.375); at the
-        # ceiling the waits still spread, below it, as the approvals' backoff does.
-        delay = max(min(self._backoff.ceiling, self._backoff.next()), self._retry_after)
+        # Backoff never passes its ceiling by the jitter (it spread 1.25 intervals to 1.375).
+        delay = max(self._backoff.next(), self._retry_after)
         self._retry_after = 0.0
         return max(interval, delay)
 
