@@ -522,7 +522,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     apply_sets(overrides, args.set or [])
     try:
         settings = load_settings(args.config, registry=args.registry, **overrides)
-        settings.resolved_endpoints()
+        settings.bind_endpoints()
     except ConfigError as error:
         raise UsageError(_name_flags(str(error), flags, overrides, args.set or [])) from None
     setup_logging(settings.log_level, settings.log_format)

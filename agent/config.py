@@ -368,6 +368,31 @@ class Settings(BaseSettings):
         except EndpointError as error:
             raise ConfigError(str(error)) from None
 
+    def bind_endpoints(self) -> tuple[str, str]:
+        """`resolved_endpoints()`, for the agent that binds them: an `ipc://` path in a
+        directory that does not exist (other than the runtime directory, which the agent
+        makes) is refused naming the key, before the agent writes its lock or `seq`. Not made
+        for it: a path written by hand in a missing directory is most often a typo, which the
+        agent would serve where no client looks, and the directory's owner and mode are the
+        operator's to choose (a systemd unit's `RuntimeDirectory=`)."""
+        chosen = self.resolved_endpoints()
+        runtime = os.path.normpath(os.path.abspath(self.resolved_runtime_dir()))
+        for endpoint, key in zip(chosen, ("events", "control"), strict=True):
+            path = ipc_path(endpoint)
+            if path is None:
+                continue
+            # As the kernel reads it at the bind: `/run/missing/../events` is refused there.
+            parent = os.path.dirname(str(path))
+            if os.path.isdir(parent) or os.path.normpath(parent) == runtime:
+                continue
+            why = "is not a directory" if os.path.lexists(parent) else "does not exist"
+            raise ConfigError(
+                f"{key} {endpoint!r}: its directory {parent!r} {why}; create it (with the "
+                "mode the jobs that connect need), or leave the key out for the runtime "
+                "directory's socket"
+            )
+        return chosen
+
 
 def _absolute_ipc(endpoint: str) -> str:
     """`endpoint` with a `~` at the start of an `ipc://` path read as the home directory, as

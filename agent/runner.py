@@ -210,7 +210,7 @@ class Agent:
         self.control_rebinds = 0
         self.control_token: str | None = None
         self._exit_code = 0
-        self.events, self.control = settings.resolved_endpoints()
+        self.events, self.control = settings.bind_endpoints()
         self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
         self.boot_id = boot_id()
         # Where the boot id cannot be read (some containers), the boot time tells the boots.

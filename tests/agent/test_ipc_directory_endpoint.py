@@ -7,6 +7,7 @@ anything is written; an abstract name (`ipc://@fw/`) has no file and keeps its s
 
 from __future__ import annotations
 
+import os
 import string
 import subprocess
 from pathlib import Path
@@ -65,3 +66,49 @@ def test_the_agent_exits_2_before_writing_anything(tmp_path: Path, end: str) -> 
     assert done.stderr.startswith(f"forewarn: events 'ipc://{runtime}/events{end}': ")
     assert "names a directory" in done.stderr and len(done.stderr.splitlines()) == 1
     assert list(runtime.iterdir()) == [] and list(state.iterdir()) == []
+
+
+@pytest.mark.parametrize("key", ["events", "control"])
+def test_an_ipc_path_in_a_missing_directory_exits_2_before_writing_anything(
+    tmp_path: Path, key: str
+) -> None:
+    """found: `events = "ipc://DIR/nope/events"` wrote agent.lock, seq and the state lock,
+    then exited 2 at the bind with zmq's words, naming no key."""
+    env = agent_env(tmp_path)
+    runtime, state = Path(env["FOREWARN_RUNTIME_DIR"]), Path(env["FOREWARN_STATE_DIR"])
+    missing = tmp_path / "nope"
+    config = tmp_path / "forewarn.toml"
+    config.write_text(f'{key} = "ipc://{missing}/{key}"\n')
+    done = subprocess.run(
+        forewarn_cmd("agent", "--provider", "local", "--config", str(config)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"forewarn: {key} 'ipc://{missing}/{key}': "), done.stderr
+    assert f"directory {str(missing)!r} does not exist" in done.stderr, done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert list(runtime.iterdir()) == [] and list(state.iterdir()) == []
+
+
+@settings(max_examples=examples(50), deadline=None)
+@given(parts=_PARTS.filter(lambda parts: bool(parts) and parts[-1] not in (".", "..")))
+def test_an_ipc_path_is_refused_to_bind_only_when_its_directory_is_missing(
+    tmp_path_factory: pytest.TempPathFactory, parts: list[str]
+) -> None:
+    base = tmp_path_factory.mktemp("bind")
+    runtime = base / "runtime"  # not made: the agent makes its own runtime directory
+    path = base.joinpath(*parts)
+    endpoint = f"ipc://{path}"
+    settings_ = load_settings(runtime_dir=runtime, events=endpoint)
+    parent = os.path.dirname(str(path))
+    if os.path.isdir(parent) or os.path.normpath(parent) == str(runtime):
+        assert settings_.bind_endpoints()[0] == endpoint
+    else:
+        with pytest.raises(ConfigError, match=f"^events {endpoint!r}: .*does not exist"):
+            settings_.bind_endpoints()
+    # In the runtime directory, made by the agent itself: taken.
+    inside = load_settings(runtime_dir=runtime, control=f"ipc://{runtime}/c")
+    assert inside.bind_endpoints()[1] == f"ipc://{runtime}/c"
