@@ -50,6 +50,7 @@ from forewarn.protocol.wire import (
     EndpointError,
     ReplyError,
     allow_ipv6,
+    client_id_problem,
     environment,
     ipc_path,
     load_client_config,
@@ -283,6 +284,10 @@ def _client_id(text: str) -> str:
         raise argparse.ArgumentTypeError(f"longer than {MAX_ID_LENGTH} characters")
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in text):
         raise argparse.ArgumentTypeError("must be one line of text, without control characters")
+    # The agent's rule (every heartbeat names the client): at most 200 bytes in UTF-8.
+    problem = client_id_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

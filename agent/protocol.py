@@ -23,6 +23,7 @@ from forewarn.protocol.timefmt import (
     utcnow,
 )
 from forewarn.protocol.wire import (
+    MAX_CLIENT_ID_BYTES,
     MAX_REPLAY_TOKEN_LENGTH,
     MAX_TOKEN_BYTES,
     PROTOCOL_VERSION,
@@ -124,6 +125,18 @@ OneLineNote = Annotated[
     AfterValidator(_one_line),
     _ONE_LINE_SCHEMA,
 ]
+
+
+def _client_bytes(value: str) -> str:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_CLIENT_ID_BYTES:
+        raise ValueError(f"longer than {MAX_CLIENT_ID_BYTES} bytes in UTF-8 ({size})")
+    return value
+
+
+# An acking client's id: named in every heartbeat's `acked_by`, so bounded in bytes as well
+# (`forewarn.protocol.wire.client_id_problem`, which a client checks).
+ClientId = Annotated[OneLine, AfterValidator(_client_bytes)]
 
 
 class _Message(BaseModel):
@@ -286,7 +299,7 @@ NUMBERS = (
 class AckRequest(_Message):
     op: Literal["ack"]
     notice_id: OneLine | None = None
-    client: OneLine | None = None
+    client: ClientId | None = None
     step: int | None = Field(default=None, ge=0, le=2**63 - 1)
     # Bounded: the slowest flush sizes the exit margin, so an absurd value would turn every
     # drain into an immediate terminate (or, infinite, stop escalation altogether).
@@ -346,7 +359,7 @@ class HoldRequest(_Message):
 
     op: Literal["hold"]
     notice_id: OneLine
-    client: OneLine
+    client: ClientId
     # The process that will ack (`wait --pid`, the loop's shell): the agent lets go of the hold
     # once it is gone, and every process of its group (the save it started), where it can
     # tell (the same pid namespace; the start time tells a pid used again). Without them, the
