@@ -306,26 +306,27 @@ def test_a_lock_made_on_a_full_disk_names_its_pid_and_host_from_the_reserve(
             first.release()
 
 
-_LOCK_DIR = Path(__import__("tempfile").mkdtemp(prefix="forewarn-lock-holder-"))
-
-
 @given(written=st.binary(max_size=400))
 def test_any_held_lock_file_names_its_holder_on_one_line(written: bytes) -> None:
     """`forewarn status` prints the holder of the agent lock (an agent starting or
     stopping): whatever the file holds (written by an agent of any version, cut short on a
     full disk, or by hand), the holder is one line naming a pid, never raised on."""
     import fcntl
+    import tempfile
 
     from forewarn.agent.rundir import lock_holder
 
-    path = _LOCK_DIR / "agent.lock"
-    path.write_bytes(written)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        holder = lock_holder(path)
-    finally:
-        os.close(fd)
-    assert holder is not None and holder.startswith("pid "), holder
-    assert holder.isprintable(), holder
-    assert lock_holder(path) is None  # released: nobody holds it
+    # A directory per example, not one made at import: that one was made wherever the module
+    # was collected, even with its tests deselected, and left behind in TMPDIR.
+    with tempfile.TemporaryDirectory(prefix="forewarn-lock-holder-") as directory:
+        path = Path(directory) / "agent.lock"
+        path.write_bytes(written)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            holder = lock_holder(path)
+        finally:
+            os.close(fd)
+        assert holder is not None and holder.startswith("pid "), holder
+        assert holder.isprintable(), holder
+        assert lock_holder(path) is None  # released: nobody holds it
