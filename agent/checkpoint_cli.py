@@ -94,14 +94,19 @@ _keep = whole_number(
 GET_WAIT = 1800.0
 
 
-def _wait(text: str) -> float:
+def _duration_flag(text: str, *, zero: bool, what: str) -> float:
+    """A duration flag's value (`20`, `20s`, `1m`), finite, and above 0 unless `zero`."""
     try:
         seconds = parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-    if seconds < 0 or not math.isfinite(seconds):
-        raise argparse.ArgumentTypeError(f"a wait is 0 or more seconds (got {text!r})")
+    if not (seconds >= 0 if zero else seconds > 0) or not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"{what} seconds (got {text!r})")
     return seconds
+
+
+def _wait(text: str) -> float:
+    return _duration_flag(text, zero=True, what="a wait is 0 or more")
 
 
 # The commands' own request limits on S3 (the store's: 60 s, 6 attempts, over six minutes for
@@ -113,13 +118,7 @@ CLI_ATTEMPTS = 3
 
 def _limit_seconds(text: str) -> float:
     """A timeout flag's value: a duration (`20`, `20s`, `1m`), more than 0."""
-    try:
-        seconds = parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    if not 0 < seconds < math.inf:
-        raise argparse.ArgumentTypeError(f"a timeout is more than 0 seconds (got {text!r})")
-    return seconds
+    return _duration_flag(text, zero=False, what="a timeout is more than 0")
 
 
 _attempts = whole_number(
