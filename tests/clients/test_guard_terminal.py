@@ -155,7 +155,11 @@ def test_a_workers_write_is_dropped_and_its_main_process_sent_sighup(
     may never come otherwise (the job in a session of its own, its output still the terminal).
     Here the main process is a `sleep`, which SIGHUP ends."""
     monkeypatch.setattr(workers_guardbyte, "_guards_handling_sighup", 0)
-    main = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    # SIGHUP at its default, as a job's main process has it: under `nohup` (CI) a child
+    # inherits it ignored and the SIGHUP sent would end nothing.
+    main = subprocess.Popen(
+        ["sleep", "60"], start_new_session=True, preexec_fn=sighup_as_in_a_terminal
+    )
     byte = workers_guardbyte._GuardByte(-1)
     byte.map[1] = 1
     try:
