@@ -7,6 +7,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,25 @@ def settled(agent: AgentProcess, sub: Subscriber) -> None:
             beats += 1
 
 
+@contextmanager
+def restarted(
+    tmp_path: Path, env: dict[str, str], *listed: str, args: tuple[str, ...] = ()
+) -> Iterator[AgentProcess]:
+    """The agent started again on the same directories, once its watcher's first list has
+    told one of `listed` (`drain ID`, `terminate ID`) and it has settled the notices it
+    restored with that list in hand: what it sent from then on is what the restart sent."""
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env, args=args) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: any(f"kubernetes: {line}" in agent.output() for line in listed),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        yield agent
+
+
 def test_node_notices_across_an_agent_restart_are_neither_repeated_nor_lost(
     tmp_path: Path, server: SimServer
 ) -> None:
@@ -198,15 +218,7 @@ def test_node_notices_across_an_agent_restart_are_neither_repeated_nor_lost(
             lambda: published(agent.output(), cordon) and published(agent.output(), shutdown),
             what="the drain and the terminate",
         )
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
-        agent.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: f"kubernetes: terminate {shutdown}" in agent.output(),
-            what="the restarted watcher's list",
-        )
-        settled(agent, sub)
+    with restarted(tmp_path, env, f"terminate {shutdown}") as agent:
         assert published(agent.output(), cordon) == [], agent.output()
         assert published(agent.output(), shutdown) == [], agent.output()
         active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
@@ -242,15 +254,7 @@ def test_a_cordon_applied_again_while_the_agent_was_down_is_cleared_and_raised(
         control(server, "cordon")
         eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
     recordon(sim)
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
-        agent.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: f"kubernetes: drain {cordon}" in agent.output(),
-            what="the restarted watcher's list",
-        )
-        settled(agent, sub)
+    with restarted(tmp_path, env, f"drain {cordon}") as agent:
         sends = [line.split()[1] for line in published(agent.output(), cordon)]
         assert sends == ["clear", "drain"], agent.output()
         active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
@@ -293,15 +297,7 @@ def test_a_cordon_applied_again_while_an_older_agent_was_upgraded_is_cleared_and
         eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
     _as_an_older_agent_saved_it(tmp_path / "state" / "state.json", "unschedulableSet")
     recordon(sim, later=30)  # the upgrade took half a minute
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
-        agent.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: f"kubernetes: drain {cordon}" in agent.output(),
-            what="the restarted watcher's list",
-        )
-        settled(agent, sub)
+    with restarted(tmp_path, env, f"drain {cordon}") as agent:
         sends = [line.split()[1] for line in published(agent.output(), cordon)]
         assert sends == ["clear", "drain"], agent.output()
     assert "Traceback" not in agent.output()
@@ -336,15 +332,7 @@ def test_a_taint_written_over_by_a_cordon_is_not_sent_again_by_a_restarted_agent
                     entry["time"] = moved.strftime("%Y-%m-%dT%H:%M:%SZ")
             sim._commit("MODIFIED", node)
         eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
-        agent.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: f"kubernetes: drain {taint}" in agent.output(),
-            what="the restarted watcher's list",
-        )
-        settled(agent, sub)
+    with restarted(tmp_path, env, f"drain {taint}") as agent:
         assert published(agent.output(), taint) == [], agent.output()
         assert published(agent.output(), cordon) == [], agent.output()
     assert "Traceback" not in agent.output()
@@ -376,15 +364,7 @@ def test_a_scale_down_begun_again_while_the_agent_was_down_is_cleared_and_raised
         scale_down("1764928800")
         eventually(lambda: published(agent.output(), notice_id), what="the scale-down's drain")
     scale_down("1764929400")
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
-        agent.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: f"kubernetes: drain {notice_id}" in agent.output(),
-            what="the restarted watcher's list",
-        )
-        settled(agent, sub)
+    with restarted(tmp_path, env, f"drain {notice_id}") as agent:
         sends = [line.split()[1] for line in published(agent.output(), notice_id)]
         assert sends == ["clear", "drain"], agent.output()
     assert "Traceback" not in agent.output()
@@ -407,15 +387,7 @@ def test_a_shutdown_whose_ready_turned_unknown_stands_across_an_agent_restart(
         control(server, "cordon")  # seen once the Ready=Unknown before it is seen
         eventually(lambda: published(agent.output(), marker), what="the cordon's drain")
         assert len(published(agent.output(), shutdown)) == 1, agent.output()
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
-        agent.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: f"kubernetes: drain {marker}" in agent.output(),
-            what="the restarted watcher's list",
-        )
-        settled(agent, sub)
+    with restarted(tmp_path, env, f"drain {marker}") as agent:
         assert published(agent.output(), shutdown) == [], agent.output()
         active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
         assert active == {marker: "drain", shutdown: "terminate"}
@@ -793,18 +765,7 @@ def test_karpenters_deadline_stands_across_an_agent_restart(
     # The NodeClaim does not answer the restarted agent for now (an API server under load).
     hold = {"kind": "hang", "path": "/apis/karpenter.sh/", "seconds": 8}
     httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
-        agent.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: (
-                f"kubernetes: terminate {deleting}" in agent.output()
-                or f"kubernetes: drain {deleting}" in agent.output()
-            ),
-            what="the restarted watcher's list",
-        )
-        settled(agent, sub)
+    with restarted(tmp_path, env, f"terminate {deleting}", f"drain {deleting}") as agent:
         assert published(agent.output(), taint) == [], agent.output()
         assert published(agent.output(), deleting) == [], agent.output()
         active = {
@@ -840,15 +801,7 @@ def test_a_cordon_whose_taint_came_after_it_is_not_sent_again_after_a_restart(
         eventually(lambda: state.is_file() and shutdown in state.read_text(), what="the state")
         assert len(published(agent.output(), cordon)) == 1, agent.output()
         agent.kill()
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
-        agent.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: f"kubernetes: terminate {shutdown}" in agent.output(),
-            what="the restarted watcher's list",
-        )
-        settled(agent, sub)
+    with restarted(tmp_path, env, f"terminate {shutdown}") as agent:
         assert published(agent.output(), cordon) == [], agent.output()
         assert published(agent.output(), shutdown) == [], agent.output()
         active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
@@ -926,15 +879,7 @@ def test_a_started_vm_event_names_the_clients_that_did_not_ack_its_terminate(
         expect(trainer, "drain", f"kubernetes/{NODE}/cordon")
         assert trainer.drain(1.0) == []
         assert len(published(agent.output(), reboot)) == 2, agent.output()
-    with (
-        AgentProcess(tmp_path, providers=("kubernetes",), env=env, args=args) as again,
-        again.subscriber(topics=("notice", "heartbeat")) as sub,
-    ):
-        eventually(
-            lambda: f"kubernetes: terminate {reboot}" in again.output(),
-            what="the restarted watcher's list",
-        )
-        settled(again, sub)
+    with restarted(tmp_path, env, f"terminate {reboot}", args=args) as again:
         assert published(again.output(), reboot) == [], again.output()
         (active,) = [n for n in again.control({"op": "status"})["active"] if n["id"] == reboot]
         assert parse_time(active["deadline"]) == deadline, active
