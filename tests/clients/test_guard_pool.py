@@ -147,7 +147,8 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    # Reaped between the open and the read, the read raises ESRCH (check 47c).
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 
