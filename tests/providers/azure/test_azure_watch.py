@@ -737,3 +737,22 @@ def test_a_document_is_let_pass_only_once_in_a_row_and_only_when_its_count_went_
         if not held:
             watcher.incarnation = incarnation  # read: `_process` takes its count
         held_before = held
+
+
+async def test_an_event_gone_from_a_document_is_asked_for_again_at_once_and_cleared() -> None:
+    """Azure withdraws a cancelled event by leaving it out. The watcher waited a whole
+    interval for the second document without it (a stray answer is not an end), and a
+    Reboot cancelled in the last document before its escalation (NotBefore less the exit
+    margin) still went out as terminate in that interval: a job saved and exited for a reboot
+    that never came. The second document is asked for at once: the clear follows the first
+    document without the event by a request, not by an interval (5 s here)."""
+    async with running(interval=5.0) as h:
+        event_id = h.sim.raise_notice("Reboot", {"not_before_seconds": 600})
+        await h.until(lambda: h.reports, 15, "the reboot")
+        polled = h.polls()
+        h.sim.withdraw(event_id)
+        await h.until(lambda: h.polls() > polled, 15, "a document without it")
+        seen = time.monotonic()
+        await h.until(lambda: h.ids("clear"), 15, "the clear")
+        assert time.monotonic() - seen < 2.5, "the clear waited for the next interval"
+        assert h.ids("clear") == [f"azure/{event_id}"]
