@@ -23,6 +23,9 @@
   server's validation refuses (a key that is no qualified name, a value that is no label value, an
   unknown effect), whether patched or raised through `/_sim/notices`, and a patch listing two taints
   of one key and effect (taints are unique by that pair).
+- `GET /api/v1/pods` (an empty PodList: the simulator runs no pods), `GET /api/v1/events` (the
+  Events posted, in their core v1 form) and the node's Lease in `kube-node-lease`: what
+  `kubectl describe node` reads.
 - The legacy discovery documents (`/api`, `/apis`, `/api/v1` and the two groups' versions),
   which `kubectl` reads before it touches a resource.
 - With a token set, requests without `Authorization: Bearer <token>` get 401.
@@ -697,6 +700,8 @@ class KubernetesSimulator(Simulator):
         discovery = DISCOVERY.get(path)
         if (
             not path.startswith("/api/v1/nodes")
+            and path not in (PODS_PATH, CORE_EVENTS_PATH)
+            and not path.startswith(LEASES_PREFIX)
             and not events
             and nodeclaim is None
             and discovery is None
@@ -713,7 +718,19 @@ class KubernetesSimulator(Simulator):
                 message = f"{request.method} {request.path}"
                 return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
             return SimResponse.json(discovery)
-        resource = "events" if events else "nodeclaims" if nodeclaim is not None else "nodes"
+        resource = (
+            "events"
+            if events
+            else "nodeclaims"
+            if nodeclaim is not None
+            else "pods"
+            if path == PODS_PATH
+            else "events"
+            if path == CORE_EVENTS_PATH
+            else "leases"
+            if path.startswith(LEASES_PREFIX)
+            else "nodes"
+        )
         refused = self._refuse(request.method, resource, request)
         if refused is not None:
             return refused
@@ -722,8 +739,14 @@ class KubernetesSimulator(Simulator):
                 message = f"{request.method} {request.path}"
                 return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
             return self._get_nodeclaim(nodeclaim)
+        if path == CORE_EVENTS_PATH:
+            return self._core_events(request)
         if events:
             return self._create_event(path, request)
+        if resource == "pods":
+            return self._pods(request)
+        if resource == "leases":
+            return self._lease(path[len(LEASES_PREFIX) :], request)
         if path == "/api/v1/nodes" and request.method == "GET":
             matches = self._selector_matches(request.param("fieldSelector"))
             if request.param("watch") in ("1", "true"):
@@ -746,7 +769,11 @@ class KubernetesSimulator(Simulator):
         )
         if verb == "get" and request.param("watch") in ("1", "true"):
             verb = "watch"
-        elif verb == "get" and request.path.rstrip("/") == "/api/v1/nodes":
+        elif verb == "get" and request.path.rstrip("/") in (
+            "/api/v1/nodes",
+            PODS_PATH,
+            CORE_EVENTS_PATH,
+        ):
             verb = "list"
         if self.grants is None or f"{verb}:{resource}" in self.grants:
             with self.lock:
@@ -809,6 +836,82 @@ class KubernetesSimulator(Simulator):
             if value != self.node_name:
                 return False
         return True
+
+    def _pods(self, request: SimRequest) -> SimResponse:
+        """`GET /api/v1/pods`: the simulator runs no pods, so an empty PodList (what `kubectl
+        describe node` lists, by `spec.nodeName`), or the API server's 400 for a field selector
+        it would refuse."""
+        if request.method != "GET" or request.param("watch") in ("1", "true"):
+            message = f"{request.method} {request.path}"
+            return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+        problem = pod_selector_problem(request.param("fieldSelector") or "")
+        if problem is not None:
+            return SimResponse.json(_status(400, "BadRequest", problem), 400)
+        with self.lock:
+            rv = str(self.rv)
+        return SimResponse.json(
+            {
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": rv},
+                "items": [],
+            }
+        )
+
+    def _core_events(self, request: SimRequest) -> SimResponse:
+        """`GET /api/v1/events`: the Events posted through events.k8s.io/v1, in the core v1
+        form the API server also serves them in (what `kubectl describe node` lists, by
+        `involvedObject`), or the API server's 400 for a field selector it would refuse."""
+        if request.method != "GET" or request.param("watch") in ("1", "true"):
+            message = f"{request.method} {request.path}"
+            return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+        wanted = parse_field_selector(request.param("fieldSelector") or "", CORE_EVENT_FIELDS)
+        if isinstance(wanted, str):
+            return SimResponse.json(_status(400, "BadRequest", wanted), 400)
+        with self.lock:
+            rv = str(self.rv)
+            items = [core_event(event) for event in self.events]
+        items = [item for item in items if _selected(_event_fields(item), wanted)]
+        return SimResponse.json(
+            {
+                "kind": "EventList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": rv},
+                "items": items,
+            }
+        )
+
+    def _lease(self, rest: str, request: SimRequest) -> SimResponse:
+        """The node's heartbeat Lease in kube-node-lease, renewed now (the kubelet renews it
+        every 10 s), as `kubectl describe node` shows it."""
+        if request.method != "GET":
+            message = f"{request.method} {request.path}"
+            return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+        with self.lock:
+            if rest != self.node_name or self.node is None:
+                message = f'leases.coordination.k8s.io "{rest}" not found'
+                return SimResponse.json(_status(404, "NotFound", message), 404)
+            created = self.node["metadata"].get("creationTimestamp")
+            rv = str(self.rv)
+        now = self.now()  # a MicroTime, on the provider's clock as every time here
+        renewed = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}Z"
+        return SimResponse.json(
+            {
+                "kind": "Lease",
+                "apiVersion": "coordination.k8s.io/v1",
+                "metadata": {
+                    "name": self.node_name,
+                    "namespace": "kube-node-lease",
+                    "resourceVersion": rv,
+                    "creationTimestamp": created,
+                },
+                "spec": {
+                    "holderIdentity": self.node_name,
+                    "leaseDurationSeconds": 40,
+                    "renewTime": renewed,
+                },
+            }
+        )
 
     def _list(self, matches: bool) -> SimResponse:
         with self.lock:
@@ -1001,6 +1104,113 @@ class KubernetesSimulator(Simulator):
 
 
 EVENTS_PREFIX = "/apis/events.k8s.io/v1/namespaces/"
+PODS_PATH = "/api/v1/pods"
+# The fields a pod list may be selected by, as kube-apiserver allows them
+# (pkg/registry/core/pod/strategy.go and the v1 conversion's field label funcs).
+POD_FIELDS = frozenset(
+    {
+        "metadata.name",
+        "metadata.namespace",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.podIPs",
+        "status.nominatedNodeName",
+    }
+)
+
+
+CORE_EVENTS_PATH = "/api/v1/events"
+LEASES_PREFIX = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
+# The fields a core v1 event list may be selected by (pkg/registry/core/event/strategy.go).
+CORE_EVENT_FIELDS = frozenset(
+    {
+        "metadata.name",
+        "metadata.namespace",
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    }
+)
+
+
+def parse_field_selector(
+    selector: str, fields: frozenset[str]
+) -> list[tuple[str, bool, str]] | str:
+    """A field selector (`a=b,c!=d`) as (field, equal, value) clauses, or what the API server
+    would refuse in it (a field it does not select by, a clause with no operator)."""
+    clauses: list[tuple[str, bool, str]] = []
+    if not selector:
+        return clauses
+    for clause in selector.split(","):
+        for operator in ("!=", "==", "="):
+            field_name, found, value = clause.partition(operator)
+            if found:
+                break
+        else:
+            return f"invalid selector: {selector!r}; {clause!r} has no operator"
+        field_name = field_name.strip()
+        if field_name not in fields:
+            return f"field label not supported: {field_name}"
+        clauses.append((field_name, operator != "!=", value.strip()))
+    return clauses
+
+
+def pod_selector_problem(selector: str) -> str | None:
+    """What the API server would refuse in a pod list's field selector, or None. Values are
+    not checked: no pod matches them anyway."""
+    parsed = parse_field_selector(selector, POD_FIELDS)
+    return parsed if isinstance(parsed, str) else None
+
+
+def _selected(values: dict[str, str], wanted: list[tuple[str, bool, str]]) -> bool:
+    return all((values.get(name, "") == value) == equal for name, equal, value in wanted)
+
+
+def core_event(event: dict[str, Any]) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event in its core v1 form, as the API server converts it."""
+    regarding = event.get("regarding") or {}
+    return {
+        "kind": "Event",
+        "apiVersion": "v1",
+        "metadata": event["metadata"],
+        "involvedObject": regarding,
+        "reason": event.get("reason", ""),
+        "message": event.get("note", ""),
+        "type": event.get("type", ""),
+        "source": {},
+        "eventTime": event.get("eventTime"),
+        "action": event.get("action", ""),
+        "reportingComponent": event.get("reportingController", ""),
+        "reportingInstance": event.get("reportingInstance", ""),
+        "firstTimestamp": None,
+        "lastTimestamp": None,
+        "count": 0,
+    }
+
+
+def _event_fields(event: dict[str, Any]) -> dict[str, str]:
+    values = {f"involvedObject.{key}": str(value) for key, value in event["involvedObject"].items()}
+    values["metadata.name"] = str(event["metadata"].get("name", ""))
+    values["metadata.namespace"] = str(event["metadata"].get("namespace", ""))
+    values["reason"] = event["reason"]
+    values["reportingComponent"] = event["reportingComponent"]
+    values["type"] = event["type"]
+    return values
+
+
 NODECLAIMS_PREFIX = "/apis/karpenter.sh/v1/nodeclaims/"
 
 
@@ -1038,6 +1248,14 @@ DISCOVERY: dict[str, dict[str, Any]] = {
             "kind": "Node",
             "verbs": ["get", "list", "patch", "watch"],
             "shortNames": ["no"],
+        },
+        {
+            "name": "pods",
+            "singularName": "pod",
+            "namespaced": True,
+            "kind": "Pod",
+            "verbs": ["list"],
+            "shortNames": ["po"],
         },
     ),
     "/apis/events.k8s.io/v1": _resources(

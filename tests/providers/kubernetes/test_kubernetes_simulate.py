@@ -590,6 +590,98 @@ def test_a_real_kubectl_cordons_taints_and_uncordons_the_simulated_node(tmp_path
         assert sim.node is not None and "unschedulable" not in sim.node["spec"]
 
 
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (CI installs it)")
+def test_a_real_kubectl_describes_the_simulated_node(tmp_path: Path) -> None:
+    """found: `kubectl describe node` against the simulator printed `Error from server
+    (NotFound): Unable to find "pods" that match label selector "", field selector
+    "spec.nodeName=...,status.phase!=Failed,status.phase!=Succeeded": no route /api/v1/pods`
+    and nothing else: describe lists the node's pods, and the simulator served no pods. It
+    runs none: the list is empty, and describe shows the node, its taints and conditions,
+    its Lease (`Failed to get lease: no route ...` before) and the Events the agent posted
+    about it through events.k8s.io/v1 (listed by describe through core v1, as the API server
+    serves both; `Events: <none>` before)."""
+    sim = KubernetesSimulator(node=NODE)
+    sim.raise_notice("cordon", {})
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "forewarn-1", "namespace": "default"},
+        "eventTime": "2026-12-07T10:00:00.000000Z",
+        "reportingController": "forewarn.dev/agent",
+        "reportingInstance": "forewarn-host",
+        "action": "Terminate",
+        "reason": "Eviction",
+        "type": "Warning",
+        # As the agent writes it: the uid is the node's name, as the kubelet's are.
+        "regarding": {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE},
+        "note": "forewarn: terminate (eviction from aws) [aws/spot/1]",
+    }
+    with SimServer(sim) as server:
+        posted = httpx.post(
+            f"{server.url}/apis/events.k8s.io/v1/namespaces/default/events",
+            json=event,
+            trust_env=False,
+        )
+        assert posted.status_code == 201, posted.text
+        described = _kubectl(tmp_path, server.url, "describe", "node", NODE)
+        assert described.returncode == 0, described.stderr
+        assert described.stderr == ""
+        out = described.stdout
+        assert f"Name:               {NODE}" in out
+        assert "node.kubernetes.io/unschedulable:NoSchedule" in out
+        assert "Non-terminated Pods:          (0 in total)" in out
+        assert f"HolderIdentity:  {NODE}" in out and "Failed to get lease" not in out
+        (line,) = [line for line in out.splitlines() if "Eviction" in line]
+        assert line.split()[:2] == ["Warning", "Eviction"], line
+        assert "forewarn.dev/agent" in line and "[aws/spot/1]" in line, line
+
+
+_CLAUSES = st.lists(
+    st.tuples(
+        st.sampled_from(["spec.nodeName", "status.phase", "metadata.name", "spec.node", ""])
+        | st.text(max_size=12),
+        st.sampled_from(["=", "==", "!=", ""]),
+        st.text(max_size=12),
+    ),
+    max_size=4,
+)
+
+
+def test_a_pod_list_is_empty_or_refused_by_the_field_it_names() -> None:
+    """Whatever the field selector, the pod list answers an empty PodList, or the API
+    server's 400 Status naming what it refused; never a 5xx. The core v1 event list too."""
+    sim = KubernetesSimulator(node=NODE)
+    with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as api:
+
+        @settings(max_examples=examples(60), deadline=None)
+        @given(_CLAUSES)
+        def check(clauses: list[tuple[str, str, str]]) -> None:
+            selector = ",".join(key + operator + value for key, operator, value in clauses)
+            events = api.get("/api/v1/events", params={"fieldSelector": selector})
+            assert events.status_code in (200, 400), events.text
+            assert events.json()["kind"] == ("EventList" if events.status_code == 200 else "Status")
+            answer = api.get("/api/v1/pods", params={"fieldSelector": selector})
+            if answer.status_code == 200:
+                assert answer.json()["kind"] == "PodList" and answer.json()["items"] == []
+                return
+            assert answer.status_code == 400, answer.text
+            status = answer.json()
+            assert status["kind"] == "Status" and status["reason"] == "BadRequest"
+            message = status["message"]
+            assert "field label not supported" in message or "no operator" in message
+
+        check()
+
+
+def test_a_pod_list_is_refused_without_the_token_or_the_grant() -> None:
+    sim = KubernetesSimulator(node=NODE, token="secret", grants=frozenset({"get:nodes"}))
+    with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
+        assert client.get("/api/v1/pods").status_code == 401
+        refused = client.get("/api/v1/pods", headers=AUTH)
+        assert refused.status_code == 403
+        assert 'cannot list resource "pods"' in refused.json()["message"]
+
+
 def _taints_owners(node: dict[str, Any]) -> list[str]:
     return [
         entry["manager"]
