@@ -55,7 +55,8 @@ class Settings(EndpointSettings):
         "recommendation or a scheduled-maintenance drain of this watcher is active (AWS sends "
         "the rebalance recommendation minutes before most interruptions), and of any path "
         "whose new notice only one answer has shown, for up to 3 s (a stray answer's is "
-        "withdrawn within a second); 0 keeps each path's own interval throughout.",
+        "withdrawn within a second), or whose notice the last answer lacked (a cancel is "
+        "cleared within a second); 0 keeps each path's own interval throughout.",
     )
     timeout: float = Field(
         default=2.0,

@@ -217,6 +217,17 @@ class PathTracker:
             for seen in self.seen.values()
         )
 
+    @property
+    def withdrawing(self) -> bool:
+        """A notice this path withdraws on absence that the last answer lacked, short of
+        ABSENT_ANSWERS: the next answer says whether it is gone (cancelled, moved to the
+        history path) or the last was a stray one, so it is asked soon. Asked at the path's
+        own 5 s, a scheduled reboot cancelled just before its escalation to terminate went out
+        as terminate in that wait, and the job exited for a reboot that never came."""
+        return self.clear_on_absence and any(
+            0 < seen.missing < ABSENT_ANSWERS and not seen.retired for seen in self.seen.values()
+        )
+
     def keep_times(self, reports: list[Report]) -> list[Report]:
         """`reports` of an answer read only in part, each without a deadline given the
         deadline and window (`until`) last sent for it. A scheduled event's NotBefore read,

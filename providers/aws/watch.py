@@ -309,12 +309,13 @@ class AwsWatcher:
         # once, it is withdrawn after ABSENT_ANSWERS answers without it. At the ASG or
         # scheduled path's own 5 s that was 10 s of a terminate (or drain) for nothing, and a
         # job whose save took less exited for it. Asked again soon, a stray one is gone
-        # within a second, and a real one is confirmed by its second answer.
+        # within a second, and a real one is confirmed by its second answer. So is a notice
+        # one answer lacked (`withdrawing`): a cancel is cleared before its escalation.
         soon = self.settings.heightened_interval
         if soon <= 0:
             return
         for path in self.paths:
-            if path.tracker.unconfirmed:
+            if path.tracker.unconfirmed or path.tracker.withdrawing:
                 path.next_due = min(path.next_due, self.clock() + soon)
 
     async def poll(self, path: WatchedPath, emit: Emit) -> bool:

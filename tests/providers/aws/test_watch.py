@@ -140,6 +140,32 @@ async def test_a_withdrawn_scheduled_event_clears(sim: ImdsSimulator, server: Si
         assert clear.id == drain.id
 
 
+@pytest.mark.parametrize("kind", ["scheduled", "rebalance", "asg"])
+async def test_a_notice_gone_from_one_answer_is_asked_for_again_soon(
+    sim: ImdsSimulator, server: SimServer, kind: str
+) -> None:
+    """AWS cancels a scheduled event by moving it to the history path: it leaves the list.
+    The watcher waited the path's whole interval (5 s for the scheduled path and the ASG
+    state) for the second answer without it, and a reboot cancelled in the last answer
+    before its escalation (NotBefore less the exit margin) still went out as terminate in
+    that wait: a job saved and exited for a reboot AWS had cancelled. The path is asked again
+    at `heightened_interval`: the clear follows the first answer without the notice by a
+    fraction of a second, not by the interval."""
+    path = {"scheduled": SCHEDULED_PATH, "rebalance": REBALANCE_PATH, "asg": ASG_PATH}[kind]
+    async with watching(server.url, rebalance_interval=5.0) as run:  # the others' default
+        notice_id = sim.raise_notice(kind, {})
+        first, _ = await run.report_at(timeout=15)
+        paths = run.watcher.paths
+        await run.until(lambda: not any(p.tracker.unconfirmed for p in paths), 15, "confirmed")
+        asked = sim.requests[f"GET {path}"]
+        sim.withdraw(notice_id)
+        await run.until(lambda: sim.requests[f"GET {path}"] > asked, 15, "an answer without it")
+        seen = time.monotonic()
+        clear, _ = await run.report_at(timeout=15, action="clear")
+        assert clear.id == first.id
+        assert time.monotonic() - seen < 2.0, "the clear waited for the path's next interval"
+
+
 async def test_an_odd_scheduled_event_hides_neither_the_others_nor_itself(
     sim: ImdsSimulator, server: SimServer
 ) -> None:
