@@ -696,11 +696,15 @@ class KubernetesSimulator(Simulator):
         if path == "/version":
             return SimResponse.json({"major": "1", "minor": "31", "gitVersion": "v1.31.0-sim"})
         events = path.startswith(EVENTS_PREFIX)
+        # The core v1 event list: all namespaces (None) or one.
+        core = _CORE_EVENTS.match(path)
+        core_namespace = core.group(1) if core else None
         nodeclaim = path[len(NODECLAIMS_PREFIX) :] if path.startswith(NODECLAIMS_PREFIX) else None
         discovery = DISCOVERY.get(path)
         if (
             not path.startswith("/api/v1/nodes")
-            and path not in (PODS_PATH, CORE_EVENTS_PATH)
+            and path != PODS_PATH
+            and core is None
             and not path.startswith(LEASES_PREFIX)
             and not events
             and nodeclaim is None
@@ -726,7 +730,7 @@ class KubernetesSimulator(Simulator):
             else "pods"
             if path == PODS_PATH
             else "events"
-            if path == CORE_EVENTS_PATH
+            if core is not None
             else "leases"
             if path.startswith(LEASES_PREFIX)
             else "nodes"
@@ -739,8 +743,8 @@ class KubernetesSimulator(Simulator):
                 message = f"{request.method} {request.path}"
                 return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
             return self._get_nodeclaim(nodeclaim)
-        if path == CORE_EVENTS_PATH:
-            return self._core_events(request)
+        if core is not None:
+            return self._core_events(request, core_namespace)
         if events:
             return self._create_event(path, request)
         if resource == "pods":
@@ -769,10 +773,9 @@ class KubernetesSimulator(Simulator):
         )
         if verb == "get" and request.param("watch") in ("1", "true"):
             verb = "watch"
-        elif verb == "get" and request.path.rstrip("/") in (
-            "/api/v1/nodes",
-            PODS_PATH,
-            CORE_EVENTS_PATH,
+        elif verb == "get" and (
+            request.path.rstrip("/") in ("/api/v1/nodes", PODS_PATH)
+            or _CORE_EVENTS.match(request.path.rstrip("/"))
         ):
             verb = "list"
         if self.grants is None or f"{verb}:{resource}" in self.grants:
@@ -782,6 +785,8 @@ class KubernetesSimulator(Simulator):
         with self.lock:
             self.counts["forbidden"] += 1
         group = {"events": "events.k8s.io", "nodeclaims": "karpenter.sh"}.get(resource, "")
+        if request.path.startswith("/api/"):
+            group = ""  # the core group's (pods, nodes, core v1 events)
         message = (
             f'{resource} is forbidden: User "system:serviceaccount:forewarn:forewarn" cannot '
             f'{verb} resource "{resource}" in API group "{group}"'
@@ -858,10 +863,11 @@ class KubernetesSimulator(Simulator):
             }
         )
 
-    def _core_events(self, request: SimRequest) -> SimResponse:
-        """`GET /api/v1/events`: the Events posted through events.k8s.io/v1, in the core v1
-        form the API server also serves them in (what `kubectl describe node` lists, by
-        `involvedObject`), or the API server's 400 for a field selector it would refuse."""
+    def _core_events(self, request: SimRequest, namespace: str | None) -> SimResponse:
+        """`GET /api/v1/events` (or `/api/v1/namespaces/<ns>/events`): the Events posted
+        through events.k8s.io/v1, in the core v1 form the API server also serves them in
+        (what `kubectl describe node` lists, by `involvedObject`, and `kubectl get events`),
+        or the API server's 400 for a field selector it would refuse."""
         if request.method != "GET" or request.param("watch") in ("1", "true"):
             message = f"{request.method} {request.path}"
             return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
@@ -870,7 +876,11 @@ class KubernetesSimulator(Simulator):
             return SimResponse.json(_status(400, "BadRequest", wanted), 400)
         with self.lock:
             rv = str(self.rv)
-            items = [core_event(event) for event in self.events]
+            items = [
+                core_event(event)
+                for event in self.events
+                if namespace is None or event["metadata"]["namespace"] == namespace
+            ]
         items = [item for item in items if _selected(_event_fields(item), wanted)]
         return SimResponse.json(
             {
@@ -1124,7 +1134,7 @@ POD_FIELDS = frozenset(
 )
 
 
-CORE_EVENTS_PATH = "/api/v1/events"
+_CORE_EVENTS = re.compile(r"/api/v1(?:/namespaces/([^/]+))?/events\Z")
 LEASES_PREFIX = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
 # The fields a core v1 event list may be selected by (pkg/registry/core/event/strategy.go).
 CORE_EVENT_FIELDS = frozenset(
@@ -1256,6 +1266,14 @@ DISCOVERY: dict[str, dict[str, Any]] = {
             "kind": "Pod",
             "verbs": ["list"],
             "shortNames": ["po"],
+        },
+        {
+            "name": "events",
+            "singularName": "event",
+            "namespaced": True,
+            "kind": "Event",
+            "verbs": ["list"],
+            "shortNames": ["ev"],
         },
     ),
     "/apis/events.k8s.io/v1": _resources(
