@@ -599,7 +599,9 @@ def test_a_real_kubectl_describes_the_simulated_node(tmp_path: Path) -> None:
     runs none: the list is empty, and describe shows the node, its taints and conditions,
     its Lease (`Failed to get lease: no route ...` before) and the Events the agent posted
     about it through events.k8s.io/v1 (listed by describe through core v1, as the API server
-    serves both; `Events: <none>` before), which `kubectl events` lists too."""
+    serves both; `Events: <none>` before), which `kubectl events` lists too (`no route
+    /api/v1/namespaces/default/events` before), and `kubectl get events` by name (`no route
+    /apis/events.k8s.io/v1/events` before)."""
     sim = KubernetesSimulator(node=NODE)
     sim.raise_notice("cordon", {})
     event = {
@@ -634,10 +636,14 @@ def test_a_real_kubectl_describes_the_simulated_node(tmp_path: Path) -> None:
         (line,) = [line for line in out.splitlines() if "Eviction" in line]
         assert line.split()[:2] == ["Warning", "Eviction"], line
         assert "forewarn.dev/agent" in line and "[aws/spot/1]" in line, line
-        listed = _kubectl(tmp_path, server.url, "events", "-A")  # the core v1 list too
+        # The core v1 list of the context's namespace (`default`), and the names of all.
+        listed = _kubectl(tmp_path, server.url, "events")
         assert listed.returncode == 0, listed.stderr
         (line,) = [line for line in listed.stdout.splitlines() if "Eviction" in line]
         assert f"Node/{NODE}" in line and "[aws/spot/1]" in line, line
+        named = _kubectl(tmp_path, server.url, "get", "events", "-A")
+        assert named.returncode == 0, named.stderr
+        assert "forewarn-1" in named.stdout
 
 
 _CLAUSES = st.lists(
