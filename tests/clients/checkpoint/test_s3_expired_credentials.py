@@ -30,6 +30,26 @@ class Expiring(S3Proxy):
         return Reply(400, XML, _EXPIRED) if self.expired else None
 
 
+def _failed_save_of_step_2(proxy: Expiring, bucket: str) -> CheckpointStore:
+    """A store through `proxy` that saved step 1, then failed to save step 2: the token's
+    hour ended mid-file, after its first part (the proxy is left answering ExpiredToken)."""
+    store = CheckpointStore(
+        f"s3://{bucket}/run",
+        s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART, concurrency=1),
+    )
+    store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
+
+    def write(gen: object) -> None:
+        with gen.open("model.bin") as stream:  # type: ignore[attr-defined]
+            stream.write(os.urandom(MIN_PART))
+            proxy.expired = True  # the token's hour ends mid-file
+            stream.write(os.urandom(MIN_PART + 1000))
+
+    with pytest.raises(Exception, match="ExpiredToken"):
+        store.flush(2, write)
+    return store
+
+
 def test_a_save_whose_credentials_expire_is_taken_over_by_the_next_one(
     moto_endpoint: str, bucket: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -39,20 +59,7 @@ def test_a_save_whose_credentials_expire_is_taken_over_by_the_next_one(
     of moto answering ExpiredToken from a save's second part on)."""
     caplog.set_level(logging.WARNING, "forewarn.checkpoint")
     with Expiring(moto_endpoint) as proxy:
-        store = CheckpointStore(
-            f"s3://{bucket}/run",
-            s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART, concurrency=1),
-        )
-        store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
-
-        def write(gen: object) -> None:
-            with gen.open("model.bin") as stream:  # type: ignore[attr-defined]
-                stream.write(os.urandom(MIN_PART))
-                proxy.expired = True  # the token's hour ends mid-file
-                stream.write(os.urandom(MIN_PART + 1000))
-
-        with pytest.raises(Exception, match="ExpiredToken"):
-            store.flush(2, write)
+        store = _failed_save_of_step_2(proxy, bucket)
         # Its upload could not be aborted: said, not suppressed (its parts stay billed).
         assert (
             f"could not abort the upload of run/step-000000000002/model.bin in s3://{bucket}/run"
@@ -89,20 +96,7 @@ def test_a_failed_saves_upload_it_could_not_abort_is_aborted_by_the_next_save(
     caplog.set_level(logging.INFO, "forewarn.checkpoint")
     s3 = boto3.client("s3", endpoint_url=moto_endpoint)
     with Expiring(moto_endpoint) as proxy:
-        store = CheckpointStore(
-            f"s3://{bucket}/run",
-            s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART, concurrency=1),
-        )
-        store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
-
-        def write(gen: object) -> None:
-            with gen.open("model.bin") as stream:  # type: ignore[attr-defined]
-                stream.write(os.urandom(MIN_PART))
-                proxy.expired = True  # the token's hour ends mid-file
-                stream.write(os.urandom(MIN_PART + 1000))
-
-        with pytest.raises(Exception, match="ExpiredToken"):
-            store.flush(2, write)
+        store = _failed_save_of_step_2(proxy, bucket)
         proxy.expired = False  # renewed
         left = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
         assert [upload["Key"] for upload in left] == ["run/step-000000000002/model.bin"]
