@@ -380,6 +380,14 @@ def run_forewarn(
     )
 
 
+def run_agent_on(config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`forewarn agent --provider local --config CONFIG`, run to its exit (a configuration
+    refused: its exit code and its one line on stderr)."""
+    return run_forewarn(
+        "agent", "--provider", "local", "--config", str(config), env=env, timeout=60
+    )
+
+
 def run_forewarn_here(*args: str) -> subprocess.CompletedProcess[str]:
     """`forewarn ARGS` through the entry point's own `main`, in this process, read as
     `run_forewarn` reads the command's process: its exit code, and its stdout and stderr as
@@ -918,6 +926,7 @@ __all__ = [
     "free_port",
     "requires",
     "resume_steps_lost",
+    "run_agent_on",
     "run_forewarn",
     "running_agent",
     "running_watcher",

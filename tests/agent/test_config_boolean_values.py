@@ -7,7 +7,6 @@ out gives its default."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from forewarn.providers.registry import REGISTRY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
-from support import agent_env, examples, forewarn_cmd
+from support import agent_env, examples, run_agent_on
 
 MODEL = settings_model(REGISTRY)
 
@@ -99,13 +98,7 @@ def test_the_words_a_boolean_reads_are_read() -> None:
 def test_the_agent_says_it_in_one_line_and_exits_2(tmp_path: Path) -> None:
     env = agent_env(tmp_path)
     config = _file(tmp_path, "kubernetes.cordon", '""')
-    done = subprocess.run(
-        forewarn_cmd("agent", "--provider", "local", "--config", str(config)),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_agent_on(config, env)
     assert done.returncode == 2, done.stderr
     assert done.stderr == (
         f"forewarn: config file {config}: config key kubernetes.cordon: blank; it takes true or "

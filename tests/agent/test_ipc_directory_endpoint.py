@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import string
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.protocol.wire import EndpointError, check_endpoint
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from support import agent_env, examples, forewarn_cmd
+from support import agent_env, examples, run_agent_on
 
 _PARTS = st.lists(
     st.text(alphabet=string.ascii_letters + string.digits + "-_.", min_size=1, max_size=12),
@@ -49,24 +48,13 @@ def test_an_ipc_path_naming_a_file_or_an_abstract_name_is_taken(parts: list[str]
     assert check_endpoint(f"ipc://@{path}/") == f"ipc://@{path}/"
 
 
-def _agent_with(config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The agent started on `config`, run to its exit."""
-    return subprocess.run(
-        forewarn_cmd("agent", "--provider", "local", "--config", str(config)),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 @pytest.mark.parametrize("end", ["/", "/."])
 def test_the_agent_exits_2_before_writing_anything(tmp_path: Path, end: str) -> None:
     env = agent_env(tmp_path)
     runtime, state = Path(env["FOREWARN_RUNTIME_DIR"]), Path(env["FOREWARN_STATE_DIR"])
     config = tmp_path / "forewarn.toml"
     config.write_text(f'events = "ipc://{runtime}/events{end}"\n')
-    done = _agent_with(config, env)
+    done = run_agent_on(config, env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"forewarn: events 'ipc://{runtime}/events{end}': ")
     assert "names a directory" in done.stderr and len(done.stderr.splitlines()) == 1
@@ -84,7 +72,7 @@ def test_an_ipc_path_in_a_missing_directory_exits_2_before_writing_anything(
     missing = tmp_path / "nope"
     config = tmp_path / "forewarn.toml"
     config.write_text(f'{key} = "ipc://{missing}/{key}"\n')
-    done = _agent_with(config, env)
+    done = run_agent_on(config, env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"forewarn: {key} 'ipc://{missing}/{key}': "), done.stderr
     assert f"directory {str(missing)!r} does not exist" in done.stderr, done.stderr
