@@ -6,7 +6,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -199,6 +199,30 @@ def restarted(
         yield agent
 
 
+@contextmanager
+def cleared_and_raised_across_a_restart(
+    tmp_path: Path,
+    server: SimServer,
+    notice_id: str,
+    raise_it: Callable[[], None],
+    while_down: Callable[[], None],
+) -> Iterator[AgentProcess]:
+    """An agent told the drain `raise_it()` raised, then stopped; `while_down()` done to the
+    node; the agent started again (`restarted`), which has sent a clear, then the drain again,
+    for `notice_id`. The block runs with the restarted agent; no traceback in its log after."""
+    env = _kubernetes_env(tmp_path, server)
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        raise_it()
+        eventually(lambda: published(agent.output(), notice_id), what=f"the drain of {notice_id}")
+    while_down()
+    with restarted(tmp_path, env, f"drain {notice_id}") as agent:
+        sends = [line.split()[1] for line in published(agent.output(), notice_id)]
+        assert sends == ["clear", "drain"], agent.output()
+        yield agent
+    assert "Traceback" not in agent.output()
+
+
 def test_node_notices_across_an_agent_restart_are_neither_repeated_nor_lost(
     tmp_path: Path, server: SimServer
 ) -> None:
@@ -245,21 +269,14 @@ def test_a_cordon_applied_again_while_the_agent_was_down_is_cleared_and_raised(
     `spec.unschedulable` is later). The restarted agent sent the drain again under the same id, with
     no clear between: a repeat to the job's guard, which had saved for the first cordon and so saved
     nothing for the second. A running watcher sends drain, clear, drain."""
-    env = _kubernetes_env(tmp_path, server)
     sim = server.sim
     assert isinstance(sim, KubernetesSimulator)
     cordon = f"kubernetes/{NODE}/cordon"
-    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
-        wait_for_watch(server)
-        control(server, "cordon")
-        eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
-    recordon(sim)
-    with restarted(tmp_path, env, f"drain {cordon}") as agent:
-        sends = [line.split()[1] for line in published(agent.output(), cordon)]
-        assert sends == ["clear", "drain"], agent.output()
+    with cleared_and_raised_across_a_restart(
+        tmp_path, server, cordon, lambda: control(server, "cordon"), lambda: recordon(sim)
+    ) as agent:
         active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
         assert active == {cordon: "drain"}
-    assert "Traceback" not in agent.output()
 
 
 def _as_an_older_agent_saved_it(state: Path, mark: str) -> None:
@@ -287,20 +304,18 @@ def test_a_cordon_applied_again_while_an_older_agent_was_upgraded_is_cleared_and
     one told nothing) and took the second cordon for the first, no clear, no drain, so the
     job saved nothing for it. The cordon's managedFields `time`, later than the saved notice
     was noticed, tells it: clear, drain."""
-    env = _kubernetes_env(tmp_path, server)
     sim = server.sim
     assert isinstance(sim, KubernetesSimulator)
     cordon = f"kubernetes/{NODE}/cordon"
-    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
-        wait_for_watch(server)
-        control(server, "cordon")
-        eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
-    _as_an_older_agent_saved_it(tmp_path / "state" / "state.json", "unschedulableSet")
-    recordon(sim, later=30)  # the upgrade took half a minute
-    with restarted(tmp_path, env, f"drain {cordon}") as agent:
-        sends = [line.split()[1] for line in published(agent.output(), cordon)]
-        assert sends == ["clear", "drain"], agent.output()
-    assert "Traceback" not in agent.output()
+
+    def upgraded() -> None:
+        _as_an_older_agent_saved_it(tmp_path / "state" / "state.json", "unschedulableSet")
+        recordon(sim, later=30)  # the upgrade took half a minute
+
+    with cleared_and_raised_across_a_restart(
+        tmp_path, server, cordon, lambda: control(server, "cordon"), upgraded
+    ):
+        pass
 
 
 def test_a_taint_written_over_by_a_cordon_is_not_sent_again_by_a_restarted_agent(
@@ -345,7 +360,6 @@ def test_a_scale_down_begun_again_while_the_agent_was_down_is_cleared_and_raised
     scale-down began). Removed (the scale-down given up) and set again while the agent was
     down, the restarted agent took the new scale-down for the old one and said nothing: the
     job, which had resumed after the first, was not told of the second."""
-    env = _kubernetes_env(tmp_path, server)
     sim = server.sim
     assert isinstance(sim, KubernetesSimulator)
     key = "ToBeDeletedByClusterAutoscaler"
@@ -359,15 +373,14 @@ def test_a_scale_down_begun_again_while_the_agent_was_down_is_cleared_and_raised
             node["spec"]["taints"] = [*taints, {"key": key, "value": began, "effect": "NoSchedule"}]
             sim._commit("MODIFIED", node)
 
-    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
-        wait_for_watch(server)
-        scale_down("1764928800")
-        eventually(lambda: published(agent.output(), notice_id), what="the scale-down's drain")
-    scale_down("1764929400")
-    with restarted(tmp_path, env, f"drain {notice_id}") as agent:
-        sends = [line.split()[1] for line in published(agent.output(), notice_id)]
-        assert sends == ["clear", "drain"], agent.output()
-    assert "Traceback" not in agent.output()
+    with cleared_and_raised_across_a_restart(
+        tmp_path,
+        server,
+        notice_id,
+        lambda: scale_down("1764928800"),
+        lambda: scale_down("1764929400"),
+    ):
+        pass
 
 
 def test_a_shutdown_whose_ready_turned_unknown_stands_across_an_agent_restart(
