@@ -35,7 +35,7 @@ from .providers import (
     ProviderNotices,
 )
 from .simcontrol import SimulatorProcess
-from .waiting import eventually, free_port
+from .waiting import eventually
 
 PROVIDERS = ("local", *LAUNCH)
 # Where a watcher that is not under test would look: a port nothing listens on, on loopback.
@@ -197,14 +197,20 @@ class RunningAgent:
                 self.dovecot = Dovecot().start()
                 self.mailbox = Mailbox(self.dovecot, self.dovecot.add_user())
                 self.env.update(self.mailbox.agent_env(self.root))
-            port = free_port()
+            # Port 0: the kernel's pick as the simulator binds, read back before the agent is
+            # given it (a number picked first could be taken by another test's server between
+            # the pick and the bind, and the agent then watched that server).
             self.simulator = SimulatorProcess(
-                self.provider, port, launch.sim_args, self.root / "simulator.log"
+                self.provider, 0, launch.sim_args, self.root / "simulator.log"
             ).start(_clean_environ())
-            self.env.update(launch.agent_env(self.simulator.url, self.root))
+            try:
+                url = self.simulator.wait_listening(deadline)
+            except RuntimeError as error:  # it exited, or never listened: as the agent's own
+                raise AgentDied(str(error)) from None
+            self.env.update(launch.agent_env(url, self.root))
             self.notices = launch.handle(self.simulator.control, self.mailbox)
         self.env.update(self._extra_env)
-        # The agent and the simulator start side by side: the watcher retries until it answers.
+        # The agent starts once the simulator listens; its watcher polls it from the start.
         self._log = self.log_path.open("wb")
         self.proc, self._lifeline = _lifeline.spawn(self.argv, self.env, self._log)
         self._recorder = EventRecorder(self.events_endpoint).start()

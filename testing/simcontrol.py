@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -80,7 +81,11 @@ class SimControl:
 
 
 class SimulatorProcess:
-    """`forewarn simulate PROVIDER` on a loopback port, ready once its control API answers."""
+    """`forewarn simulate PROVIDER` on a loopback port, ready once its control API answers.
+
+    Port 0 (the default) is the kernel's pick, made as the simulator binds: its URL is known
+    once `wait_listening` has read it from the simulator's ready file. A port picked before
+    (a free_port() number) can be taken by another process between the pick and the bind."""
 
     def __init__(self, provider: str, port: int, args: tuple[str, ...], log: Path) -> None:
         self.provider = provider
@@ -89,6 +94,10 @@ class SimulatorProcess:
         self.log_path = log
         argv = [sys.executable, "-m", "forewarn.agent.cli", "simulate", provider]
         self.argv = [*argv, "--host", "127.0.0.1", "--port", str(port), *args]
+        self._ready_file: Path | None = None
+        if port == 0:
+            self._ready_file = log.with_name(log.name + ".url")
+            self.argv += ["--ready-file", str(self._ready_file)]
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._lifeline: int | None = None
@@ -97,6 +106,26 @@ class SimulatorProcess:
         self._log = self.log_path.open("wb")
         self.proc, self._lifeline = _lifeline.spawn(self.argv, env, self._log)
         return self
+
+    def wait_listening(self, deadline: float) -> str:
+        """The simulator's URL, once it listens (started on port 0: read from its ready
+        file). RuntimeError, with its log, if it exits or does not listen by `deadline`."""
+        assert self.proc is not None
+        while self._ready_file is not None:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"forewarn simulate {self.provider} exited with {self.proc.returncode}:\n"
+                    + self.log_path.read_text(errors="replace")
+                )
+            with suppress(FileNotFoundError):
+                self.url = self._ready_file.read_text().strip()  # written whole (a rename)
+                self.control = SimControl(self.url)
+                self._ready_file = None
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"forewarn simulate {self.provider} did not start listening")
+            time.sleep(0.02)
+        return self.url
 
     def wait_ready(self, deadline: float) -> None:
         assert self.proc is not None

@@ -10,7 +10,9 @@ from typing import Any
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now: the kernel's pick, so parallel tests differ."""
+    """A TCP port nothing listens on right now: the kernel's pick, so parallel tests differ.
+    It is let go before it is returned, so another process can bind it first: where a
+    server can bind port 0 and say the address it bound, prefer that."""
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import forewarn.testing
 import forewarn.testing.dovecot
+import forewarn.testing.waiting
 import pytest
 from forewarn.testing import (
     AgentDied,
@@ -98,25 +99,44 @@ def test_a_simulator_that_cannot_start_is_an_agent_died_whenever_it_exits(
 ) -> None:
     """A simulator that could not listen raised AgentDied when it exited before the agent's
     first heartbeat, but a bare RuntimeError when it exited after it: a test catching
-    AgentDied (to retry on a port taken meanwhile) missed it. Here its port is taken and it
-    is slow to start (a sitecustomize), so it exits after the heartbeat."""
+    AgentDied missed it. Here it is slow to start and then exits before it listens (a
+    sitecustomize; its second is the scenario): AgentDied, and nothing is left. (The agent
+    now starts once the simulator listens, on the port it bound.)"""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys, time\nif 'simulate' in sys.orig_argv:\n"
+        "    time.sleep(1)\n    print('cannot listen', file=sys.stderr)\n    os._exit(3)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    agent = RunningAgent("aws")
+    with pytest.raises(AgentDied, match=r"(?s)exited with 3.*cannot listen"):
+        agent.start()
+    assert not agent.alive and not agent.root.exists()
+
+
+def test_a_port_taken_between_a_pick_and_the_simulators_bind_does_not_stop_the_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """found: the simulator was started on free_port()'s number, a port closed again before it
+    was handed out; another test's server binding it in between (here: every pick is a port
+    another server listens on) made the simulator exit `cannot listen` (or, had that server
+    been a simulator, pointed the agent at it). The simulator binds port 0 and the agent is
+    given the address it bound."""
     import socket
 
     import forewarn.testing.agent
 
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        "import sys, time\nif 'simulate' in sys.orig_argv:\n    time.sleep(2)\n"
-    )
-    monkeypatch.setenv("PYTHONPATH", str(site))
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
-        monkeypatch.setattr(forewarn.testing.agent, "free_port", lambda: taken.getsockname()[1])
-        agent = RunningAgent("aws")
-        with pytest.raises(AgentDied, match="cannot listen"):
-            agent.start()
-    assert not agent.alive and not agent.root.exists()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(forewarn.testing.agent, "free_port", lambda: port, raising=False)
+        monkeypatch.setattr(forewarn.testing.waiting, "free_port", lambda host="": port)
+        with RunningAgent("aws") as agent:
+            assert agent.simulator is not None
+            assert agent.simulator.url != f"http://127.0.0.1:{port}"
+            assert agent.simulator.control.requests()
 
 
 def test_a_digitalocean_agent_without_dovecot_says_what_to_install(
