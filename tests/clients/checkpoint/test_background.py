@@ -928,20 +928,49 @@ def test_a_terminate_during_an_upload_waits_when_the_deadline_allows_and_acks_wh
     assert "fit in" in last["note"], json.dumps(last)
 
 
+def _drain_by_the_flag_file(env: dict[str, str], guard: Any, step: int) -> Path:
+    """The agent's flag file written: once the guard says step `step` is due (the agent's
+    drain has reached it), the flag file's path."""
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    flag.write_text("")
+    eventually(lambda: guard.due(step), what="the drain")
+    return flag
+
+
+def _acked_saved_and_the_flag_file_removed(
+    env: dict[str, str], guard: Any, flag: Path, notice: str, step: int
+) -> None:
+    """The agent removed the flag file; the guard closed; the drain `notice` acked "saved"
+    at `step` in the agent's telemetry."""
+    eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
+    guard.close()
+    saved = (notice, step, "saved")
+    eventually(lambda: saved in _ack_outcomes(env), what="the drain's ack")
+
+
+def _wait_for_the_save_thread_to_end(step: int) -> None:
+    """Until the background save thread of `step` (a cancelled save, run on) has ended."""
+    eventually(
+        lambda: (
+            not any(
+                thread.name == f"forewarn-background-save-{step}" and thread.is_alive()
+                for thread in threading.enumerate()
+            )
+        ),
+        what="the cancelled save to end",
+    )
+
+
 def test_a_drain_whose_background_save_failed_is_acked_saved_by_the_retry(
     tmp_path: Any,
 ) -> None:
     """A real agent with its local provider: the flag file raises a drain, the background
     save for it fails, and the retry that the failure asks for answers the drain too: the
     agent hears "saved" for it and removes the flag file (it was acked only "failed")."""
-    from pathlib import Path
-
     backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
     store = CheckpointStore(backend=backend)
     with _guard_with_agent(tmp_path, store) as (_agent, guard, env):
-        flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
-        flag.write_text("")
-        eventually(lambda: guard.due(1), what="the drain")
+        flag = _drain_by_the_flag_file(env, guard, 1)
         backend.fail = True
         first = guard.save_state(1, state(1))
         assert first.reasons == ("drain",) and len(first.notices) == 1
@@ -968,17 +997,13 @@ def test_a_drain_at_the_step_still_uploading_is_that_save_and_acked_when_it_comm
     background on the committed generation (GenerationExistsError), which the next due()
     raised as BackgroundSaveError. It is the same save: it returns at once, nothing fails,
     and the drain is acked "saved" once that upload commits."""
-    from pathlib import Path
-
     backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
     store = CheckpointStore(backend=backend)
     with _guard_with_agent(tmp_path, store, every_steps=10) as (_agent, guard, env):
         release = backend.hold(10)
         first = guard.save_state(10, state(10)) if guard.due(10) else pytest.fail("not due")
         assert first.reasons == ("periodic",) and guard.saver.in_flight == 10
-        flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
-        flag.write_text("")
-        eventually(lambda: guard.due(10), what="the drain")
+        flag = _drain_by_the_flag_file(env, guard, 10)
         answers: list[Any] = []
         second = threading.Thread(target=lambda: answers.append(guard.save_state(10, state(10))))
         second.start()
@@ -992,10 +1017,7 @@ def test_a_drain_at_the_step_still_uploading_is_that_save_and_acked_when_it_comm
         assert guard.saver.wait() is not None
         assert not guard.due(11)  # nothing failed: no BackgroundSaveError, no retry
         assert store.steps() == [10] and guard.durable_step == 10
-        eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
-        guard.close()
-        saved = (drained.notices[0], 10, "saved")
-        eventually(lambda: saved in _ack_outcomes(env), what="the drain's ack")
+        _acked_saved_and_the_flag_file_removed(env, guard, flag, drained.notices[0], 10)
     assert all(outcome == "saved" for _notice, _step, outcome in _ack_outcomes(env))
 
 
@@ -1006,8 +1028,6 @@ def test_a_drain_whose_small_save_commits_before_save_state_returns_is_acked_sav
     recorded which notices it answers. The commit's ack then went out with no notice id, and
     the drain was never acked "saved" (the agent kept its flag file). Here the upload is made
     to commit before save_state goes on, every time."""
-    from pathlib import Path
-
     store = CheckpointStore(str(tmp_path / "ckpt"))
     with _guard_with_agent(tmp_path, store, every_steps=100) as (_agent, guard, env):
         save = guard.saver.save
@@ -1018,15 +1038,10 @@ def test_a_drain_whose_small_save_commits_before_save_state_returns_is_acked_sav
             return timing
 
         guard.saver.save = save_then_commit  # type: ignore[method-assign]
-        flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
-        flag.write_text("")
-        eventually(lambda: guard.due(5), what="the drain")
+        flag = _drain_by_the_flag_file(env, guard, 5)
         drained = guard.save_state(5, state(5))
         assert drained.reasons == ("drain",) and len(drained.notices) == 1
-        eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
-        guard.close()
-        saved = (drained.notices[0], 5, "saved")
-        eventually(lambda: saved in _ack_outcomes(env), what="the drain's ack")
+        _acked_saved_and_the_flag_file_removed(env, guard, flag, drained.notices[0], 5)
 
 
 def _in_thread(call: Any) -> tuple[threading.Thread, list[Any]]:
@@ -1247,15 +1262,7 @@ def test_a_save_cancelled_past_its_last_write_never_commits_after_the_final_save
     final = saver.final(6, state(6), seconds_left=None)
     assert final.choice == "cancelled" and final.generation.step == 6, final.reason
     backend.release.set()
-    eventually(
-        lambda: (
-            not any(
-                thread.name == "forewarn-background-save-5" and thread.is_alive()
-                for thread in threading.enumerate()
-            )
-        ),
-        what="the cancelled save to end",
-    )
+    _wait_for_the_save_thread_to_end(5)
     assert saver.last_durable is not None and saver.last_durable.step == 6
     assert told == []
     assert [generation.step for generation in store.generations()] == [6]
@@ -1334,15 +1341,7 @@ def test_a_cancelled_save_whose_commit_ends_after_the_final_one_leaves_it_the_la
     final = saver.final(6, state(6), seconds_left=None)
     assert final.generation.step == 6, final.reason
     backend.release.set()
-    eventually(
-        lambda: (
-            not any(
-                thread.name == "forewarn-background-save-5" and thread.is_alive()
-                for thread in threading.enumerate()
-            )
-        ),
-        what="the cancelled save to end",
-    )
+    _wait_for_the_save_thread_to_end(5)
     assert [generation.step for generation in store.generations()] == [5, 6]
     assert saver.last_durable is not None and saver.last_durable.step == 6
     assert told == []
