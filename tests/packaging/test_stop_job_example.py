@@ -47,6 +47,8 @@ def test_exec_start_stops_the_job_on_a_terminate(tmp_path: Path) -> None:
         try:
             with agent.subscriber(("heartbeat",)) as sub:
                 sub.recv(10)  # the agent is publishing; the unit's wait is subscribing
+            # The scenario: a quiet agent for 0.5 s, in which the unit must not stop the job;
+            # that nothing happens cannot be waited for, so the window is fixed.
             time.sleep(0.5)
             assert unit.poll() is None, "it waits while the agent is quiet"
             agent.control({"op": "notify", "action": "terminate"})

@@ -128,6 +128,8 @@ def test_ranks_meet_through_the_store(store_url: str) -> None:
     while "parts/rank-00000.json" not in store.backend.list_sizes("step-000000000005"):
         assert time.monotonic() < deadline, "rank 0 never wrote its part"
         time.sleep(0.02)
+    # The scenario: a window in which rank 0 could commit if it wrongly did; that nothing
+    # happens cannot be waited for, so the window is a fixed 0.3 s.
     time.sleep(0.3)
     assert store.latest() is None
     gate.set()
