@@ -74,40 +74,74 @@ def serve_moto(argv: list[str] | None = None) -> None:
     """`moto_server ARGV`, with moto's list of its own services read once. Its server asked
     for that list twice a request, each time listing and stat-ing every entry of moto's
     package folder: a third of its CPU for a small S3 request (2.3 ms a request, 1.6 with the
-    list read once). The list cannot change while the server runs."""
+    list read once). The list cannot change while the server runs.
+
+    `--fd N` serves on the listening socket N handed over by the starting process (what
+    `moto_server` does) and writes one line to stdout once it serves."""
     import moto.backends
-    from moto.server import main
 
     listed = getattr(moto.backends, "list_of_moto_modules", None)
     if listed is not None:  # a moto that has no such lookup serves as it is
         services = tuple(listed())
         setattr(moto.backends, "list_of_moto_modules", lambda: services)  # noqa: B010
-    main(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--fd"]:
+        _serve_on(int(args[1]))
+        return
+    from moto.server import main
+
+    main(args)
+
+
+def _serve_on(fd: int) -> None:
+    """moto's own server (`moto.server.main`'s application and request handler) on an
+    inherited listening socket: it binds nothing, so no other process can hold its port."""
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server(
+        "127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler, fd=fd
+    )
+    # moto builds some URLs from MOTO_PORT, as `moto_server -p PORT` sets it.
+    os.environ.setdefault("MOTO_PORT", str(server.server_address[1]))
+    print("serving", flush=True)
+    server.serve_forever()
 
 
 @contextmanager
 def moto_server(timeout: float = 30.0) -> Iterator[str]:
-    """Run `moto_server` on 127.0.0.1 and a free port (`serve_moto`); yields its endpoint URL.
-    The server stops on leaving the block, and also when this process dies without leaving
-    it (`exit_with_parent`)."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-c", _SERVE_MOTO, str(os.getpid()), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    """Run moto's server on 127.0.0.1 and a port of its own (`serve_moto`); yields its
+    endpoint URL. The server stops on leaving the block, and also when this process dies
+    without leaving it (`exit_with_parent`).
+
+    The listening socket is bound here, on port 0, and handed to the server: a port number
+    picked and let go before the server bound it could be taken by another server in between,
+    and that server was yielded as the endpoint (any connect counted as started)."""
+    import selectors
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        port = int(listener.getsockname()[1])
+        fd = listener.fileno()
+        process = subprocess.Popen(
+            [sys.executable, "-c", _SERVE_MOTO, str(os.getpid()), "--fd", str(fd)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(fd,),
+        )
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "moto_server did not start (is moto[server] installed?)"
-                    ) from None
-                time.sleep(0.05)
+        assert process.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            ready = selector.select(timeout)
+        if not ready or not process.stdout.readline():
+            raise RuntimeError("moto_server did not start (is moto[server] installed?)")
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
@@ -116,6 +150,8 @@ def moto_server(timeout: float = 30.0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 class DelegatingBackend(Backend):

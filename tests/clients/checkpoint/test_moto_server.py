@@ -107,3 +107,30 @@ def test_the_server_ends_when_the_process_that_started_it_dies() -> None:
         parent.wait()
         if server is not None and _running(server):
             os.kill(server, signal.SIGKILL)
+
+
+def test_a_port_taken_between_a_pick_and_the_servers_bind_is_not_taken_for_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server's port was a number picked and let go before moto bound it: another
+    server listening there in between was yielded as the S3 endpoint (any connect counted as
+    started), and the tests' buckets went to it. Whatever happens to a picked number, the
+    endpoint is the server's own."""
+    import boto3
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(8)
+        other = taken.getsockname()[1]
+        monkeypatch.setattr(testing, "free_port", lambda: other)
+        with testing.moto_server() as endpoint:
+            assert endpoint != f"http://127.0.0.1:{other}"
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+                region_name="us-east-1",
+            )
+            client.create_bucket(Bucket="its-own-port")
+            assert [b["Name"] for b in client.list_buckets()["Buckets"]] == ["its-own-port"]
