@@ -44,6 +44,7 @@ from forewarn.protocol.wire import (
 )
 
 from .controltoken import token_matches
+from .limits import MAX_MANUAL
 from .protocol import (
     TOPIC_CLIENT_PREFIX,
     TOPIC_HEARTBEAT,
@@ -75,15 +76,26 @@ SUBSCRIPTION_BATCH = 64
 MAX_CONTROL_FRAMES = 64
 CONTROL_FRAME_BATCH = 4096
 # Messages the events socket queues for one subscriber that does not read (a job stopped by
-# SIGSTOP or a scheduler's suspend): libzmq counts messages, not bytes, so this many of the
-# largest heartbeat is what one such subscriber makes the agent hold. At 10,000 one stopped
-# subscriber took the agent's RSS from 47 MB to 158 MB (heartbeats of 64 notices with
-# 180-character ids, 12 kB each), past the 128Mi of the Kubernetes manifests; 1,000 is 16
-# minutes of heartbeats and fifteen replays of 64 notices. A live reader's own ZeroMQ thread
-# takes what it is sent into its receive queue, so only a stopped one comes near; past the
-# mark it loses messages, which the `seq` gap and the heartbeats' `active` tell it, and its
-# next subscription to `notice` has the active ones replayed.
+# SIGSTOP or a scheduler's suspend): at most EVENTS_SEND_HWM, and at most EVENTS_QUEUE_BYTES
+# of them. libzmq counts messages, not bytes, so the agent sets the high-water mark from the
+# largest message it has sent (`events_send_hwm`), lowering it as that grows and never raising
+# it again: each message queued then fits the mark in force when it was sent, so what one
+# stopped subscriber makes the agent hold stays within EVENTS_QUEUE_BYTES. At a fixed 1,000,
+# heartbeats at the bounds (64 notices of 195-character ids, each acked by 16 clients of 200
+# bytes: 247 kB) took a real agent from 48 MB to 267 MB RSS with one stopped subscriber, past
+# the 128Mi of the Kubernetes manifests (at 10,000, before, 12 kB heartbeats took it from 47 MB
+# to 158 MB). 1,000 typical heartbeats (about 1 kB) are 16 minutes of them and fifteen replays
+# of 64 notices. A live reader's own ZeroMQ thread takes what it is sent into its receive
+# queue, so only a stopped one comes near; past the mark it loses messages, which the `seq` gap
+# and the heartbeats' `active` tell it, and its next subscription to `notice` has the active
+# ones replayed.
 EVENTS_SEND_HWM = 1_000
+EVENTS_QUEUE_BYTES = 32 * 1024 * 1024
+# The mark never goes below this, a burst the agent sends at once to a live subscriber: a
+# replay (its heartbeat and the active notices: MAX_MANUAL manual ones and the providers'),
+# twice over. Only a message over EVENTS_QUEUE_BYTES / EVENTS_SEND_HWM_FLOOR (258 kB, past any
+# heartbeat the bounds allow) makes a stopped subscriber hold more than EVENTS_QUEUE_BYTES.
+EVENTS_SEND_HWM_FLOOR = 2 * (MAX_MANUAL + 1)
 # Replies the control socket queues for one peer: a REQ client waits for each answer before it
 # sends again, and a reader's own ZeroMQ thread takes its replies as they come; the room is for
 # a client pipelining requests (a proxy, a fuzz in batches of 100) while the agent's ZeroMQ
@@ -99,6 +111,12 @@ REBIND_PAUSE = 0.1
 # logged at most this often (with a count), so that a peer retrying in a loop cannot flood the
 # journal.
 REFUSAL_LOG_INTERVAL = 60.0
+
+
+def events_send_hwm(largest: int) -> int:
+    """The events socket's high-water mark once a message of `largest` bytes has been sent:
+    as many of it as EVENTS_QUEUE_BYTES holds, within EVENTS_SEND_HWM_FLOOR..EVENTS_SEND_HWM."""
+    return max(EVENTS_SEND_HWM_FLOOR, min(EVENTS_SEND_HWM, EVENTS_QUEUE_BYTES // max(largest, 1)))
 
 
 class BindError(ForewarnError, RuntimeError):
@@ -130,6 +148,9 @@ class Publisher:
         # client that every notice then waited for.
         self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.xpub.setsockopt(zmq.SNDHWM, EVENTS_SEND_HWM)
+        # The largest message sent on events (topic and body) and the mark it set.
+        self.largest_event = 0
+        self.events_hwm = EVENTS_SEND_HWM
         self.xpub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
         # The same socket without asyncio, to take what is already queued without a future.
         self._xpub_sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.xpub.underlying)
@@ -254,6 +275,20 @@ class Publisher:
         self._send(TOPIC_HEARTBEAT, _escape_delete(beat.model_dump_json().encode()))
 
     def _send(self, topic: str, payload: bytes) -> None:
+        size = len(topic) + len(payload)
+        if size > self.largest_event:
+            self.largest_event = size
+            hwm = events_send_hwm(size)
+            if hwm != self.events_hwm:
+                # libzmq applies it to every connected subscriber's queue, not only to new ones.
+                self.xpub.setsockopt(zmq.SNDHWM, hwm)
+                self.events_hwm = hwm
+                log.debug(
+                    "events: a message of %d bytes: at most %d messages are queued for a "
+                    "subscriber that does not read",
+                    size,
+                    hwm,
+                )
         # XPUB never blocks: a subscriber past its high-water mark loses messages, the agent
         # does not stall. The future is already done unless the socket is closing.
         future = self.xpub.send_multipart([topic.encode(), payload], flags=zmq.NOBLOCK)
@@ -279,6 +314,11 @@ class Publisher:
                 except zmq.Again:
                     break
                 self._subscription(frame, on_client)
+            if self.events_hwm != EVENTS_SEND_HWM:
+                # A new connection's queue takes the mark the socket had when it was bound
+                # (libzmq copies the options then): set again, it reaches every connected
+                # subscriber's, this one's too, before it is sent more than a few messages.
+                self.xpub.setsockopt(zmq.SNDHWM, self.events_hwm)
             if self._replay_due:
                 tokens, self._replay_tokens = self._replay_tokens, []
                 self._replay_due = False
@@ -622,6 +662,9 @@ def _log_send_failure(future: asyncio.Future[Any]) -> None:
 
 
 __all__ = [
+    "EVENTS_QUEUE_BYTES",
+    "EVENTS_SEND_HWM",
+    "EVENTS_SEND_HWM_FLOOR",
     "MAX_CONTROL_BYTES",
     "MAX_CONTROL_FRAME_BYTES",
     "MAX_SUBSCRIPTION_BYTES",
@@ -629,4 +672,5 @@ __all__ = [
     "SOCKET_MODE",
     "BindError",
     "Publisher",
+    "events_send_hwm",
 ]
