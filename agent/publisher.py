@@ -101,6 +101,13 @@ EVENTS_SEND_HWM_FLOOR = 2 * (MAX_MANUAL + 1)
 # a client pipelining requests (a proxy, a fuzz in batches of 100) while the agent's ZeroMQ
 # thread, starved of CPU, writes them out late: at 16 such a client lost replies.
 CONTROL_SEND_HWM = 128
+# And at most this many bytes of them, as on events: the mark is lowered from the largest reply
+# sent (`control_send_hwm`). At 128, `status` replies of 1.6 MB (64 notes of 2,000 characters
+# outside the BMP, 12 bytes each in JSON) took a real agent from 49 MB to 243 MB RSS under one
+# DEALER that pipelined `status` without reading.
+CONTROL_QUEUE_BYTES = 32 * 1024 * 1024
+# A REQ client has one request in flight; the floor is for a few pipelining ones.
+CONTROL_SEND_HWM_FLOOR = 16
 # Rebinding control: tries, and the pause before each (times the try number) and after.
 # Milliseconds the events socket's close waits for what it still queues (a terminate
 # published just before a stop): closed without waiting, libzmq drops it unsent.
@@ -117,6 +124,14 @@ def events_send_hwm(largest: int) -> int:
     """The events socket's high-water mark once a message of `largest` bytes has been sent:
     as many of it as EVENTS_QUEUE_BYTES holds, within EVENTS_SEND_HWM_FLOOR..EVENTS_SEND_HWM."""
     return max(EVENTS_SEND_HWM_FLOOR, min(EVENTS_SEND_HWM, EVENTS_QUEUE_BYTES // max(largest, 1)))
+
+
+def control_send_hwm(largest: int) -> int:
+    """The control socket's, once a reply of `largest` bytes has been sent: as many of it as
+    CONTROL_QUEUE_BYTES holds, within CONTROL_SEND_HWM_FLOOR..CONTROL_SEND_HWM."""
+    return max(
+        CONTROL_SEND_HWM_FLOOR, min(CONTROL_SEND_HWM, CONTROL_QUEUE_BYTES // max(largest, 1))
+    )
 
 
 class BindError(ForewarnError, RuntimeError):
@@ -141,6 +156,9 @@ class Publisher:
         self.context = zmq.asyncio.Context()
         self.xpub = self.context.socket(zmq.XPUB)
         self.xpub.setsockopt(zmq.LINGER, 0)
+        # The largest control reply sent and the mark it set (kept for a rebound socket).
+        self.largest_reply = 0
+        self.control_hwm = CONTROL_SEND_HWM
         self.router = self._control_socket()
         # Not XPUB_VERBOSER, which passes on every unsubscription too: ZeroMQ keeps one
         # subscription per peer and topic, so a peer that subscribed `client/<id>` twice sent
@@ -187,7 +205,7 @@ class Publisher:
         # peer gone: libzmq's default, 1,000, let one DEALER pipelining `status` without
         # reading make the agent hold 1,000 replies (179 kB each with 64 long notes: RSS from
         # 44 MB to 215 MB, kept after it left; 66 MB at 128).
-        router.setsockopt(zmq.SNDHWM, CONTROL_SEND_HWM)
+        router.setsockopt(zmq.SNDHWM, self.control_hwm)
         # Not ROUTER_HANDOVER: a second peer taking a connected peer's routing id would take
         # the replies in flight to the first with it. Without it, ZeroMQ refuses the second.
         return router
@@ -422,8 +440,16 @@ class Publisher:
             finally:
                 self.handling_since = None
             self.requests_served += 1
+            payload = json.dumps(reply).encode()
+            if len(payload) > self.largest_reply:
+                self.largest_reply = len(payload)
+                self.control_hwm = control_send_hwm(len(payload))
+            if self.control_hwm != CONTROL_SEND_HWM:
+                # Set again before each reply: it reaches every connected peer's queue, one
+                # connected since too (libzmq gives a new connection the mark of the bind).
+                self.router.setsockopt(zmq.SNDHWM, self.control_hwm)
             try:
-                await self.router.send_multipart([*envelope, b"", json.dumps(reply).encode()])
+                await self.router.send_multipart([*envelope, b"", payload])
             except zmq.ZMQError as error:
                 log.debug("control reply not sent: %s", error)
 
@@ -662,6 +688,9 @@ def _log_send_failure(future: asyncio.Future[Any]) -> None:
 
 
 __all__ = [
+    "CONTROL_QUEUE_BYTES",
+    "CONTROL_SEND_HWM",
+    "CONTROL_SEND_HWM_FLOOR",
     "EVENTS_QUEUE_BYTES",
     "EVENTS_SEND_HWM",
     "EVENTS_SEND_HWM_FLOOR",
@@ -672,5 +701,6 @@ __all__ = [
     "SOCKET_MODE",
     "BindError",
     "Publisher",
+    "control_send_hwm",
     "events_send_hwm",
 ]
