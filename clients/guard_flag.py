@@ -314,7 +314,7 @@ class FlagFileRequests(GuardState):
             return
         if found != self._flag_kept and found != self._flag_refused:
             try:
-                deadline, is_duration, _, unread = _read_flag(flag, self._anchor)
+                deadline, is_duration, _, unread, written = _read_flag(flag, self._anchor)
             except FlagError as error:
                 # A link (or a directory) there: the agent refuses it, no drain raised. Taken
                 # here, the same `ln -s` saved the job with no agent and nothing with one.
@@ -332,10 +332,15 @@ class FlagFileRequests(GuardState):
                 )
             if jobs is not None:
                 jobs.join()  # a directory made since the guard was
-            stale = None if deadline is None else past_when_read(deadline, utcnow())
+            stale = None
+            if deadline is not None:
+                now, up = utcnow(), boot_seconds()
+                started = None if up is None else now - timedelta(seconds=up)
+                stale = past_when_read(deadline, now, written, started)
             if stale is not None:
                 # As the agent reads it: a flag file left over, whose deadline every job
-                # started since took for a terminate due at once, exiting at its first step.
+                # started since took for a terminate due at once, exiting at its first step
+                # (an earlier boot's too, past before this boot began, 300 s past or not).
                 log.warning(
                     "forewarn: flag file %s: its first line %s; the save has no deadline",
                     flag,
@@ -496,27 +501,28 @@ def _read_flag_deadline(flag: Path) -> datetime | None:
 
 def _read_flag(
     flag: Path, anchor: Callable[[int], datetime] = flag_written
-) -> tuple[datetime | None, bool, int, str | None]:
+) -> tuple[datetime | None, bool, int, str | None, datetime | None]:
     """The flag file's deadline, as `_read_flag_deadline` (a duration counted from when the
     file counts as written, `anchor` of its mtime: the mtime itself unless given; a time
     judged against it), whether it was written as a duration (`5m`: counted on the boot
-    clock) rather than a time, the mtime read (0 when none), and why its first line is no
-    deadline (None: it is one, or there is none)."""
+    clock) rather than a time, the mtime read (0 when none), why its first line is no
+    deadline (None: it is one, or there is none), and when the file counts as written (None
+    when it was not read)."""
     try:
         found = read_flag(flag)
     except FlagError:
         raise
     except OSError:
-        return None, False, 0, None
+        return None, False, 0, None, None
     if found is None:
-        return None, False, 0, None
+        return None, False, 0, None, None
     mtime_ns, content = found
     if content is None:
-        return None, False, mtime_ns, None
+        return None, False, mtime_ns, None, None
     written = anchor(mtime_ns)
     deadline = flag_deadline(content, mtime_ns, written)
     is_duration = deadline is not None and flag_deadline_is_duration(content)
-    return deadline, is_duration, mtime_ns, unread_deadline(content, written)
+    return deadline, is_duration, mtime_ns, unread_deadline(content, written), written
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:

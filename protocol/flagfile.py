@@ -114,26 +114,53 @@ def flag_mtime_text(mtime_ns: int) -> str:
         return f"@{mtime_ns // 10**9} (past any date)"
 
 
-def line_deadline(line: str, written: datetime, read: datetime | None = None) -> datetime:
+def line_deadline(
+    line: str,
+    written: datetime,
+    read: datetime | None = None,
+    started: datetime | None = None,
+) -> datetime:
     """The deadline a flag file's first line holds (RFC 3339, or a duration counted from
     `written`); ValueError naming why it is none: not a deadline (`parse_deadline`), a time
-    past by more than PAST_AT_WRITING_SECONDS when the file was written, or, read at `read`,
-    one past by more than PAST_AT_READING_SECONDS then."""
+    past by more than PAST_AT_WRITING_SECONDS when the file was written, or, read at `read`
+    on a machine that started at `started`, one dead then (`past_when_read`)."""
     deadline = parse_deadline(line, now=written)
     if (written - deadline).total_seconds() > PAST_AT_WRITING_SECONDS:
         raise ValueError(
             f"{line.strip()!r} was past already when the file was written "
             f"({format_time(written)}): a wrong year, or a local time written as UTC?"
         )
-    stale = None if read is None else past_when_read(deadline, read)
+    stale = None if read is None else past_when_read(deadline, read, written, started)
     if stale is not None:
         raise ValueError(f"{line.strip()!r} {stale}")
     return deadline
 
 
-def past_when_read(deadline: datetime, read: datetime) -> str | None:
-    """Why `deadline`, read at `read`, is no deadline (more than PAST_AT_READING_SECONDS past:
-    a flag file left over), None when it stands."""
+def past_when_read(
+    deadline: datetime,
+    read: datetime,
+    written: datetime | None = None,
+    started: datetime | None = None,
+) -> str | None:
+    """Why `deadline`, read at `read`, is no deadline, None when it stands: more than
+    PAST_AT_READING_SECONDS past (a flag file left over), or, in a file written (`written`,
+    its `written_anchor`) before this machine started (`started`: an earlier boot's, on a
+    runtime directory that outlives a reboot), past before it started. That deadline named
+    the machine the reboot ended, as a kept deadline of an earlier boot
+    (`flagkept.seconds_left`) and a `forewarn notify --deadline` of one are dead then: read
+    within the 300 s, it stood, due at once, and every job started after the boot saved and
+    exited at its first step."""
+    if (
+        written is not None
+        and started is not None
+        and written < started - timedelta(seconds=FLAG_CLOCK_SLACK)
+        and deadline < started
+    ):
+        return (
+            f"names the deadline {format_time(deadline)}, which passed before this machine "
+            f"started ({format_time(started)}; the file was written at {format_time(written)}, "
+            "in an earlier boot): a flag file left over?"
+        )
     if (read - deadline).total_seconds() <= PAST_AT_READING_SECONDS:
         return None
     return (
@@ -147,17 +174,22 @@ def past_when_read(deadline: datetime, read: datetime) -> str | None:
 SHOWN_CHARS = 200
 
 
-def unread_deadline(content: str, created: datetime, read: datetime | None = None) -> str | None:
-    """Why the first line of a flag file's content is no deadline (read at `read`, see
-    `line_deadline`), None when it is one or the content is blank. The line is shown escaped
-    and cut at SHOWN_CHARS."""
+def unread_deadline(
+    content: str,
+    created: datetime,
+    read: datetime | None = None,
+    started: datetime | None = None,
+) -> str | None:
+    """Why the first line of a flag file's content is no deadline (read at `read` on a
+    machine that started at `started`, see `line_deadline`), None when it is one or the
+    content is blank. The line is shown escaped and cut at SHOWN_CHARS."""
     text = content.strip()
     if not text:
         return None
     line = text.splitlines()[0]
     shown = line[:SHOWN_CHARS]
     try:
-        line_deadline(shown, created, read)
+        line_deadline(shown, created, read, started)
     except (ValueError, OverflowError) as error:
         if len(line) > SHOWN_CHARS:
             return f"{shown!r}... ({len(line)} characters) is not a deadline"

@@ -70,17 +70,19 @@ def flag_report(
     mtime_ns: int,
     written: datetime | None = None,
     read: datetime | None = None,
+    started: datetime | None = None,
 ) -> Report:
     """The drain a flag file stands for. Its content may hold a deadline (RFC 3339, or a
     duration such as `15m` counted from when the file was written, not from when it is read:
-    `written`, else its mtime; see `written_anchor`; none when, read at `read`, it is long
-    past: `line_deadline`); anything else is kept as a note (the watcher warns about it:
-    `unread_deadline`)."""
+    `written`, else its mtime; see `written_anchor`; none when, read at `read` on a machine
+    that started at `started`, it is dead: long past, or an earlier boot's that passed before
+    this one began, `line_deadline`); anything else is kept as a note (the watcher warns about
+    it: `unread_deadline`)."""
     text = content.strip()
     # When someone raised the notice: as `notice_time` it lets the metrics measure how long
     # the agent took to see it.
     created = written or flag_written(mtime_ns)
-    deadline = _deadline(text, created, read)
+    deadline = _deadline(text, created, read, started)
     detail: dict[str, object] = {"path": str(path), "notice_time": format_time(created)}
     if text:
         detail["content"] = text[:500]
@@ -102,15 +104,24 @@ def flag_report(
     )
 
 
-def _deadline(text: str, written: datetime, read: datetime | None) -> datetime | None:
+def _deadline(
+    text: str, written: datetime, read: datetime | None, started: datetime | None
+) -> datetime | None:
     """The deadline the first line of `text` holds (a duration counts from `written`), or
     None (blank, or anything else: kept as a note)."""
     if not text:
         return None
     try:
-        return line_deadline(text.splitlines()[0], written, read)
+        return line_deadline(text.splitlines()[0], written, read, started)
     except (ValueError, OverflowError):
         return None
+
+
+def _machine_started() -> datetime | None:
+    """When this machine started by the wall clock now (now less the boot clock), None where
+    the boot clock cannot be read."""
+    booted = since_boot()
+    return None if booted is None else utcnow() - timedelta(seconds=booted)
 
 
 def _on_boot_clock(report: Report) -> float | None:
@@ -212,7 +223,9 @@ class LocalWatcher:
             # Read now: a deadline long past (a flag file left over) is none, as a guard
             # reads it, and every job connected would have exited at its first step.
             written = self._written(mtime_ns)
-            self.current = flag_report(self.flag_file, content or "", mtime_ns, written, utcnow())
+            self.current = flag_report(
+                self.flag_file, content or "", mtime_ns, written, utcnow(), _machine_started()
+            )
             self._deadline_at = _on_boot_clock(self.current)
             self._kept = self._report_again = False
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
@@ -248,7 +261,7 @@ class LocalWatcher:
         # Someone who wrote `terminate 10m` or `06:00` meant a deadline: the drain raised
         # without one must not pass in silence. Once per distinct text, as a file touched
         # again keeps its content.
-        why = unread_deadline(content, written, utcnow())
+        why = unread_deadline(content, written, utcnow(), _machine_started())
         if why is None:
             return
         key = content.strip().splitlines()[0][:SHOWN_CHARS]

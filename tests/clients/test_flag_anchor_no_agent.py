@@ -18,7 +18,7 @@ from forewarn.protocol.flagfile import FLAG_CLOCK_SLACK, written_anchor
 from forewarn.protocol.timefmt import format_time, utcnow
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import examples
+from support import eventually, examples
 
 
 def job(flag: Path, margin: float = 30.0) -> CheckpointGuard:
@@ -150,5 +150,35 @@ def test_a_flag_time_written_before_a_step_back_of_the_clock_stands_as_for_the_a
         deadline = guard._flag_deadline
         assert deadline is not None
         assert abs((deadline - wanted).total_seconds()) < 1, deadline
+    finally:
+        guard.close()
+
+
+@pytest.mark.parametrize("time_line", [False, True], ids=["duration", "time"])
+@pytest.mark.parametrize("past_boot", [-100.0, 60.0], ids=["before-boot", "after-boot"])
+def test_an_earlier_boots_flag_deadline_that_passed_before_this_boot_is_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, time_line: bool, past_boot: float
+) -> None:
+    """`echo 5m > checkpoint-now` on a persistent runtime directory, then a reboot 2 min ago:
+    its deadline passed 100 s before this boot began (220 s ago, within the 300 s a deadline
+    read late stands). The job took it for a terminate due at once, saved and exited at its
+    first step, where the agent (`test_local_flag_steps`) and a kept deadline of an earlier
+    boot call it dead: one save, training goes on. One that passed after this boot began
+    (60 s ago) stands, as the agent's does: the job saves and exits."""
+    monkeypatch.setattr(guard_flag, "outlives_boot", lambda path: True)
+    monkeypatch.setattr(guard_flag, "boot_seconds", lambda: 120.0)
+    now = time.time()
+    deadline = now - 120 + past_boot
+    flag = tmp_path / "checkpoint-now"
+    flag.write_text(
+        format_time(datetime.fromtimestamp(deadline, timezone.utc)) + "\n" if time_line else "5m\n"
+    )
+    os.utime(flag, (deadline - 300, deadline - 300))
+    guard = job(flag, margin=30.0)
+    try:
+        eventually(lambda: guard.due(1), timeout=5, what="the flag's save")
+        if past_boot < 0:
+            assert guard._flag_deadline is None
+        assert guard.saved(1, 0.01).exit == (past_boot > 0)
     finally:
         guard.close()

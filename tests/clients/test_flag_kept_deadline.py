@@ -16,6 +16,7 @@ import pytest
 from flag_guard import looked, save_for_flag
 from forewarn.clients import CheckpointGuard
 from forewarn.protocol import flagkept
+from forewarn.protocol.flagfile import past_when_read
 from forewarn.protocol.flagkept import KeptDeadline, KeptDeadlines, parse_record, record_name
 from forewarn.protocol.timefmt import format_time, utcnow
 from hypothesis import given, settings
@@ -227,6 +228,29 @@ def test_a_time_kept_in_an_earlier_boot_that_passed_before_this_boot_is_dead(
     same_boot = KeptDeadline((1, 2, 3), gone.deadline, None, boot[0], booted, False)
     within_grace = past + before_boot <= flagkept.GRACE_SECONDS
     assert (flagkept.seconds_left(same_boot, now, boot, past) is not None) == within_grace
+
+
+@given(
+    deadline_off=st.floats(-1e5, 1e5, allow_nan=False),
+    up=st.floats(0.0, 1e5, allow_nan=False),
+    written_before_boot=st.floats(3.0, 1e6, allow_nan=False),
+)
+def test_an_earlier_boots_flag_file_and_kept_deadline_die_by_one_rule(
+    deadline_off: float, up: float, written_before_boot: float
+) -> None:
+    """A deadline in a flag file an earlier boot wrote (a runtime directory that outlives a
+    reboot) is dead exactly when the same deadline kept beside it in that boot is: past
+    before this boot began, or more than the grace past. The file's stood while less than
+    300 s past, a terminate due at once after a reboot a minute past its deadline, where the
+    kept one was dead."""
+    now = datetime(2026, 12, 7, 6, 0, tzinfo=timezone.utc)
+    started = now - timedelta(seconds=up)
+    deadline = now - timedelta(seconds=deadline_off)
+    written = started - timedelta(seconds=written_before_boot)
+    boot = ("1" * 32, started)
+    kept = KeptDeadline((1, 2, 3), deadline, None, "0" * 32, written, False)
+    file_dead = past_when_read(deadline, now, written, started) is not None
+    assert file_dead == (flagkept.seconds_left(kept, now, boot, up) is None)
 
 
 def test_a_record_of_an_older_version_is_a_duration_when_kept_on_the_boot_clock() -> None:

@@ -195,3 +195,42 @@ def test_a_flag_written_in_an_earlier_boot_keeps_a_deadline_still_ahead(
     asyncio.run(watcher.poll(emitted.append))
     (raised,) = emitted
     assert raised.deadline == written + timedelta(hours=2)
+
+
+@pytest.mark.parametrize("content", ["5m\n", "2026-11-30T02:56:20Z\n"], ids=["duration", "time"])
+@pytest.mark.parametrize("past_boot", [-100.0, 60.0], ids=["before-boot", "after-boot"])
+def test_an_earlier_boots_flag_deadline_that_passed_before_this_boot_is_dead(
+    tmp_path: Path,
+    clocks: Clocks,
+    monkeypatch: pytest.MonkeyPatch,
+    content: str,
+    past_boot: float,
+) -> None:
+    """`echo 5m > checkpoint-now` (or the time it names) on a persistent runtime directory,
+    then a reboot 2 min ago: its deadline passed 100 s before this boot began, 220 s ago,
+    within the 300 s a deadline read late stands. It stood, a terminate due at once: every job
+    started after the boot saved and exited at its first step, where the same deadline kept
+    beside the file (`flagkept.seconds_left`) and a `forewarn notify --deadline` of the boot
+    before are dead (one rule: it named the machine the reboot ended). One that passed after
+    this boot began (60 s after, 60 s ago) still stands, as theirs do."""
+    monkeypatch.setattr(watch, "outlives_boot", lambda path: True)
+    clocks.boot = 120.0
+    booted = T0 - timedelta(seconds=clocks.boot)
+    deadline = booted + timedelta(seconds=past_boot)
+    if content != "5m\n":
+        content = format_time(deadline) + "\n"
+    flag = tmp_path / "checkpoint-now"
+    flag.write_text(content)
+    written = deadline - timedelta(minutes=5)
+    mtime_ns = int(written.timestamp()) * 10**9
+    os.utime(flag, ns=(mtime_ns, mtime_ns))
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("local"))
+    watcher = watch.LocalWatcher(flag, 0.25, context)
+    emitted: list[Report] = []
+    asyncio.run(watcher.poll(emitted.append))
+    (raised,) = emitted
+    if past_boot < 0:
+        assert raised.deadline is None, raised
+        assert raised.detail["note"] == content.strip()
+    else:
+        assert raised.deadline == deadline
