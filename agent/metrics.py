@@ -136,9 +136,11 @@ class MetricsObserver(Observer):
         self.escalations = Counter(
             "forewarn_escalations",
             "Drains sent as terminate by the agent because their deadline is within the exit "
-            "margin, at their first send too (also counted in forewarn_notices as terminate): "
-            'provider terminates are forewarn_notices_total{action="terminate"} '
-            "- ignoring(action) forewarn_escalations_total.",
+            "margin, at their first send too (also counted in forewarn_notices as terminate), "
+            "once per escalation (that terminate sent again, its deadline moved, is no other): "
+            'forewarn_notices_total{action="terminate"} - ignoring(action) '
+            "forewarn_escalations_total are the other terminates published (provider "
+            "terminates, and the re-sends).",
             ["provider", "reason"],
             registry=registry,
         )

@@ -953,11 +953,15 @@ class Agent:
             # it was went out again before the watcher's first answer (a job told to go on
             # exited for it). Nothing waits on it as on a new notice or an escalation.
             self._save_now()
+        escalated = self.board.escalated(notice.id)
         self._send(
             notice,
-            escalated=self.board.escalated(notice.id),
+            escalated=escalated,
             fresh=before is None,
             back=self._back_words(before, was_escalated, notice),
+            # A terminate out already as an escalation, changed (its deadline moved earlier):
+            # the same escalation, sent again.
+            resent=escalated and was_escalated and _was_terminate(before),
         )
         # Raised again after its expiry, with every client's ack in (the last one came in
         # between): its provider is told now, as at the ack that completes a notice.
@@ -977,8 +981,19 @@ class Agent:
         return f"{notice.provider} reports a drain now"
 
     def _send(
-        self, notice: Notice, *, escalated: bool, fresh: bool = False, back: str | None = None
+        self,
+        notice: Notice,
+        *,
+        escalated: bool,
+        fresh: bool = False,
+        back: str | None = None,
+        resent: bool = False,
     ) -> None:
+        """Publish `notice`, log it and tell the observers. `escalated`: a drain sent as
+        terminate (its log line says so); `resent`: one out as that terminate already, sent
+        again (its deadline moved), which the observers count as a publication, not as
+        another escalation (`forewarn_escalations_total` counted each re-send: one drain sent
+        as terminate once, then moved by two steps of the clock, counted 3)."""
         if fresh and notice.action != "clear":
             # Its own step: when the watcher (or `notify`) noticed it, before it was published.
             log.info(
@@ -1018,7 +1033,7 @@ class Agent:
             why,
             extra=notice_fields(notice, step),
         )
-        self.observers.on_notice(notice, escalated=escalated)
+        self.observers.on_notice(notice, escalated=escalated and not resent)
         self._wake.set()
 
     def _replay(self, tokens: list[str]) -> None:
@@ -1246,9 +1261,10 @@ class Agent:
         for notice in moved:
             # A deadline given as a duration, moved by a step of the wall clock: the same
             # notice (a drain or a terminate), its deadline where the boot clock puts it. An
-            # escalated drain's is still one (sent with `escalated=False`, its text-log line
-            # read as a plain terminate).
-            self._send(notice, escalated=self.board.escalated(notice.id))
+            # escalated drain's is still one (before, sent with `escalated=False`, its text-log
+            # line read as a plain terminate), sent again: not a second escalation to count.
+            was = self.board.escalated(notice.id)
+            self._send(notice, escalated=was, resent=was)
         for notice in escalated:
             self._send(notice, escalated=True)
         if escalated or moved:
@@ -1463,6 +1479,7 @@ class Agent:
                 escalated=escalated,
                 fresh=existing is None,
                 back=self._back_words(existing, was_escalated, notice),
+                resent=escalated and was_escalated and _was_terminate(existing),
             )
             self._save()
         current = self.board.get(notice_id)
@@ -1863,6 +1880,11 @@ class Agent:
 # What each action asks of a client: a clear nothing, a drain a save, a terminate a save and
 # an exit.
 _ASKS = {"clear": 0, "drain": 1, "terminate": 2}
+
+
+def _was_terminate(before: Notice | None) -> bool:
+    """Whether `before`, a notice as it was published last, went out as terminate."""
+    return before is not None and before.action == "terminate"
 
 
 def _asks_less(before: Notice | None, after: Notice) -> bool:

@@ -35,7 +35,7 @@ from forewarn.agent.observers import build_observers
 from forewarn.agent.protocol import AckRequest, Notice
 from forewarn.agent.telemetry import FILE_NAME as TELEMETRY_FILE
 from forewarn.agent.telemetry import read_records
-from forewarn.protocol.timefmt import format_time
+from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers import REGISTRY
 from forewarn.providers.simulator import SimServer
 from hypothesis import given, settings
@@ -49,6 +49,7 @@ from support import (
     eventually,
     eventually_async,
     run_forewarn,
+    shifted_wall_clock,
 )
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -821,6 +822,44 @@ def test_a_drain_first_reported_inside_the_exit_margin_counts_as_an_escalation(
     assert value(found, "forewarn_escalations_total", **manual) == 2
     # Still a first publication: its lead time is recorded once, as for any notice.
     assert value(found, "forewarn_notice_lead_seconds_count", **manual) == 2
+
+
+def test_an_escalated_terminate_sent_again_counts_one_escalation(tmp_path: Path) -> None:
+    """`forewarn notify drain --deadline 20s` under a 30 s exit margin goes out as terminate
+    (one escalation); the agent's wall clock stepped back 10 min sends it again, its deadline
+    moved with the step, and so does a `notify drain --id` moving it 5 s earlier: each
+    re-send of that terminate counted another escalation (3 for one drain sent as terminate
+    once), and `increase(forewarn_escalations_total[1h])` read three escalations. Each
+    re-send is a publication (`forewarn_notices_total{action="terminate"}`), not an
+    escalation; its log line still says the drain it was."""
+    shifted, offset = shifted_wall_clock(tmp_path)
+    env = agent_env(
+        tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", FOREWARN_EXIT_MARGIN="30s", **shifted
+    )
+    with AgentProcess(tmp_path, env=env) as agent, agent.subscriber() as sub:
+        url = metrics_url(agent)
+        reply = agent.control({"op": "notify", "action": "drain", "deadline_in": 20})
+        notice_id = reply["notice"]["id"]
+        assert sub.notice(10)["action"] == "terminate"
+        offset.write_text("-600")
+        moved = sub.notice(10)
+        assert (moved["id"], moved["action"]) == (notice_id, "terminate")
+        earlier = parse_time(moved["deadline"]) - timedelta(seconds=5)
+        agent.control(
+            {"op": "notify", "action": "drain", "id": notice_id, "deadline": format_time(earlier)}
+        )
+        again = sub.notice(10)
+        assert (again["id"], again["action"]) == (notice_id, "terminate")
+
+        def published() -> Samples | None:
+            got = scrape_url(url)
+            manual = {"provider": "local", "reason": "manual", "action": "terminate"}
+            return got if value(got, "forewarn_notices_total", **manual) == 3 else None
+
+        found = eventually(published, what="the three terminates counted")
+    assert value(found, "forewarn_escalations_total", provider="local", reason="manual") == 1
+    lines = [x for x in agent.output().splitlines() if f" notice terminate {notice_id} " in x]
+    assert len(lines) == 3 and all("(escalated from drain: " in x for x in lines), lines
 
 
 def _in(seconds: float) -> str:
