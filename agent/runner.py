@@ -153,8 +153,14 @@ ENDED_REMEMBERED = 64
 # that came first (a client's retry, or the first client back acking a notice just raised)
 # completed notices those still reconnecting had not flushed.
 CLIENTS_RECONNECT_SECONDS = 3.0
-# How often the runner looks whether a watcher went past its progress bound.
+# The runner looks whether a watcher went past its progress bound when it can have: at its
+# last progress plus its bound, at least PROGRESS_CHECK after the last look (a stall is
+# caught within that of the bound passing), and at most PROGRESS_RECHECK after it (a bound
+# that shrank since, or one that was none, is taken up within that). A look every
+# PROGRESS_CHECK whatever the bound was four wake-ups a second of an idle GCP agent, whose
+# two long-polls answer every 15 s within a bound of 45 s.
 PROGRESS_CHECK = 0.25
+PROGRESS_RECHECK = 5.0
 
 
 # The most descriptors the agent asks for when its hard limit is unlimited.
@@ -883,8 +889,9 @@ class Agent:
                 # second for nothing (the idle agent's CPU went from 0.20 % to 0.25 %).
                 await task
                 return
+            wait = PROGRESS_CHECK
             while not task.done():
-                await asyncio.wait([task], timeout=PROGRESS_CHECK)
+                await asyncio.wait([task], timeout=wait)
                 bound = watcher.progress_bound() if isinstance(watcher, ProgressBounded) else None
                 silent = time.monotonic() - max(started, health.last_progress)
                 if not task.done() and bound is not None and silent > bound:
@@ -892,6 +899,8 @@ class Agent:
                         f"{watcher.name}: no progress (no answer and no error) for {silent:.1f}s, "
                         f"past its bound of {bound:g}s"
                     )
+                left = PROGRESS_RECHECK if bound is None else bound - silent
+                wait = min(max(left, PROGRESS_CHECK), PROGRESS_RECHECK)
             task.result()
         finally:
             if not task.done():

@@ -78,3 +78,63 @@ async def test_a_watcher_hung_in_a_request_is_restarted_and_shown_dead(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+class LongPolling:
+    """A healthy watcher between answers: one request outstanding (a GCP long-poll), its last
+    progress just now, its bound far away (45 s at GCP's defaults). Counts how often the
+    runner asks for its bound, which it does at each look."""
+
+    name: ClassVar[str] = "long-polling"
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def detect(self) -> bool:
+        return True
+
+    def progress_bound(self) -> float:
+        self.asked += 1
+        return 45.0
+
+    async def watch(self, emit: Emit) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_healthy_watcher_far_from_its_bound_is_not_looked_at_four_times_a_second(
+    tmp_path: Path,
+) -> None:
+    # Found: the idle GCP agent (two long-polls outstanding, 45 s bound) woke every 0.25 s
+    # to look at a bound it could not pass for another 45 s: four loop wakeups a second, the
+    # most of any part of an idle GCP agent. The next look is due when the bound can pass.
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    watcher = LongPolling()
+    health = PollHealth("long-polling")
+    health.success()
+    task = asyncio.create_task(agent._watch_with_progress(watcher, health))  # type: ignore[arg-type]
+    try:
+        await asyncio.sleep(1.3)  # the scenario: a second and more of nothing happening
+        assert not task.done()
+        assert watcher.asked <= 1, f"looked at the bound {watcher.asked} times in 1.3 s"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_hung_watcher_is_still_restarted_as_its_bound_passes(tmp_path: Path) -> None:
+    """The look is timed to the bound, so a stall is caught as soon as before (0.25 s)."""
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    health = PollHealth("hung")
+    health.success()
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(Exception, match="hung: no progress") as raised:
+        await agent._watch_with_progress(Hung(), health)  # type: ignore[arg-type]
+    took = asyncio.get_running_loop().time() - started
+    assert type(raised.value).__name__ == "WatcherStalled"
+    assert 0.5 <= took < 0.5 + 0.25 + 0.5, took  # the bound, a check's period, load slack
