@@ -39,6 +39,7 @@ from forewarn.providers.backoff import Backoff
 from forewarn.providers.boot import BOOT_TIME_SLACK, machine_started
 from forewarn.providers.health import WATCHER_FAILED, WATCHER_STALLED
 from forewarn.providers.persist import drop_room, hold_room, remove_leftovers
+from forewarn.providers.ticks import sleep_to_tick
 from pydantic import ValidationError
 
 from .board import ANONYMOUS, EXPIRED_KEY, NoticeBoard, Sequencer
@@ -766,7 +767,7 @@ class Agent:
     async def _probe_control_with(self, probe: ControlProbe, interval: float) -> None:
         misses = 0
         while True:
-            await asyncio.sleep(interval)
+            await sleep_to_tick(interval)
             timeout = min(PROBE_TIMEOUT, max(interval, 0.2))
             # The file first: another process that unlinked it and bound its own there got
             # the probe's requests, and one answering `ok` kept control "healthy" for as long
@@ -1206,7 +1207,7 @@ class Agent:
             self._retry_unsaved()
             self.state_writer.take_back_reserve()
             self._save_after_a_clock_step()
-            await asyncio.sleep(self.settings.heartbeat_interval)
+            await sleep_to_tick(self.settings.heartbeat_interval)  # see providers.ticks
 
     def _say_overdue(self) -> None:
         """Log (and count) each terminate whose deadline has just passed without the ack of
@@ -1301,7 +1302,7 @@ class Agent:
             self.observers.on_liveness(parts)
             if interval is not None and all(parts.values()):
                 _sd_notify("WATCHDOG=1")
-            await asyncio.sleep(period)
+            await sleep_to_tick(period)
 
     # Control.
 

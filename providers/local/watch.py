@@ -53,6 +53,7 @@ from forewarn.providers.report import Report
 
 from ..base import Emit, WatcherContext
 from ..boot import since_boot
+from ..ticks import sleep_to_tick
 from .settings import Settings
 
 log = logging.getLogger("forewarn.providers.local")
@@ -172,7 +173,8 @@ class LocalWatcher:
         self._emit = emit
         while True:
             await self.poll(emit)
-            await asyncio.sleep(self.interval)
+            # On the grid the agent's heartbeats and probes wake on: one wake-up for them all.
+            await sleep_to_tick(self.interval)
 
     async def _look(self) -> tuple[int, str | None] | None:
         # Mostly there is no flag, and one lstat on the loop says so: a thread hop for every
