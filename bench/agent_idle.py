@@ -15,7 +15,11 @@ import time
 
 from common import agent_env, cpu_seconds, peak_rss_mb, start_agent, table
 
-IDLE_PEER = "import time, pydantic, zmq, httpx, pydantic_settings\nwhile True: time.sleep(1)\n"
+IDLE_PEER = (
+    "import time, pydantic, zmq, httpx, pydantic_settings\n"
+    "print('imported', flush=True)\n"
+    "while True: time.sleep(1)\n"
+)
 
 
 def measure(pid: int, seconds: float) -> tuple[float, float]:
@@ -35,9 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     providers = args.provider or ["local"]
     env, work = agent_env()
     agent = start_agent(env, *[a for p in providers for a in ("--provider", p)])
-    peer = subprocess.Popen([sys.executable, "-c", IDLE_PEER])
+    peer = subprocess.Popen([sys.executable, "-c", IDLE_PEER], stdout=subprocess.PIPE)
     try:
-        time.sleep(1.0)
+        # Measured once its imports are done: a second after its start, on a loaded machine,
+        # the baseline was still importing, and measured 0.339 % of a core against 0.003 %
+        # for the same process once idle (schedstat, 20 s, load 12).
+        assert peer.stdout is not None
+        if peer.stdout.readline() != b"imported\n":
+            raise RuntimeError(f"the idle baseline did not start (exit {peer.poll()})")
+        time.sleep(1.0)  # the agent's first second after answering (its first beats)
         # Both measured over the same window, so load from elsewhere hits both alike.
         start = {pid: cpu_seconds(pid) for pid in (agent.pid, peer.pid)}
         time.sleep(args.seconds)
