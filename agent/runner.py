@@ -767,6 +767,9 @@ class Agent:
     async def _probe_control_with(self, probe: ControlProbe, interval: float) -> None:
         misses = 0
         while True:
+            # One probe at each multiple of the interval (providers.ticks), as the setting says:
+            # three misses in a row are noticed in 6 s at the default (9 s when each probe slept
+            # the whole interval after its own 1 s timeout).
             await sleep_to_tick(interval)
             timeout = min(PROBE_TIMEOUT, max(interval, 0.2))
             # The file first: another process that unlinked it and bound its own there got
