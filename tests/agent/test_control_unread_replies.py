@@ -16,7 +16,7 @@ from forewarn.agent.publisher import CONTROL_SEND_HWM, Publisher
 from forewarn.protocol.notifydeadline import seconds_fields
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, eventually, with_token
+from support import AgentProcess, eventually, examples, with_token
 
 pytestmark = pytest.mark.usefixtures("forked_agents")
 
@@ -122,7 +122,7 @@ def test_the_bytes_of_replies_a_control_client_never_reads_are_bounded(tmp_path:
         )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.integers(1, publisher.CONTROL_QUEUE_BYTES // publisher.CONTROL_SEND_HWM_FLOOR),

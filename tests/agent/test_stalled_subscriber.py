@@ -18,7 +18,7 @@ from forewarn.protocol.notifydeadline import seconds_fields
 from forewarn.protocol.wire import new_replay_token
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, eventually
+from support import AgentProcess, eventually, examples
 
 pytestmark = pytest.mark.usefixtures("forked_agents")
 
@@ -188,7 +188,7 @@ def test_a_stopped_subscriber_holds_a_bounded_number_of_bytes_not_a_thousand_of_
         )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.integers(1, publisher.EVENTS_QUEUE_BYTES // publisher.EVENTS_SEND_HWM_FLOOR),
