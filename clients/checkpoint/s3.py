@@ -1010,6 +1010,24 @@ class S3Backend(Backend):
                 self._left.pop(upload_id, None)
         return aborted
 
+    def close(self) -> None:
+        # The store tried them once more before this (`CheckpointStore.close`): what is still
+        # left would otherwise go unsaid, its parts billed until a lifecycle rule or a prune.
+        with self._left_lock:
+            left = sorted(self._left.items(), key=lambda item: item[1])
+        for upload_id, key in left:
+            log.warning(
+                "forewarn: the upload of %s in %s (upload ID %s), left by a failed save, "
+                "could not be aborted at close: its parts stay stored (and billed) until the "
+                "bucket's lifecycle rule expires them, a later save's sweep of unfinished "
+                "uploads aborts it, or `forewarn checkpoint prune %s --keep N --abort-uploads` "
+                "does",
+                key,
+                self.url,
+                upload_id,
+                self.url,
+            )
+
     def abort_stale_uploads(
         self, keep_prefix: str | None, *, older_than: float = 0.0, dead_prefix: str | None = None
     ) -> int:

@@ -300,7 +300,9 @@ class CheckpointStore:
         abort the single-rank saves of this store that hold a claim and are not being
         committed, letting go of their claims, and wait for the saves being committed to end
         (their failure logged as an ERROR), all within `RELEASE_WITHIN` seconds (never raises
-        for them); then release the backend's threads and connections. A save started after
+        for them); abort, within as long again, the S3 uploads of failed saves that could not
+        be aborted when they failed (each one still left said as a WARNING naming it); then
+        release the backend's threads and connections. A save started after
         this raises `CheckpointError`."""
         # A saver's save in flight is finished, not aborted: leaving the store's `with` block
         # while the last background save was uploading lost the run's last checkpoint.
@@ -318,6 +320,12 @@ class CheckpointStore:
             # ended by os._exit, or started the next job, lost the step or found it claimed,
             # and a commit that failed was said to nobody.
             _end_claimed(mine, "the store was closed", waits=ends)
+            # The uploads of failed saves that could not be aborted then wait for the next
+            # save's commit: a script whose last save failed so and then closed the store
+            # left their parts stored and billed, with nothing said. Tried once more here,
+            # bounded as the claims' release (a service still down costs no more); one still
+            # left is said as a WARNING by the backend's close.
+            self._backend.within(RELEASE_WITHIN).abort_left_uploads()
         finally:
             self._backend.close()
 

@@ -107,3 +107,46 @@ def test_a_failed_saves_upload_it_could_not_abort_is_aborted_by_the_next_save(
         "aborted the upload of run/step-000000000002/model.bin in "
         f"s3://{bucket}/run that a failed save could not abort" in caplog.text
     )
+
+
+@pytest.mark.parametrize("renewed", [True, False])
+def test_closing_the_store_aborts_a_failed_saves_upload_or_says_it_is_left(
+    moto_endpoint: str, bucket: str, caplog: pytest.LogCaptureFixture, renewed: bool
+) -> None:
+    """The upload a failed save could not abort waited for the next save's commit: a script
+    whose last save failed so and then closed the store (its last line) left the parts
+    stored and billed with nothing said at close (found: the ExpiredToken proxy, renewed,
+    then `store.close()`: list_multipart_uploads still showed run/step-000000000002/
+    model.bin). Close aborts it; one it still cannot abort is a WARNING naming it."""
+    caplog.set_level(logging.INFO, "forewarn.checkpoint")
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint)
+    with Expiring(moto_endpoint) as proxy:
+        store = CheckpointStore(
+            f"s3://{bucket}/run",
+            s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART, concurrency=1),
+        )
+
+        def write(gen: object) -> None:
+            with gen.open("model.bin") as stream:  # type: ignore[attr-defined]
+                stream.write(os.urandom(MIN_PART))
+                proxy.expired = True  # the token's hour ends mid-file
+                stream.write(os.urandom(MIN_PART + 1000))
+
+        with pytest.raises(Exception, match="ExpiredToken"):
+            store.flush(2, write)
+        caplog.clear()
+        proxy.expired = not renewed
+        store.close()
+    left = [upload["Key"] for upload in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+    if renewed:
+        assert left == []
+        assert "aborted the upload of run/step-000000000002/model.bin" in caplog.text
+    else:
+        assert left == ["run/step-000000000002/model.bin"]
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(
+            "run/step-000000000002/model.bin" in text
+            and "could not be aborted at close" in text
+            and f"forewarn checkpoint prune s3://{bucket}/run --keep N --abort-uploads" in text
+            for text in warned
+        ), warned
