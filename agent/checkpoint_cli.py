@@ -29,6 +29,7 @@ from forewarn.clients.checkpoint import (
     GenerationNotFoundError,
     GenerationRemovedError,
     S3Options,
+    StorageError,
     StoreConfigError,
     StoreNotFoundError,
 )
@@ -291,6 +292,14 @@ def _say_waiting(line: str) -> None:
 def _why(error: BaseException, limits: list[RequestLimits]) -> str:
     """The error, and for a timeout the limit that ended it (botocore names only the URL:
     "Read timeout on endpoint URL: ...", after minutes of silence) and the flags to change."""
+    if isinstance(error, StorageError):
+        # The store's own words, its S3Options fields told as this command's flags.
+        if not error.options:
+            return f"{error.detail} ({error.what})"
+        flags = ", ".join(
+            _S3_FLAGS.get(name, _S3_VARIABLES.get(name, name)) for name in error.options
+        )
+        return f"{error.detail} ({error.what}: {flags})"
     words = timeout_words(error, limits[0]) if limits else None
     if words is None:
         return str(error)
@@ -310,6 +319,12 @@ _S3_FLAGS = {
     "connect_timeout": "--connect-timeout",
     "read_timeout": "--read-timeout",
     "attempts": "--attempts",
+}
+# The S3Options fields no flag sets, by the variable that does.
+_S3_VARIABLES = {
+    "access_key_id": "AWS_ACCESS_KEY_ID",
+    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "session_token": "AWS_SESSION_TOKEN",
 }
 
 
@@ -768,9 +783,13 @@ def _copy_out(
     except ValueError as error:
         raise _Usage(str(error)) from None  # a destination that is the store, or holds it
     except OSError as error:
-        if _in_store(store, error) or type(error).__module__.startswith("botocore"):
-            # The store's own file, or S3's request timing out (botocore's timeouts are
-            # OSErrors): "cannot read", exit 3.
+        if (
+            _in_store(store, error)
+            or isinstance(error, StorageError)
+            or type(error).__module__.startswith("botocore")
+        ):
+            # The store's own file, or S3's request failing (the store's StorageError, and
+            # botocore's timeouts, are OSErrors): "cannot read", exit 3.
             raise
         if isinstance(error, FileExistsError) and error.errno == errno.ENOTEMPTY:
             # Copied beside another step's files, a loader read a mix of the two checkpoints

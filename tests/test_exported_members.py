@@ -101,6 +101,7 @@ EXPORTS = {
         "ObjectWriter",
         "S3Options",
         "SaveTiming",
+        "StorageError",
         "StoreConfigError",
         "StoreNotFoundError",
         "TrainingState",

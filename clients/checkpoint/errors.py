@@ -22,6 +22,37 @@ class StoreNotFoundError(CheckpointError, FileNotFoundError):
     link and its target."""
 
 
+class StorageError(CheckpointError, OSError):
+    """A request to the store's storage failed (S3: a timeout, no connection, no
+    credentials, a refusal, after the request's attempts): the message names the store
+    (`.store`), what went wrong in words (`.what`), the `S3Options` fields that change it
+    (`.options`), then the storage client's own text (`.detail`); that client's error
+    (botocore's) is its `__cause__`. An `OSError` too, as a local store's failures are.
+    `.response` is botocore's error response when the service answered one, else None."""
+
+    def __init__(
+        self,
+        store: str,
+        what: str,
+        detail: str,
+        *,
+        options: tuple[str, ...] = (),
+        also: str = "",
+        response: dict[str, object] | None = None,
+    ) -> None:
+        self.store = store
+        self.what = what
+        self.detail = detail
+        self.options = options
+        self.response = response
+        named = ", ".join(options) + (f"; {also}" if also else "")
+        named = f" (S3Options {named})" if options else ""
+        super().__init__(f"{store}: {what}{named}: {detail}")
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class InvalidNameError(CheckpointError, ValueError):
     """A file name inside a generation is empty, absolute, escapes it, or is reserved."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import io
 import logging
@@ -37,7 +38,7 @@ from .backend import (
     Progress,
     UnfinishedUpload,
 )
-from .errors import CheckpointError, StoreConfigError, StoreNotFoundError
+from .errors import CheckpointError, StorageError, StoreConfigError, StoreNotFoundError
 from .hashing import Buffer, digest_stream
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
 from .requestlimits import RequestLimits, request_limits
@@ -602,7 +603,6 @@ class S3Backend(Backend):
             "profile": profile,
             "addressing_style": addressing_style,
             "upload_checksums": self.upload_checksums,
-            "limits": self.limits,
         }
         self._client: Any = None
         self._completer: Any = None
@@ -633,14 +633,16 @@ class S3Backend(Backend):
         bounded._client = bounded._completer = None
         deadline = time.monotonic() + seconds
 
-        options = {name: value for name, value in self._options.items() if name != "limits"}
+        options = dict(self._options)
+        base = self.limits
 
         def make(limits: RequestLimits) -> Any:
-            return make_client(concurrency=self.concurrency, limits=limits, **options)
+            client = make_client(concurrency=self.concurrency, limits=limits, **options)
+            return _Named(client, self.url, limits)
 
         bounded._timed = (
-            _ClientWithin(make, deadline, single_attempt=False, base=self.limits),
-            _ClientWithin(make, deadline, single_attempt=True, base=self.limits),
+            _ClientWithin(make, deadline, single_attempt=False, base=base),
+            _ClientWithin(make, deadline, single_attempt=True, base=base),
         )
         return bounded
 
@@ -651,10 +653,12 @@ class S3Backend(Backend):
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    client = make_client(concurrency=self.concurrency, **self._options)
+                    client = make_client(
+                        concurrency=self.concurrency, limits=self.limits, **self._options
+                    )
                     if self._watch is not None:
                         self._watch.install(client)
-                    self._client = client
+                    self._client = _Named(client, self.url, self.limits)
         return self._client
 
     def watch_requests(self, say: Callable[[str], None]) -> RequestWatch:
@@ -676,14 +680,17 @@ class S3Backend(Backend):
         if self._completer is None:
             with self._lock:
                 if self._completer is None:
+                    read_timeout = max(COMPLETE_READ_TIMEOUT, self.limits.read_timeout)
                     completer = make_client(
                         concurrency=self.concurrency,
-                        read_timeout=max(COMPLETE_READ_TIMEOUT, self.limits.read_timeout),
+                        read_timeout=read_timeout,
+                        limits=self.limits,
                         **self._options,
                     )
                     if self._watch is not None:
                         self._watch.install(completer)
-                    self._completer = completer
+                    limits = dataclasses.replace(self.limits, read_timeout=read_timeout)
+                    self._completer = _Named(completer, self.url, limits)
         return self._completer
 
     def _key(self, key: str) -> str:
@@ -1379,3 +1386,196 @@ def timeout_words(error: BaseException, limits: RequestLimits) -> str | None:
             )
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+# Service error codes by what they mean to the user, and the `S3Options` fields that change it.
+_DENIED = frozenset({"AccessDenied", "AllAccessDisabled", "AccountProblem", "403", "Forbidden"})
+_BAD_KEYS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidSecurity"})
+_EXPIRED = frozenset(
+    {"ExpiredToken", "ExpiredTokenException", "RequestExpired", "TokenRefreshRequired"}
+)
+_THROTTLED = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"}
+)
+_CREDENTIALS = ("access_key_id", "secret_access_key", "profile")
+_CREDENTIAL_SOURCES = (
+    "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, the shared credentials "
+    "file, an instance role"
+)
+
+
+def _tries(limits: RequestLimits) -> str:
+    return f"{limits.attempts} attempt{'s' if limits.attempts != 1 else ''}"
+
+
+def storage_error(error: BaseException, url: str, limits: RequestLimits) -> StorageError:
+    """botocore's (or boto3's) `error` from a request of the store at `url` as the store's
+    own `StorageError`: the store, what went wrong in words and the `S3Options` fields that
+    change it (botocore's messages name one request's URL, or only a code), then its own
+    text. `limits` are those the request ran under."""
+    from botocore import exceptions as bx
+
+    cause: BaseException = error
+    last = getattr(error, "last_exception", None)  # boto3's RetriesExceededError
+    if isinstance(last, BaseException):
+        cause = last
+    detail = " ".join(str(cause).split()) or type(cause).__name__
+    response = getattr(cause, "response", None)
+    if not isinstance(response, dict):
+        response = None
+    options: tuple[str, ...] = ()
+    words: str
+    if isinstance(cause, bx.ReadTimeoutError):
+        words = f"no answer within the read timeout of {limits.read_timeout:g} s, {_tries(limits)}"
+        options = ("read_timeout", "attempts")
+    elif isinstance(cause, bx.ConnectTimeoutError):
+        words = (
+            f"no connection within the connect timeout of {limits.connect_timeout:g} s, "
+            f"{_tries(limits)}"
+        )
+        options = ("connect_timeout", "endpoint_url", "attempts")
+    elif isinstance(cause, bx.EndpointConnectionError):
+        parts = urlsplit(str(getattr(cause, "kwargs", {}).get("endpoint_url", "")))
+        where = f"{parts.scheme}://{parts.netloc}" if parts.netloc else "the endpoint"
+        words = f"could not connect to {where}, {_tries(limits)}"
+        options = ("endpoint_url", "attempts")
+    elif isinstance(cause, (bx.NoCredentialsError, bx.PartialCredentialsError)):
+        words = "no credentials found"
+        if isinstance(cause, bx.PartialCredentialsError):
+            words = "the credentials found are incomplete"
+        return StorageError(url, words, detail, options=_CREDENTIALS, also=_CREDENTIAL_SOURCES)
+    elif isinstance(cause, bx.ClientError) or response is not None:
+        code = str((response or {}).get("Error", {}).get("Code", ""))
+        status = (response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+        said = " ".join(str(part) for part in (status, code) if part) or "no code"
+        if code in _EXPIRED:
+            words = f"the credentials expired ({said})"
+            options = ("session_token", *_CREDENTIALS)
+        elif code in _BAD_KEYS:
+            words = f"the credentials were refused ({said})"
+            options = _CREDENTIALS
+        elif code in _DENIED or (status == 403 and not code):
+            words = f"access denied ({said}): the credentials' policy does not allow this"
+            options = _CREDENTIALS
+        elif code in _THROTTLED or status in (429, 503):
+            words = f"the service asked to slow down ({said}) through {_tries(limits)}"
+            options = ("attempts",)
+        elif isinstance(status, int) and status >= 500:
+            words = f"the service failed ({said}) through {_tries(limits)}"
+            options = ("attempts",)
+        else:
+            words = f"the service refused the request ({said})"
+    elif isinstance(cause, (bx.ConnectionClosedError, bx.ResponseStreamingError)):
+        words = f"the connection was closed before the answer was complete, {_tries(limits)}"
+        options = ("attempts",)
+    else:
+        words = f"the request failed ({type(cause).__name__})"
+        if isinstance(cause, bx.HTTPClientError):
+            words = f"the connection failed ({type(cause).__name__}), {_tries(limits)}"
+            options = ("attempts",)
+    return StorageError(url, words, detail, options=options, response=response)
+
+
+def _is_storage_client_error(error: BaseException) -> bool:
+    """Whether `error` is one of botocore's or boto3's own (a bad parameter is this code's
+    fault, not the storage's, and is left as it is)."""
+    module = type(error).__module__
+    if not module.startswith(("botocore", "boto3", "s3transfer")):
+        return False
+    return type(error).__name__ != "ParamValidationError"
+
+
+class _Named:
+    """A boto3 client, or a paginator or streaming body of one, whose requests raise
+    `StorageError` (`storage_error`) instead of botocore's errors; anything else as is."""
+
+    def __init__(self, inner: Any, url: str, limits: RequestLimits) -> None:
+        self._inner = inner
+        self._url = url
+        self._limits = limits
+
+    @property
+    def inner(self) -> Any:
+        return self._inner
+
+    def _named(self, error: BaseException) -> StorageError:
+        return storage_error(error, self._url, self._limits)
+
+    def _wrap(self, value: Any) -> Any:
+        """A reply's streaming body, a paginator or a page iterator wrapped in turn."""
+        if isinstance(value, dict) and "Body" in value and hasattr(value["Body"], "read"):
+            value = dict(value)
+            value["Body"] = _NamedBody(value["Body"], self._url, self._limits)
+            return value
+        from botocore.paginate import PageIterator, Paginator
+
+        if isinstance(value, (Paginator, PageIterator)):
+            return _Named(value, self._url, self._limits)
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name in ("meta", "exceptions") or not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return self._wrap(value(*args, **kwargs))
+            except Exception as error:
+                if _is_storage_client_error(error):
+                    raise self._named(error) from error
+                raise
+
+        return call
+
+    def __iter__(self) -> Iterator[Any]:
+        pages = iter(self._inner)
+        while True:
+            try:
+                page = next(pages)
+            except StopIteration:
+                return
+            except Exception as error:
+                if _is_storage_client_error(error):
+                    raise self._named(error) from error
+                raise
+            yield page
+
+
+class _NamedBody(io.RawIOBase):
+    """A reply's streaming body whose reads raise `StorageError` (a body that stalls past
+    the read timeout, a connection reset mid-body)."""
+
+    def __init__(self, inner: Any, url: str, limits: RequestLimits) -> None:
+        super().__init__()
+        self._body = inner
+        self._url = url
+        self._limits = limits
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            data: bytes = self._body.read(None if size is None or size < 0 else size)
+        except Exception as error:
+            if _is_storage_client_error(error):
+                raise storage_error(error, self._url, self._limits) from error
+            raise
+        return data
+
+    def readall(self) -> bytes:
+        return self.read()
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(memoryview(buffer).cast("B")))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._body.close()
+        super().close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._body, name)
