@@ -37,7 +37,7 @@ from forewarn.clients.checkpoint.generation import Generation, Verification, rea
 from forewarn.clients.checkpoint.local import LocalBackend
 from forewarn.clients.checkpoint.manifest import COMMIT, generation_name, parse_generation_name
 from forewarn.clients.checkpoint.requestlimits import RequestLimits
-from forewarn.clients.checkpoint.s3 import S3Backend, timeout_words
+from forewarn.clients.checkpoint.s3 import S3Backend, configured_attempts, timeout_words
 from forewarn.clients.checkpoint.store import PASSED_OVER
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_duration, parse_time
@@ -166,7 +166,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "--attempts",
             type=_attempts,
             metavar="N",
-            help=f"tries of each request, the first included (default: {CLI_ATTEMPTS})",
+            help="tries of each request, the first included (default: AWS_MAX_ATTEMPTS, else "
+            f"the AWS config file's max_attempts, else {CLI_ATTEMPTS})",
         )
         return sub
 
@@ -349,7 +350,11 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         options = dataclasses.replace(
             options,
             read_timeout=CLI_READ_TIMEOUT if args.read_timeout is None else args.read_timeout,
-            attempts=CLI_ATTEMPTS if args.attempts is None else args.attempts,
+            # boto3's own setting (AWS_MAX_ATTEMPTS, the config file's max_attempts) wins
+            # over this command's shorter default, as it does over the store's.
+            attempts=args.attempts
+            if args.attempts is not None
+            else configured_attempts(args.profile) or CLI_ATTEMPTS,
         )
     keep = getattr(args, "keep", None)
     verify: Literal["sizes", "checksums"] = (

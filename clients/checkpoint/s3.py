@@ -570,11 +570,12 @@ class S3Backend(Backend):
         attempts: int | None = None,
     ) -> None:
         self.bucket, self.prefix = parse_s3_url(url)
-        self.limits = RequestLimits(
-            _seconds_option("connect_timeout", connect_timeout, CONNECT_TIMEOUT),
-            _seconds_option("read_timeout", read_timeout, READ_TIMEOUT),
-            _attempts_option(attempts),
-        )
+        self._connect_timeout = _seconds_option("connect_timeout", connect_timeout, CONNECT_TIMEOUT)
+        self._read_timeout = _seconds_option("read_timeout", read_timeout, READ_TIMEOUT)
+        # None: boto3's own setting (AWS_MAX_ATTEMPTS, the config file's `max_attempts`),
+        # read with the first request (botocore loads then), else RETRIES + 1.
+        self._attempts = None if attempts is None else _attempts_option(attempts)
+        self._limits: RequestLimits | None = None
         self._watch: RequestWatch | None = None
         # As the keys are: `s3://b/run/` and `s3://b//run` are `s3://b/run`, and a copy out
         # recorded under one spelling is in place for another (`get_dir`), not copied again.
@@ -616,6 +617,21 @@ class S3Backend(Backend):
         self._left_lock = threading.Lock()
         # A save's copy that must end in time (`within`): its clients, remade as time runs out.
         self._timed: tuple[_ClientWithin, _ClientWithin] | None = None
+
+    @property
+    def limits(self) -> RequestLimits:
+        """Each request's connect and read timeouts and attempts: the S3 options', else
+        for attempts boto3's own setting (`AWS_MAX_ATTEMPTS`, else the AWS config file's
+        `max_attempts` for the store's profile), else RETRIES + 1."""
+        limits = self._limits
+        if limits is None:
+            attempts = self._attempts
+            if attempts is None:
+                attempts = configured_attempts(self._options["profile"]) or RETRIES + 1
+            limits = self._limits = RequestLimits(
+                self._connect_timeout, self._read_timeout, attempts
+            )
+        return limits
 
     @property
     def identity(self) -> str:
@@ -1287,6 +1303,40 @@ def _attempts_option(value: int | None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise StoreConfigError(f"attempts must be a whole number, 1 or more, not {value!r}")
     return value
+
+
+def configured_attempts(profile: str | None) -> int | None:
+    """boto3's own setting of how many times a request is tried, the first included:
+    `AWS_MAX_ATTEMPTS` (blank is unset), else the AWS config file's `max_attempts` in the
+    section of `profile` (else `AWS_PROFILE`'s, else the default's); None when neither
+    sets it. The store gives botocore its attempts explicitly (its own default is 6), which
+    overrode both. A value that is not a whole number of 1 or more is `StoreConfigError`."""
+    raw = os.environ.get("AWS_MAX_ATTEMPTS", "")
+    if raw.strip():
+        return _configured_count(raw, "AWS_MAX_ATTEMPTS")
+    from botocore.exceptions import ProfileNotFound
+
+    session = _botocore_session(profile)
+    try:
+        scoped = session.get_scoped_config()
+    except ProfileNotFound:
+        return None  # refused by the client's own session, at the first request, as before
+    value = scoped.get("max_attempts")
+    if value is None or not str(value).strip():
+        return None
+    where = session.get_config_variable("config_file")
+    name = profile or session.profile or "default"
+    return _configured_count(str(value), f"max_attempts in {where} (profile {name})")
+
+
+def _configured_count(raw: str, name: str) -> int:
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise StoreConfigError(
+            f"{name}={raw!r} is not a whole number of attempts, 1 or more (or give the "
+            "store's S3Options attempts, which wins over it)"
+        )
+    return int(text)
 
 
 # How long a request goes unanswered before a `RequestWatch` says what it waits for.

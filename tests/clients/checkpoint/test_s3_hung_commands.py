@@ -84,6 +84,20 @@ def test_ls_against_a_hung_service_ends_at_its_limits_naming_them(
     assert "2 attempts" in err, err
 
 
+def test_ls_honours_aws_max_attempts_when_no_attempts_flag_is_given(
+    hung: HungProxy, bucket: str
+) -> None:
+    """`AWS_MAX_ATTEMPTS=1` was ignored: the command tried each request its own 3 times
+    (found: `ls --read-timeout 1` took 3 requests against the hung proxy)."""
+    hung.held = 0
+    env = {**loopback_s3_env(hung.url), "AWS_MAX_ATTEMPTS": "1"}
+    process = command("ls", f"s3://{bucket}/run", "--read-timeout", "1", env=env)
+    _out, err = process.communicate(timeout=60)
+    assert process.returncode == 3, err
+    assert "read timeout of 1 s, 1 attempt: --read-timeout, --attempts)" in err, err
+    assert hung.held == 1, hung.held
+
+
 def test_get_of_a_file_the_service_never_sends_ends_at_the_attempts_given(
     hung: HungProxy, bucket: str, tmp_path: Path
 ) -> None:
