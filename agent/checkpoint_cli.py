@@ -44,7 +44,7 @@ from forewarn.protocol.timefmt import parse_duration, parse_time
 from forewarn.protocol.wholenumber import whole_number
 
 from .argtypes import path_arg, word_as_written
-from .progressbar import ProgressBar
+from .progressbar import ProgressBar, say_line
 
 EXIT_CORRUPT = 1
 EXIT_USAGE = 2
@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _say_waiting(line: str) -> None:
-    print(f"forewarn: checkpoint: {line}", file=sys.stderr, flush=True)
+    say_line(f"forewarn: checkpoint: {line}", sys.stderr)
 
 
 def _why(error: BaseException, limits: list[RequestLimits]) -> str:

@@ -4,11 +4,17 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import TextIO
 
 _WIDTH = 24
 _REDRAW_SECONDS = 0.1
+# The bar whose line each stream's cursor is on (drawn, not yet ended), by stream: a line said
+# meanwhile (`say_line`) ends it first. One lock for drawing and saying: a request watch says
+# its line from its own thread while the download's threads draw.
+_LOCK = threading.Lock()
+_SHOWN: dict[int, ProgressBar] = {}
 
 
 def _mib(size: int) -> str:
@@ -33,16 +39,38 @@ class ProgressBar:
         now = time.monotonic()
         if now - self._drawn < _REDRAW_SECONDS and done < self.total:
             return
-        self._drawn = now
         share = min(done / self.total, 1.0) if self.total else 1.0
         filled = round(share * _WIDTH)
         bar = "#" * filled + "-" * (_WIDTH - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {share:4.0%} {_mib(done)} of {_mib(self.total)}")
-        self.stream.flush()
-        self._visible = True
+        with _LOCK:
+            self._drawn = now
+            self.stream.write(
+                f"\r{self.label} [{bar}] {share:4.0%} {_mib(done)} of {_mib(self.total)}"
+            )
+            self.stream.flush()
+            self._visible = True
+            _SHOWN[id(self.stream)] = self
 
     def close(self) -> None:
-        if self._visible:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._visible = False
+        with _LOCK:
+            if self._visible:
+                self.stream.write("\n")
+                self.stream.flush()
+                self._visible = False
+            if _SHOWN.get(id(self.stream)) is self:
+                del _SHOWN[id(self.stream)]
+
+
+def say_line(line: str, stream: TextIO | None = None) -> None:
+    """Write `line` to `stream` (stderr) on a line of its own: a bar drawn there ends its
+    line first, and is drawn again below at its next update. Written after the bar, a wait
+    line ran into it (`... 1.0 MiB of 4.0 MiBforewarn: checkpoint: waiting for ...`)."""
+    stream = stream if stream is not None else sys.stderr
+    with _LOCK:
+        bar = _SHOWN.pop(id(stream), None)
+        if bar is not None and bar._visible:
+            stream.write("\n")
+            bar._visible = False
+            bar._drawn = 0.0  # drawn again at its next update, whenever it comes
+        stream.write(line + "\n")
+        stream.flush()
