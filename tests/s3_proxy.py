@@ -56,6 +56,7 @@ class S3Proxy(ThreadingHTTPServer):
 
     def __init__(self, upstream: str) -> None:
         self.upstream = urlsplit(upstream)
+        self.closing = threading.Event()  # set as the proxy closes: held bodies end then
         super().__init__(("127.0.0.1", 0), _Handler)
 
     @property
@@ -76,6 +77,11 @@ class S3Proxy(ThreadingHTTPServer):
         connection (the rest unread)."""
         return None
 
+    def body_sent(self, request: Request, reply: Reply) -> int | None:
+        """None to send `reply` whole, or how many of its body's bytes to send before
+        holding the rest back until the proxy is closed (a body that stops midway)."""
+        return None
+
     def __enter__(self) -> S3Proxy:
         threading.Thread(target=self.serve_forever, daemon=True).start()
         return self
@@ -86,6 +92,7 @@ class S3Proxy(ThreadingHTTPServer):
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self.closing.set()
         self.shutdown()
         self.server_close()
 
@@ -131,9 +138,9 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 self.close_connection = True
                 return
-        self._reply(reply)
+        self._reply(reply, sent=self.server.body_sent(request, reply))
 
-    def _reply(self, reply: Reply, *, close: bool = False) -> None:
+    def _reply(self, reply: Reply, *, close: bool = False, sent: int | None = None) -> None:
         head = self.command == "HEAD"  # its Content-Length is the object's, with no body
         try:
             self.send_response(reply.status)
@@ -145,6 +152,12 @@ class _Handler(BaseHTTPRequestHandler):
             if close:
                 self.send_header("Connection", "close")
             self.end_headers()
+            if sent is not None:
+                self.wfile.write(reply.data[:sent])
+                self.wfile.flush()
+                self.server.closing.wait()  # the rest never comes
+                self.close_connection = True
+                return
             self.wfile.write(reply.data)
         except OSError:
             pass  # the client gave up on this request (its read timeout)

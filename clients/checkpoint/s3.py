@@ -1551,11 +1551,12 @@ class _Named:
     def _named(self, error: BaseException) -> StorageError:
         return storage_error(error, self._url, self._limits)
 
-    def _wrap(self, value: Any) -> Any:
-        """A reply's streaming body, a paginator or a page iterator wrapped in turn."""
+    def _wrap(self, value: Any, key: object = None) -> Any:
+        """A reply's streaming body (of `key`), a paginator or a page iterator wrapped in
+        turn."""
         if isinstance(value, dict) and "Body" in value and hasattr(value["Body"], "read"):
             value = dict(value)
-            value["Body"] = _NamedBody(value["Body"], self._url, self._limits)
+            value["Body"] = _NamedBody(value["Body"], self._url, self._limits, str(key))
             return value
         from botocore.paginate import PageIterator, Paginator
 
@@ -1570,7 +1571,7 @@ class _Named:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
-                return self._wrap(value(*args, **kwargs))
+                return self._wrap(value(*args, **kwargs), kwargs.get("Key"))
             except Exception as error:
                 if _is_storage_client_error(error):
                     raise self._named(error) from error
@@ -1594,13 +1595,16 @@ class _Named:
 
 class _NamedBody(io.RawIOBase):
     """A reply's streaming body whose reads raise `StorageError` (a body that stalls past
-    the read timeout, a connection reset mid-body)."""
+    the read timeout, a connection reset mid-body), naming the object: botocore's error
+    for a body read says `Read timeout on endpoint URL: "None"`, and a read of a body is
+    tried once, whatever the request's attempts."""
 
-    def __init__(self, inner: Any, url: str, limits: RequestLimits) -> None:
+    def __init__(self, inner: Any, url: str, limits: RequestLimits, key: str) -> None:
         super().__init__()
         self._body = inner
         self._url = url
         self._limits = limits
+        self._key = key
 
     def readable(self) -> bool:
         return True
@@ -1610,9 +1614,24 @@ class _NamedBody(io.RawIOBase):
             data: bytes = self._body.read(None if size is None or size < 0 else size)
         except Exception as error:
             if _is_storage_client_error(error):
-                raise storage_error(error, self._url, self._limits) from error
+                raise self._named(error) from error
             raise
         return data
+
+    def _named(self, error: BaseException) -> StorageError:
+        from botocore.exceptions import ReadTimeoutError
+
+        seconds = self._limits.read_timeout
+        # botocore's text names no URL here ("None"): the connection's own error does.
+        inner = getattr(error, "kwargs", {}).get("error") or error
+        detail = f"{type(error).__name__}: {' '.join(str(inner).split())}"
+        if isinstance(error, ReadTimeoutError):
+            what = f"the body of {self._key} stopped: nothing more within the read timeout "
+            return StorageError(
+                self._url, f"{what}of {seconds:g} s", detail, options=("read_timeout",)
+            )
+        what = f"the body of {self._key} was cut off ({type(error).__name__})"
+        return StorageError(self._url, what, detail)
 
     def readall(self) -> bytes:
         return self.read()

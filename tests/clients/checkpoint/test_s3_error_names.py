@@ -163,3 +163,43 @@ def test_any_service_error_becomes_a_storage_error_naming_it(
     assert str(error).startswith("s3://b/p: ")
     assert code in str(error)
     assert error.response is cause.response  # the store's own checks read the code
+
+
+class StoppingBody(S3Proxy):
+    """Sends half of a file's body, then nothing more, once `stop` is set."""
+
+    stop = False
+
+    def body_sent(self, request: Request, reply: Reply) -> int | None:
+        if self.stop and request.command == "GET" and "model.bin" in request.path:
+            return len(reply.data) // 2
+        return None
+
+
+def test_a_body_that_stops_midway_names_the_file_and_the_read_timeout(
+    moto_endpoint: str, bucket: str
+) -> None:
+    """botocore's error for a body read past the read timeout said `Read timeout on endpoint
+    URL: "None"`, and the words said "2 attempts" of a read that is tried once (found:
+    `gen.read_bytes("model.bin")` through a proxy sending half the body, read_timeout=2)."""
+    with StoppingBody(moto_endpoint) as proxy:
+        store = CheckpointStore(
+            f"s3://{bucket}/run",
+            s3=S3Options(endpoint_url=proxy.url, read_timeout=1, attempts=2),
+        )
+        store.flush(1, lambda gen: gen.write_bytes("model.bin", b"w" * 100_000))
+        generation = store.get(1)
+        proxy.stop = True
+        for read in (
+            lambda: generation.read_bytes("model.bin"),
+            lambda: generation.open("model.bin").read(),
+        ):
+            with pytest.raises(StorageError) as raised:
+                read()
+            text = str(raised.value)
+            assert text.startswith(
+                f"s3://{bucket}/run: the body of run/step-000000000001/model.bin stopped: "
+                "nothing more within the read timeout of 1 s (S3Options read_timeout)"
+            ), text
+            assert '"None"' not in text, text
+        store.close()
