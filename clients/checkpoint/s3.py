@@ -1333,8 +1333,8 @@ def _configured_count(raw: str, name: str) -> int:
     text = raw.strip()
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise StoreConfigError(
-            f"{name}={raw!r} is not a whole number of attempts, 1 or more (or give the "
-            "store's S3Options attempts, which wins over it)"
+            f"{name}={raw!r} is not a whole number of attempts, 1 or more (S3Options "
+            "attempts, or forewarn checkpoint's --attempts, wins over it when given)"
         )
     return int(text)
 
