@@ -71,6 +71,9 @@ RETRY_FILL_SECONDS = 2.0
 # shorter read timeout makes botocore retry a commit still in progress, and the retries fail
 # (moto answers 500: the parts were already taken), so a large upload never completes.
 COMPLETE_READ_TIMEOUT = 900.0
+# How long closing the store may spend on aborting the uploads of failed saves it kept (as
+# long as its release of the claims, `RELEASE_WITHIN` in store.py).
+CLOSE_ABORT_SECONDS = 10.0
 # boto3's TransferConfig default: how many times a download tries a file's GET.
 _DOWNLOAD_ATTEMPTS = 5
 # How often a file's writer waiting for a part looks whether the file was given up.
@@ -1034,8 +1037,15 @@ class S3Backend(Backend):
         return aborted
 
     def close(self) -> None:
-        # The store tried them once more before this (`CheckpointStore.close`): what is still
-        # left would otherwise go unsaid, its parts billed until a lifecycle rule or a prune.
+        # The uploads of failed saves that could not be aborted then wait for the next save's
+        # commit: a script whose last save failed so and then closed the store (its last
+        # line) left their parts stored and billed, with nothing said. Tried once more here,
+        # bounded (a service still down costs no more than CLOSE_ABORT_SECONDS); each one
+        # still left is said.
+        with self._left_lock:
+            if not self._left:
+                return
+        self.within(CLOSE_ABORT_SECONDS).abort_left_uploads()
         with self._left_lock:
             left = sorted(self._left.items(), key=lambda item: item[1])
         for upload_id, key in left:

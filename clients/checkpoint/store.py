@@ -320,13 +320,9 @@ class CheckpointStore:
             # ended by os._exit, or started the next job, lost the step or found it claimed,
             # and a commit that failed was said to nobody.
             _end_claimed(mine, "the store was closed", waits=ends)
-            # The uploads of failed saves that could not be aborted then wait for the next
-            # save's commit: a script whose last save failed so and then closed the store
-            # left their parts stored and billed, with nothing said. Tried once more here,
-            # bounded as the claims' release (a service still down costs no more); one still
-            # left is said as a WARNING by the backend's close.
-            self._backend.within(RELEASE_WITHIN).abort_left_uploads()
         finally:
+            # (An S3 backend's close tries once more to abort the uploads of failed saves
+            # that could not be aborted then, and says each one still left.)
             self._backend.close()
 
     def finish_on_close(self, saver: FinishesOnClose) -> None:
