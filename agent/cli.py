@@ -1496,11 +1496,32 @@ def cmd_status(args: argparse.Namespace) -> int:
     # /healthz answers 503 for: exit 1 as well, since status is the liveness probe of the
     # Kubernetes overlays and the Docker image, where nothing else restarts the agent.
     dead = dead_parts(reply)
+    # Not ready (a provider with no successful poll yet: /readyz answers 503) is exit 4 with
+    # --ready only: the plain status is the startup and liveness probe, and restarting an
+    # agent whose provider endpoint does not answer yet reaches it no sooner.
+    waiting = never_polled(reply) if args.ready else []
+    code = 1 if dead else 4 if waiting else 0
     if args.json:
         print(json.dumps(reply, indent=2))
-        return 1 if dead else 0
-    print("\n".join(_readable(control, lambda: _status_lines(reply))))
-    return 1 if dead else 0
+    else:
+        print("\n".join(_readable(control, lambda: _status_lines(reply))))
+    if code == 4:
+        print(
+            f"forewarn: not ready: {', '.join(waiting)} has not polled successfully yet "
+            "(/readyz answers 503)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return code
+
+
+def never_polled(reply: dict[str, Any]) -> list[str]:
+    """The providers a status reply shows with no successful poll yet (as /readyz counts)."""
+    return [
+        str(health["name"])
+        for health in reply.get("health", [])
+        if isinstance(health, dict) and not health.get("last_success")
+    ]
 
 
 def dead_parts(reply: dict[str, Any]) -> list[str]:
@@ -1820,7 +1841,8 @@ def build_parser(
         epilog="Exit codes: 0 done, 1 failed (notify, status and ack: also no agent, or no "
         "answer; status: a part dead; checkpoint verify: a corrupt generation), 2 bad input "
         "(drill: also missing cloud credentials), 3 no agent heard (wait, watch; checkpoint: "
-        "the store could not be read, or prune could not delete), 130 interrupted (wait and "
+        "the store could not be read, or prune could not delete), 4 not ready (status "
+        "--ready: a provider has not polled successfully yet), 130 interrupted (wait and "
         "watch end by the SIGINT itself). --debug (anywhere) shows the traceback of an "
         "unexpected error.",
     )
@@ -1986,9 +2008,16 @@ def build_parser(
         epilog="Exit codes: 0 the agent answered and every part of it runs, 1 no agent runs, it "
         "did not answer within --timeout, or a part of it is dead (a `dead` line each, as "
         "/healthz answers 503), 2 bad input, or the agent refused the request (no control "
-        "token).",
+        "token), 4 (with --ready only) the agent answered but a provider has not polled "
+        "successfully yet (as /readyz answers 503).",
     )
     status.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
+    status.add_argument(
+        "--ready",
+        action="store_true",
+        help="exit 4 while a provider has not polled successfully yet, as /readyz answers 503 "
+        "(for a readiness check; not for a liveness probe)",
+    )
     _add_control_timeout(status)
     _add_endpoint_flags(status)
     status.set_defaults(func=cmd_status)

@@ -360,3 +360,44 @@ def test_status_help_says_what_each_exit_code_means() -> None:
         assert said in text, text
     top = " ".join(run_forewarn_here("--help").stdout.split())
     assert "notify, status and ack: also no agent, or no answer; status: a part dead" in top, top
+
+
+def test_status_ready_exits_4_while_a_provider_never_polled_as_readyz_answers_503(
+    tmp_path: Path, run_forewarn_forked: Forked
+) -> None:
+    """An agent whose AWS watcher never reached IMDS (degraded, no successful poll: /readyz
+    answers 503) made `forewarn status` exit 0, so a script or a readiness probe could not
+    tell it from a ready one. `--ready` exits 4 then, naming the provider; the plain status
+    stays 0, as it is the startup and liveness probe (a restart does not reach IMDS)."""
+    env = agent_env(tmp_path, FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}")
+    with AgentProcess(tmp_path, providers=("local", "aws"), env=env):
+
+        def degraded() -> bool:
+            reply = json.loads(run_forewarn_forked("status", "--json", env=env).stdout)
+            states = {item["name"]: item["state"] for item in reply["health"]}
+            return states == {"local": "healthy", "aws": "degraded"}
+
+        eventually(degraded, what="aws degraded and local healthy")
+        plain = run_forewarn_forked("status", env=env)
+        ready = run_forewarn("status", "--ready", env=env)
+        as_json = run_forewarn_forked("status", "--ready", "--json", env=env)
+    assert plain.returncode == 0, plain
+    assert ready.returncode == 4, ready
+    assert "not ready: aws has not polled successfully yet" in ready.stderr, ready.stderr
+    assert as_json.returncode == 4 and json.loads(as_json.stdout)["health"]
+
+
+def test_status_ready_exits_0_once_every_provider_polled(
+    tmp_path: Path, run_forewarn_forked: Forked
+) -> None:
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, env=env):
+
+        def healthy() -> bool:
+            reply = json.loads(run_forewarn_forked("status", "--json", env=env).stdout)
+            return all(item["last_success"] for item in reply["health"])
+
+        eventually(healthy, what="every provider polled")
+        ready = run_forewarn_forked("status", "--ready", env=env)
+    assert ready.returncode == 0, ready
+    assert ready.stderr == "", ready.stderr
