@@ -18,6 +18,7 @@ from forewarn.protocol.timefmt import parse_duration
 from forewarn.protocol.wire import shell_variable_problem
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 
 class _WholeSecondsMark:
@@ -135,6 +136,36 @@ def _is_word(annotation: Any) -> bool:
     return annotation is bool or get_origin(annotation) is Literal
 
 
+# The words a boolean key reads, in any case, as the docs name them; pydantic's lax mode
+# also read `t`, `f`, `y` and `n`, which no doc names.
+BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
+
+
+def _is_boolean(annotation: Any) -> bool:
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return args == [bool]
+    return annotation is bool
+
+
+def _as_boolean(value: Any) -> Any:
+    """A boolean key's `value`: a boolean as is, one of `BOOLEAN_WORDS` (without the space
+    around it: a ConfigMap's YAML block ends `true` with a newline) for pydantic to read, and
+    a number (TOML's `allow_remote = 1` or `1.0`, which pydantic read as true) or another
+    word refused, as a TOML boolean where a number belongs is."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        shown = repr(value) if isinstance(value, float) else str(value)
+        raise ValueError(f"{shown} is a number, not a boolean; write true or false")
+    if isinstance(value, str):
+        text = value.strip(string.whitespace)
+        if text and text.lower() not in BOOLEAN_WORDS:
+            raise PydanticCustomError("bool_parsing", "not a boolean")
+        return text
+    return value
+
+
 def _choices(annotation: Any) -> tuple[Any, ...]:
     """The words a choice key takes (`("drain", "ignore")`); none for a boolean."""
     if get_origin(annotation) in (Union, types.UnionType):
@@ -222,6 +253,8 @@ def read_value(field: FieldInfo | None, value: Any) -> Any:
         # ConfigMap's YAML block (`FOREWARN_RUNTIME_DIR: |`) ends the value with a newline,
         # which made `/run/forewarn\n` beside the shared volume.
         return os.path.expanduser(value.strip(string.whitespace))
+    if field is not None and _is_boolean(field.annotation):
+        return _as_boolean(value)
     if field is not None and isinstance(value, str) and _is_word(field.annotation):
         # A ConfigMap's YAML block (`FOREWARN_KUBERNETES_CORDON: |`) or a file made with
         # `--from-file` ends `true` with a newline: pydantic refused `true\n`, and the agent

@@ -34,8 +34,10 @@ def _boolean_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, b
 
 
 KEYS = _boolean_keys(MODEL)
-# Words pydantic reads as a boolean, in any case: anything else is refused.
-READ = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
+# The words the docs say a boolean reads, in any case: anything else is refused. pydantic's
+# lax mode read `t`, `f`, `y` and `n` too, which no doc names (`FOREWARN_ALLOW_REMOTE=y`
+# opened the sockets to the network).
+READ = {"0", "off", "false", "no", "1", "on", "true", "yes"}
 
 
 def _file(tmp_path: Path, key: str, written: str) -> Path:
@@ -89,7 +91,7 @@ def test_a_word_no_boolean_reads_names_the_key_and_what_it_takes(
 
 
 def test_the_words_a_boolean_reads_are_read() -> None:
-    false = {"0", "off", "f", "false", "n", "no"}
+    false = {"0", "off", "false", "no"}
     for word in READ:
         for written in (word, word.upper()):
             assert load_settings(telemetry=written).telemetry is (word not in false)
@@ -105,3 +107,46 @@ def test_the_agent_says_it_in_one_line_and_exits_2(tmp_path: Path) -> None:
         "false (yes/no, on/off, 1/0 are read too, in any case), or leave the key out for its "
         "default, false\n"
     )
+
+
+@pytest.mark.parametrize("letter", ["t", "f", "y", "n", "T", "Y"])
+def test_a_letter_no_doc_names_is_refused_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch, letter: str
+) -> None:
+    monkeypatch.setenv("FOREWARN_ALLOW_REMOTE", letter)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    said = str(caught.value)
+    assert f"config key allow_remote: {letter!r} is not a boolean; it takes" in said, said
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    row=st.sampled_from(KEYS),
+    number=st.one_of(
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+    ),
+)
+def test_a_toml_number_where_a_boolean_belongs_is_refused_naming_the_key(
+    tmp_path_factory: pytest.TempPathFactory, row: tuple[str, bool], number: float
+) -> None:
+    """`allow_remote = 1` (and `1.0`) in the file read as true, pydantic's lax mode, while a
+    TOML boolean where a number belongs (`exit_margin = false`) is refused, never read as 0 or
+    1: a number is no boolean either, and the key that opens the sockets to the network
+    should not be switched on by a stray digit. The text forms the docs name stay read."""
+    key, _ = row
+    written = repr(number) if isinstance(number, float) else str(number)
+    config = _file(tmp_path_factory.mktemp("number"), key, written)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    said = str(caught.value)
+    assert f"config key {key}: {written} is a number, not a boolean; write true or false" in (
+        said
+    ), said
+
+
+def test_the_documented_words_are_read_quoted_in_the_file(tmp_path: Path) -> None:
+    for written, read in (('"yes"', True), ('"1"', True), ('"Off"', False), ("true", True)):
+        config = _file(tmp_path, "allow_remote", written)
+        assert load_settings(config).allow_remote is read, written
