@@ -226,7 +226,7 @@ _LONG_PAST = re.compile(
 )
 # What says a droplet moved somewhere ("moved", "changed"), not that its reclaim did, unless a
 # time follows: a figure, a time's word, a weekday or a month.
-_PLACED = re.compile(r"\b(?:moved|changed)\b", re.IGNORECASE)
+_PLACED = re.compile(r"\b(?:moved|changed|updated|extended)\b", re.IGNORECASE)
 _WHEN = re.compile(
     r"(?<![a-z])[0-9]|\b(?:noon|midnight|midday|today|tomorrow|tonight|later|earlier|sooner"
     r"|hours?|minutes?|time|date|(?:mon|tues|wednes|thurs|fri|satur|sun)day|jan(?:uary)?"

@@ -189,9 +189,13 @@ def _dkim_passes(mail: Mail) -> bool:
 # "pushed back": read as a further notice, "was moved from 16:00 UTC to 13:30 UTC" kept the
 # old time (the one after "from"), and the reclaim came two and a half hours before it. An
 # active "has changed" is not one: "as demand has changed, ... will be reclaimed".
+# "deferred", and "has been updated" or "extended" too: read as a further notice, the old
+# time stood beside the new one, and the drain's deadline came hours before the reclaim
+# ("was deferred from 14:30 UTC to 17:00 UTC" gave 14:30).
 _RESCHEDULED = re.compile(
-    r"\b(?:reschedul\w*|postponed|brought\s+forward|pushed\s+(?:back|out)"
-    r"|(?:(?:has|have|had)\s+been|was|were|is|are)\s+(?:now\s+)?(?:moved|changed|delayed)"
+    r"\b(?:reschedul\w*|postponed|deferred|brought\s+forward|pushed\s+(?:back|out)"
+    r"|(?:(?:has|have|had)\s+been|was|were|is|are)\s+(?:now\s+)?"
+    r"(?:moved|changed|delayed|updated|extended)"
     r"|(?:has|have)\s+(?:now\s+)?moved)\b",
     re.I,
 )

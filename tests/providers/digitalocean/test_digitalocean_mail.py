@@ -1825,6 +1825,25 @@ def test_a_new_time_in_any_tense_takes_the_new_time_not_the_old(body: str) -> No
 
 
 @pytest.mark.parametrize(
+    "body",
+    [
+        # Read as a further notice beside the old one, each kept the old time standing: the
+        # drain's deadline came at 14:30, hours before the reclaim.
+        "The reclaim of gpu-spot-1 has been deferred to 2026-12-01 17:00 UTC.",
+        "The reclaim of gpu-spot-1 was deferred from 14:30 UTC to 17:00 UTC.",
+        "The reclaim time for gpu-spot-1 has been updated to 17:00 UTC.",
+        "Droplet gpu-spot-1: the reclaim was updated from 14:30 UTC to 17:00 UTC.",
+        "The reclaim of gpu-spot-1 has been extended to 17:00 UTC.",
+        "Droplet gpu-spot-1: reclaim deferred to 17:00 UTC.",
+    ],
+)
+def test_a_reclaim_deferred_updated_or_extended_is_a_new_time(body: str) -> None:
+    result = verdict(reclaim_mail(body, subject="Spot Droplet reclaim update"))
+    assert result.report is not None and result.replaces, result.why
+    assert result.report.deadline == _at(17, 0)
+
+
+@pytest.mark.parametrize(
     "aside",
     [
         # Something else moved: read as the reclaim's new time, each put the deadline hours
@@ -1874,6 +1893,9 @@ def test_talk_of_how_a_new_time_works_is_no_new_time(aside: str) -> None:
         "Your droplet has been moved to the reclaim queue.",
         "Droplet gpu-spot-1 has been moved to nyc3.",
         "Its IP address has been changed.",
+        "Droplet gpu-spot-1 has been updated to the latest image.",
+        "Droplet gpu-spot-1 has been extended.",
+        "Our terms of service have been updated.",
     ],
 )
 def test_a_move_long_past_in_general_or_of_the_droplet_is_no_new_time(aside: str) -> None:
@@ -1962,6 +1984,9 @@ def test_a_new_time_beside_a_denial_is_still_one(statement: str) -> None:
             "was brought forward",
             "were pushed back",
             "rescheduled",
+            "was deferred",
+            "has been updated",
+            "was extended",
         ]
     ),
     when=st.sampled_from([" to 18:00 UTC", " by 2 hours", " to 2026-12-01 20:00 UTC", ""]),
