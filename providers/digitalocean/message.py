@@ -112,7 +112,7 @@ def _sender_of(value: str) -> str:
 
 def _mail_of(message: EmailMessage, depth: int = 0) -> Mail:
     sender = _sender_of(", ".join(str(value) for value in message.get_all("From", [])))
-    subject = str(message.get("Subject", "") or "")
+    subject = str(message.get("Subject", "") or "").translate(_TYPESET_SIGNS)
     written_date = message.get("Date")
     date = _header_date(written_date)
     unreadable_date = None
@@ -220,8 +220,19 @@ def _body_text(message: EmailMessage) -> str:
             # Rows, paragraphs and breaks end lines: a table of droplets stays one per line.
             text = re.sub(r"(?i)<br\b[^>]*>|</(?:tr|p|div|li|h[1-6]|table)\s*>", "\n", text)
             text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+        text = text.translate(_TYPESET_SIGNS)
         texts.append(_zoned_under_heading(_zoned_on_line(_QUOTED_LINE.sub("", text))))
     return "\n".join(texts)
+
+
+# A typeset minus sign (U+2212, as word processors and HTML's &minus; write it) or a fullwidth
+# or small sign before an offset is the ASCII sign: "10:40 UTC\u221203:00" was read as 10:40
+# UTC, a day late for a reclaim at 13:40, and "16:40 UTC\uff0b03:00" as 16:40 UTC, three hours
+# late; "\u22120300" and RFC 3339 with one were skipped. One character for one keeps every
+# position in the text.
+_TYPESET_SIGNS = str.maketrans(
+    {"\u2212": "-", "\ufe63": "-", "\uff0d": "-", "\uff0b": "+", "\ufe62": "+"}
+)
 
 
 # A heading that gives the zone of the times under it ("Reclaim times (UTC):", a table's

@@ -2691,3 +2691,42 @@ def test_a_date_header_reads_or_is_kept_as_written(written: str) -> None:
     if mail.unreadable_date is not None:
         assert 0 < len(mail.unreadable_date) <= 80
         assert mail.unreadable_date == mail.unreadable_date.strip()
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # Offsets written with the minus sign U+2212, as typeset text and some templates do:
+        # "10:40 UTC\u221203:00" was read as 10:40 UTC, tomorrow's (a day late: the reclaim
+        # came at 13:40); "10:40 \u22120300" and the RFC 3339 form were skipped (Date + lead).
+        ("gpu-spot-1 will be reclaimed at 10:40 UTC\u221203:00.", _at(13, 40)),
+        ("gpu-spot-1 will be reclaimed at 10:40 \u22120300.", _at(13, 40)),
+        ("gpu-spot-1 will be reclaimed at 2026-12-01T10:40:00\u221203:00.", _at(13, 40)),
+        # A fullwidth plus: "16:40 UTC\uff0b03:00" read as 16:40 UTC, three hours late.
+        ("gpu-spot-1 will be reclaimed at 16:40 UTC\uff0b03:00.", _at(13, 40)),
+    ],
+)
+def test_an_offset_written_with_a_typeset_minus_or_plus_is_read(
+    body: str, expected: datetime
+) -> None:
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and result.report.deadline == expected, result.why
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    hours=st.integers(0, 12),
+    minutes=st.sampled_from([0, 30, 45]),
+    sign=st.sampled_from(["-", "+"]),
+    form=st.sampled_from(
+        ["13:10 UTC{s}{hh}:{mm}", "13:10 {s}{hh}{mm}", "2026-12-01T13:10:00{s}{hh}:{mm}"]
+    ),
+)
+def test_a_typeset_sign_reads_as_its_ascii_sign(
+    hours: int, minutes: int, sign: str, form: str
+) -> None:
+    typeset = {"-": "\u2212", "+": "\uff0b"}[sign]
+    written = form.format(s="{s}", hh=f"{hours:02d}", mm=f"{minutes:02d}")
+    plain = verdict(reclaim_mail(f"gpu-spot-1 will be reclaimed at {written.format(s=sign)}."))
+    fancy = verdict(reclaim_mail(f"gpu-spot-1 will be reclaimed at {written.format(s=typeset)}."))
+    assert (fancy.report and fancy.report.deadline) == (plain.report and plain.report.deadline)
