@@ -42,7 +42,7 @@ from forewarn.providers.persist import drop_room, hold_room, remove_leftovers
 from forewarn.providers.ticks import sleep_to_tick
 from pydantic import ValidationError
 
-from .board import ANONYMOUS, EXPIRED_KEY, NoticeBoard, Sequencer
+from .board import EXPIRED_KEY, NoticeBoard, Sequencer
 from .config import ConfigError, Settings
 from .controltoken import remove_token, write_token
 from .holders import Holder, pid_namespace
@@ -1149,10 +1149,11 @@ class Agent:
     def _acked_by(self) -> dict[str, list[str]]:
         """The named clients that acked each active notice, for heartbeats and `status`."""
         active = {notice.id for notice in self.board.active()}
+        # Kept sorted as acks come (`listed`): not every kept id copied and sorted each time.
         return {
-            notice_id: sorted(clients - {ANONYMOUS})[:ACKED_BY_LISTED]
-            for notice_id, clients in self.board.acked_by().items()
-            if notice_id in active and clients - {ANONYMOUS}
+            notice_id: clients
+            for notice_id, clients in self.board.listed().items()
+            if notice_id in active
         }
 
     def _settle_restored(self) -> None:
@@ -1578,10 +1579,11 @@ class Agent:
                 self._wake.set()
         elif req.outcome == "saved":
             first = req.notice_id is not None and req.notice_id not in self.board.saved()
-            before = self.board.acked_by(req.notice_id) if req.notice_id else {}
+            # Acks are only added (`record_ack`): a count tells a new one without copying them.
+            before = self.board.acks_kept(req.notice_id) if req.notice_id else 0
             margin = self.board.exit_margin
             completed = self.board.record_ack(req.notice_id, req.client, req.flush_seconds)
-            acked_anew = bool(req.notice_id) and self.board.acked_by(req.notice_id) != before
+            acked_anew = bool(req.notice_id) and self.board.acks_kept(req.notice_id or "") != before
             if (first and notice is not None) or acked_anew or self.board.exit_margin != margin:
                 # A restarted agent still knows this notice was acted on, a provider's too
                 # (a job started after the restart must not take it for one nobody acted on),
@@ -1685,7 +1687,7 @@ class Agent:
         # client from now on; the dead one's, let go a moment later, released the notice
         # while the new loop saved.
         again = not held and req.client in self.board.held_by().get(req.notice_id, ())
-        if again and req.client in self.board.acked_by(req.notice_id).get(req.notice_id, set()):
+        if again and self.board.has_acked(req.notice_id, req.client):
             again = False
         if held or again:
             if req.pid is None:
@@ -1717,8 +1719,7 @@ class Agent:
         went = False
         for key, holder in list(self._holders.items()):
             notice_id, client = key
-            acked = self.board.acked_by(notice_id).get(notice_id, set())
-            if client not in held.get(notice_id, ()) or client in acked:
+            if client not in held.get(notice_id, ()) or self.board.has_acked(notice_id, client):
                 del self._holders[key]  # acked, flushed or retired: nothing held any more
                 continue
             if not holder.gone():
