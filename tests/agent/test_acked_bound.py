@@ -22,7 +22,7 @@ from forewarn.agent.protocol import Report
 from forewarn.agent.runner import Agent
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, Subscriber, eventually, run_forewarn, with_token
+from support import AgentProcess, Subscriber, eventually, examples, run_forewarn, with_token
 
 # The bound under test (the old one kept 8,192 of them).
 STRANGERS = getattr(board_module, "MAX_STRANGERS_KEPT", 256)
@@ -75,7 +75,7 @@ def test_one_heartbeat_s_acked_by_at_the_bound_takes_little_cpu() -> None:
     assert took < 0.02, f"one heartbeat's acked_by took {took:.3f} s of CPU"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(
         st.tuples(
