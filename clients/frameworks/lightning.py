@@ -23,7 +23,9 @@ further validation pass runs (Lightning would run one when `should_stop` is set)
 stops before the trainer's `min_steps` or `min_epochs` (Lightning would train on to them).
 Lightning's own ModelCheckpoint with a `monitor` ranks nothing after the exit's save (the pass
 or epoch the exit cut short has metrics of the batches run), its `save_last` still writes the
-exit's step, and its saves of that step are marked as the exit's save. A
+exit's step (one that saved nothing at that step has its `last` made the exit's file as
+training ends: a hard link, no second save), and its saves of that step are marked as the
+exit's save. A
 `validate()`, `test()` or `predict()` outside `fit()` asks nothing, makes no guard and leaves
 a guard given
 (`guard=`) open: it trains nothing worth saving, and a save there (`step-{global_step}`, step 0
@@ -59,7 +61,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
+import shutil
 import signal
 import string
 import tempfile
@@ -322,6 +326,53 @@ class ForewarnCallback(GuardHolder, pl.Callback):
                 return None
         return 0
 
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._exit_save is not None and self._exit_save[0] == trainer.global_step:
+            self._last_is_the_exit_save(trainer)
+
+    def _last_is_the_exit_save(self, trainer: pl.Trainer) -> None:
+        """After an exit's save: each of Lightning's ModelCheckpoints with `save_last` that saved
+        nothing at the exit's step gets its `last` checkpoint made of the exit's file, a hard
+        link (a copy across filesystems; with `save_last="link"` its symbolic link), with no
+        second save inside the lead. It saves only beside a save of its own (a validation pass,
+        `every_n_train_steps`), and the exit came between those: its `last.ckpt` held the step
+        of its previous save (measured: step 10 after an exit's save of step 16), and
+        `fit(ckpt_path="last")`, the resume a `save_last=True` user writes, trained those
+        steps again. Runs before its own `on_train_end`, on every rank."""
+        step = trainer.global_step
+        exit_file = self.saved_paths[-1] if self.saved_paths and not self.dcp else None
+        checkpoint: Any
+        for checkpoint in trainer.checkpoint_callbacks:
+            if not isinstance(checkpoint, pl.callbacks.ModelCheckpoint) or not checkpoint.save_last:
+                continue  # another Checkpoint keeps its own `last`, if any
+            missing = [name for name in _LAST_NEEDS if not hasattr(checkpoint, name)]
+            if missing:
+                log.warning(
+                    "forewarn: %s has no %s (another Lightning version): its last "
+                    "checkpoint may not be the exit's save of step %s; resume from %s",
+                    type(checkpoint).__name__,
+                    ", ".join(missing),
+                    step,
+                    exit_file or "the exit's save",
+                )
+                continue
+            if checkpoint._last_global_step_saved == step:
+                continue  # it saved this step itself, its `last` with it
+            if exit_file is None:
+                log.warning(
+                    "forewarn: %s's last checkpoint is not the exit's save of step %s (saved "
+                    "into the store with dcp=True): resume from the store",
+                    type(checkpoint).__name__,
+                    step,
+                )
+                continue
+            checkpoint._last_checkpoint_saved = str(exit_file)  # what save_last="link" links to
+            vars(checkpoint)["_save_checkpoint"] = _linking_to(checkpoint, exit_file)
+            try:
+                checkpoint._save_last_checkpoint(trainer, checkpoint._monitor_candidates(trainer))
+            finally:
+                vars(checkpoint).pop("_save_checkpoint", None)
+
     def on_train_batch_end(
         self,
         trainer: pl.Trainer,
@@ -449,6 +500,14 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         for checkpoint in trainer.checkpoint_callbacks:
             ranked = getattr(checkpoint, "_save_topk_checkpoint", None)
             if not callable(ranked) or not hasattr(checkpoint, "_last_global_step_saved"):
+                if isinstance(checkpoint, pl.callbacks.ModelCheckpoint) and checkpoint.monitor:
+                    # Another Lightning version's: it may rank the pass the exit cut short.
+                    log.warning(
+                        "forewarn: %s has no _save_topk_checkpoint or _last_global_step_saved "
+                        "(another Lightning version): it may rank the validation pass or epoch "
+                        "the exit cut short",
+                        type(checkpoint).__name__,
+                    )
                 continue  # not Lightning's ModelCheckpoint as this one knows it: left as is
             self._held.append((checkpoint, vars(checkpoint).get("_save_topk_checkpoint")))
             checkpoint._save_topk_checkpoint = _ranking_nothing(checkpoint, exit_file)
@@ -520,6 +579,59 @@ def _ranking_nothing(checkpoint: Any, exit_file: Path | None) -> Any:
         checkpoint._last_global_step_saved = trainer.global_step
 
     return ranked
+
+
+# What `_last_is_the_exit_save` uses of Lightning's ModelCheckpoint (private: pinned by
+# tests/clients/frameworks/test_lightning.py, which fails on a Lightning without them).
+_LAST_NEEDS = (
+    "_last_global_step_saved",
+    "_last_checkpoint_saved",
+    "_save_last_checkpoint",
+    "_save_checkpoint",
+    "_monitor_candidates",
+)
+
+
+def _linking_to(checkpoint: Any, exit_file: Path) -> Any:
+    """A ModelCheckpoint's `_save_checkpoint` that makes `filepath` the exit's checkpoint file
+    `exit_file` instead of saving again (see `ForewarnCallback._last_is_the_exit_save`)."""
+
+    def save(trainer: Any, filepath: str) -> None:
+        if trainer.is_global_zero:  # the rank that wrote the exit's file
+            _same_file(exit_file, str(filepath))
+        trainer.strategy.barrier()
+        checkpoint._last_global_step_saved = trainer.global_step
+        checkpoint._last_checkpoint_saved = str(filepath)
+
+    return save
+
+
+def _same_file(exit_file: Path, filepath: str) -> None:
+    """`filepath` made `exit_file` (a hard link, or a copy where none can be made), put in
+    place by a rename, durable; a warning where it cannot be (a sharded save's directory, a
+    remote folder): the `last` file there is then older than the exit's save."""
+    target = Path(filepath)
+    if "://" in filepath or not exit_file.is_file():
+        log.warning(
+            "forewarn: %s is not the exit's save (%s is not a local file beside it): resume "
+            "from %s",
+            filepath,
+            exit_file,
+            exit_file,
+        )
+        return
+    if target.resolve() == exit_file.resolve():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.forewarn-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    try:
+        os.link(exit_file, temporary)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copyfile(exit_file, temporary)
+    os.replace(temporary, target)
+    fsync_tree(target)
 
 
 @contextlib.contextmanager

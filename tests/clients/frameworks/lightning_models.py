@@ -288,3 +288,12 @@ class RankedOnValidation(Tiny):
         self.log("val_loss", float(idx), on_epoch=True)
         if not self.trainer.sanity_checking and self.passes == self.exit_in and idx == 1:
             self.callback.guard.request("signal", exit=True)
+
+
+class ExitsInTrainingLogged(ExitsInTraining):
+    """ExitsInTraining that logs `val_loss` (each validation batch's index) for a
+    ModelCheckpoint with a `monitor`."""
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        super().validation_step(batch, idx)
+        self.log("val_loss", float(idx), on_epoch=True)

@@ -861,3 +861,106 @@ def test_a_validation_pass_cut_for_the_exit_is_not_ranked_and_last_is_the_exit_s
     assert last.get(forewarn_clients.guard_state.EXIT_SAVE) is True
     ranked = torch.load(tmp_path / "mc" / "epoch=0-step=10.ckpt", weights_only=False)
     assert forewarn_clients.guard_state.EXIT_SAVE not in ranked
+
+
+@pytest.mark.parametrize(
+    ("saving", "validating"),
+    [({}, True), ({"every_n_train_steps": 10}, False), ({"monitor": "val_loss"}, True)],
+    ids=["validating", "every-10-steps", "monitor"],
+)
+def test_save_last_holds_the_exit_step_when_lightning_saved_nothing_then(
+    tmp_path: Path, saving: dict[str, Any], validating: bool
+) -> None:
+    """Found running fit() with `ModelCheckpoint(dirpath=..., save_last=True)` beside the
+    callback, an exit asked for at step 15 of training: with a validation pass every 10 steps
+    (or `every_n_train_steps=10`) Lightning's ModelCheckpoint saves only then, so its
+    `last.ckpt` held step 10 while the exit's save was of step 16, and `fit(ckpt_path="last")`,
+    the resume a `save_last=True` user writes, trained 6 steps again. Now `last.ckpt` is the
+    exit's checkpoint (a hard link to it: no second save inside the lead), marked as the
+    exit's save, and a resume from "last" starts at step 16."""
+    callback = lit.ForewarnCallback(
+        tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
+    )
+    last = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "mc", save_last=True, **saving)
+    data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+    trainer = models.trainer(
+        callback,
+        callbacks=[callback, last],
+        enable_checkpointing=True,
+        num_sanity_val_steps=0,
+        **({"val_check_interval": 10} if validating else {}),
+    )
+    model = models.ExitsInTrainingLogged(callback, exit_at=15)
+    validation = torch.utils.data.DataLoader(data, batch_size=40) if validating else None
+    trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=4), validation)
+    assert [path.name for path in callback.saved_paths] == ["step-00000016.ckpt"]
+    assert callback.exit_code == 143
+    written = torch.load(tmp_path / "mc" / "last.ckpt", weights_only=False)
+    assert written["global_step"] == 16
+    assert written.get(forewarn_clients.guard_state.EXIT_SAVE) is True
+    assert Path(last.last_model_path) == tmp_path / "mc" / "last.ckpt"
+    # The resume a save_last user writes starts at the exit's step.
+    again = lit.ForewarnCallback(
+        tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
+    )
+    starts: list[int] = []
+    resumed = models.trainer(
+        again,
+        callbacks=[again, pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "mc", save_last=True)],
+        enable_checkpointing=True,
+        max_steps=17,
+        num_sanity_val_steps=0,
+    )
+    model = models.Tiny()
+    model.on_train_start = lambda: starts.append(model.trainer.global_step)  # type: ignore[method-assign]
+    resumed.fit(model, torch.utils.data.DataLoader(data, batch_size=4), ckpt_path="last")
+    assert starts == [16]
+
+
+def test_the_private_lightning_members_the_callback_relies_on_are_there() -> None:
+    """The callback reaches into Lightning's private members where Lightning has no public
+    way (the ModelCheckpoint held after an exit's save, its `last` made of the exit's file,
+    the restore's timing, the accumulation check, the cut validation pass, the workers'
+    seeding). Each falls back quietly, or with a WARNING, on a Lightning without them, and
+    the behaviour it gave is gone: this fails first, naming what changed, on a Lightning
+    upgrade that renames or drops one."""
+    import inspect
+
+    import lightning
+    from forewarn.clients.frameworks.lightning import _LAST_NEEDS
+    from lightning.fabric.utilities import data as fabric_data
+
+    checkpoint = pl.callbacks.ModelCheckpoint(save_last=True, monitor="val_loss")
+    trainer = models.trainer(None, callbacks=[checkpoint], enable_checkpointing=True)
+    absent = [name for name in _LAST_NEEDS if not hasattr(checkpoint, name)]
+    absent += [
+        name
+        for name in ("_save_topk_checkpoint", "_last_global_step_saved")
+        if not hasattr(checkpoint, name)
+    ]
+    connector = getattr(trainer, "_checkpoint_connector", None)
+    absent += [
+        f"_checkpoint_connector.{name}"
+        for name in ("resume_start", "resume_end")
+        if not callable(getattr(connector, name, None))
+    ]
+    if not callable(getattr(trainer.fit_loop.epoch_loop, "_should_accumulate", None)):
+        absent.append("fit_loop.epoch_loop._should_accumulate")
+    if not hasattr(type(trainer), "_active_loop"):
+        absent.append("Trainer._active_loop")
+    if not callable(getattr(fabric_data, "_auto_add_worker_init_fn", None)):
+        absent.append("lightning.fabric.utilities.data._auto_add_worker_init_fn")
+    assert not absent, f"Lightning {lightning.__version__} has none of: {absent}"
+    # How its hooks use them: a `last` save follows a save of that step (read from
+    # `_last_global_step_saved`), the ranked saves go through `_save_topk_checkpoint`, and a
+    # `last` save through `_save_checkpoint` (or `_link_checkpoint` for "link").
+    for hook in ("on_train_epoch_end", "on_validation_end"):
+        source = inspect.getsource(getattr(type(checkpoint), hook))
+        for used in ("_save_topk_checkpoint", "_last_global_step_saved", "_save_last_checkpoint"):
+            assert used in source, (
+                f"Lightning {lightning.__version__}: {hook} no longer uses {used}"
+            )
+    last = inspect.getsource(type(checkpoint)._save_last_checkpoint)
+    assert "self._save_checkpoint(" in last and "_last_checkpoint_saved" in last, last
+    skip = inspect.getsource(type(checkpoint)._should_skip_saving_checkpoint)
+    assert "_last_global_step_saved" in skip, skip
