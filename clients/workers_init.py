@@ -20,7 +20,7 @@ from .workers_guardbyte import _GuardByte, _received_guard_byte, _to_send
 from .workers_lifeline import _lifeline_read_end
 from .workers_ownhandler import _gate_workers_own_handler
 from .workers_preload import _preload_in_fork_server
-from .workers_protect import _protect
+from .workers_protect import _end_spawn_worker_at_once, _protect
 
 TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
 # A process pool's worker loops: multiprocessing's Pool and concurrent.futures'
@@ -80,6 +80,7 @@ class _Chained:
 
     def __call__(self, worker_id: int) -> None:
         lifeline = self.lifeline
+        _end_spawn_worker_at_once()
         _protect(
             lifeline[1]
             if lifeline is not None and lifeline[0] == os.getpid()
