@@ -277,7 +277,7 @@ def _ignore(_data: Buffer) -> None:
     return None
 
 
-def _immutable(data: Buffer) -> bool:
+def is_immutable(data: Buffer) -> bool:
     """Whether nobody can change these bytes after the call returns (so hashing may lag)."""
     if isinstance(data, memoryview):
         return data.readonly and isinstance(data.obj, bytes)
@@ -308,7 +308,7 @@ class StreamHasher:
         """
         view = memoryview(data).cast("B")
         self.size += len(view)
-        immutable = _immutable(data)
+        immutable = is_immutable(data)
         must_wait: list[_Block] = []
         while len(view):
             room = BLOCK - self._piece_bytes
