@@ -101,6 +101,9 @@ class BackgroundSaveError(CheckpointError):
             f"the background checkpoint of step {step} failed: {type(cause).__name__}: {cause}"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt on another rank (`StorageError`)
+        return (BackgroundSaveError, (self.step, self.cause))
+
 
 def _cause_words(error: BackgroundSaveError) -> str:
     """A failed save's cause, one line: `OSError: [Errno 28] No space left on device`."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import CancelledError
+from typing import Any
 
 from forewarn.protocol.errors import ForewarnError
 
@@ -44,6 +46,7 @@ class StorageError(CheckpointError, OSError):
         self.what = what
         self.detail = detail
         self.options = options
+        self.also = also
         self.response = response
         named = ", ".join(options) + (f"; {also}" if also else "")
         named = f" (S3Options {named})" if options else ""
@@ -51,6 +54,15 @@ class StorageError(CheckpointError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+    # DCP gathers a rank's exception to the coordinator by pickling it: rebuilt from its
+    # message alone it raised a TypeError there, out of DCP's collective on rank 0 only, and
+    # the other rank waited in it for good.
+    def __reduce__(self) -> tuple[Any, ...]:
+        rebuild = functools.partial(
+            StorageError, options=self.options, also=self.also, response=self.response
+        )
+        return (rebuild, (self.store, self.what, self.detail))
 
 
 class InvalidNameError(CheckpointError, ValueError):
@@ -77,6 +89,9 @@ class CorruptGenerationError(CheckpointError):
         self.name = name
         self.problems = list(problems)
         super().__init__(f"{name} does not verify: " + "; ".join(self.problems))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt on another rank (`StorageError`)
+        return (CorruptGenerationError, (self.name, self.problems))
 
 
 class CommitError(CheckpointError):
