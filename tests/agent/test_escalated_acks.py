@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from forewarn.protocol.ages import status_ages
 from forewarn.protocol.timefmt import format_time
 from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 from test_metrics import metrics_url, scrape_url, value
@@ -224,7 +225,15 @@ def test_a_terminate_a_job_saved_only_the_drain_for_is_no_inherited_one(tmp_path
         assert notice_id in beat["active"] and notice_id not in beat.get("acked", []), beat
 
         # The next job is a process started after the terminate, as on a node: the guard
-        # takes a notice from before its process's start for one that may be inherited.
+        # takes a notice from before its process's start for one that may be inherited. It
+        # starts once the agent ages the terminate past 0.5 s: started 5 ms after it, the job
+        # judged it raised after its start (by an age read after the start, within the reply's
+        # latency; the side to err on) and exited without the inherited words, 1 run in 3.
+        eventually(
+            lambda: (status_ages(agent.control({"op": "status"})) or {}).get(notice_id, 0) > 0.5,
+            10,
+            "the terminate half a second old on the agent's clock",
+        )
         job = subprocess.run(
             [sys.executable, "-c", NEXT_JOB, agent.events, agent.control_endpoint],
             capture_output=True,
