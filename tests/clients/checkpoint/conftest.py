@@ -3,6 +3,8 @@ local disk or on that server, so most tests run against both backends."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,3 +58,33 @@ def make_store(store_url: str) -> Iterator[Any]:
     yield make
     for store in stores:
         store.close()
+
+
+@pytest.fixture
+def silent_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Accepts every connection, reads nothing and answers nothing."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except (TimeoutError, OSError):
+                continue
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    for key, value in loopback_s3_env(endpoint).items():
+        monkeypatch.setenv(key, value)
+    try:
+        yield endpoint
+    finally:
+        stop.set()
+        acceptor.join()
+        for sock in held:
+            sock.close()
+        listener.close()

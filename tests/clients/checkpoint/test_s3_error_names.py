@@ -8,8 +8,6 @@ against an endpoint that never answers raised `Read timeout on endpoint URL: "..
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import Iterator
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointError, CheckpointStore, S3Options, StorageError
@@ -22,36 +20,6 @@ from s3_proxy import XML, Reply, Request, S3Proxy
 from support import LazyModule
 
 botocore_exceptions = LazyModule("botocore.exceptions")
-
-
-@pytest.fixture
-def silent_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Accepts every connection, reads nothing and answers nothing."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except (TimeoutError, OSError):
-                continue
-
-    acceptor = threading.Thread(target=accept, daemon=True)
-    acceptor.start()
-    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    for key, value in loopback_s3_env(endpoint).items():
-        monkeypatch.setenv(key, value)
-    try:
-        yield endpoint
-    finally:
-        stop.set()
-        acceptor.join()
-        for sock in held:
-            sock.close()
-        listener.close()
 
 
 def test_a_hung_service_is_named_by_the_read_timeout_and_attempts(silent_endpoint: str) -> None:

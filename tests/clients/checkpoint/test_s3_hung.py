@@ -4,49 +4,16 @@ a deadline (a terminate's final save) fails there, saying so, instead of running
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, CommitTimeout, S3Options
-from forewarn.clients.checkpoint.testing import loopback_s3_env
 from support import LazyModule, requires
 
 torch = LazyModule("torch")
-
-
-@pytest.fixture
-def silent_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Accepts every connection, reads nothing and answers nothing."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except (TimeoutError, OSError):
-                continue
-
-    acceptor = threading.Thread(target=accept, daemon=True)
-    acceptor.start()
-    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    for key, value in loopback_s3_env(endpoint).items():
-        monkeypatch.setenv(key, value)
-    try:
-        yield endpoint
-    finally:
-        stop.set()
-        acceptor.join()
-        for sock in held:
-            sock.close()
-        listener.close()
 
 
 def in_thread(call: object, limit: float) -> BaseException | object:
