@@ -24,6 +24,7 @@ import functools
 import heapq
 import logging
 import math
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -886,7 +887,7 @@ class NoticeBoard:
         ):
             return False  # bounded as the acks kept are
         before = entry.failed.get(client)
-        entry.failed[client] = note or ""
+        entry.failed[_one_copy(client)] = note or ""
         return before != entry.failed[client]
 
     def save_failed(self, notice_id: str, client: str) -> str | None:
@@ -949,6 +950,7 @@ class NoticeBoard:
     def client_joined(self, client: str) -> bool:
         """An acking client subscribed: it receives every active notice by replay. True when
         a notice not flushed yet has a new receiver (`received_by` changed)."""
+        client = _one_copy(client)
         self.clients.add(client)
         new = False
         for entry in self.entries.values():
@@ -968,6 +970,7 @@ class NoticeBoard:
             return False
         if len(entry.expected) >= MAX_ACKED_KEPT or len(entry.held) >= MAX_HELD:
             return False  # bounded as the acks kept are: a flood of ids holds nothing more
+        client = _one_copy(client)
         entry.expected.add(client)
         entry.held.add(client)
         return True
@@ -1205,6 +1208,7 @@ class NoticeBoard:
         self, notice_id: str | None, client: str | None, flush_seconds: float | None
     ) -> bool:
         """Note a client's flush; true when this ack completes the set for the notice."""
+        client = _one_copy(client) if client else client
         if flush_seconds is not None:
             self.flushes.append(flush_seconds)
         entry = self.entries.get(notice_id) if notice_id else None
@@ -1393,7 +1397,7 @@ class NoticeBoard:
             kept_for = (acked_for or {}).get(notice.id)
             if notice.id in saved_ids and not _asks_more(kept_for, entry.notice.action):
                 entry.saved = True  # not a drain's save, for the terminate it came back as
-            acks = set((acked_by or {}).get(notice.id, ()))
+            acks = set(map(_one_copy, (acked_by or {}).get(notice.id, ())))
             if (acked_for or {}).get(notice.id, entry.notice.action) != entry.notice.action:
                 acks = set()  # a drain's, and it is a terminate now (or the other way round)
             entry.acked.update(acks)
@@ -1745,6 +1749,15 @@ def _plus_seconds(moment: datetime, seconds: float) -> datetime:
         return _plus(moment, timedelta(seconds=seconds))
     except OverflowError:
         return (datetime.max if seconds > 0 else datetime.min).replace(tzinfo=moment.tzinfo)
+
+
+def _one_copy(client: str) -> str:
+    """The one copy of `client` every notice's acks, holds and failed saves keep. An id comes
+    decoded anew from each message, and a subscriber acks every notice: 4,096 subscribers of
+    200-byte ids acking 64 notices kept 64 copies of each, +65 MiB (with one: +9 MiB of set
+    slots). Interned strings are freed with their last reference, so a flood of strangers'
+    ids holds nothing once their acks are dropped."""
+    return sys.intern(client) if type(client) is str else client
 
 
 def _minus(moment: datetime, delta: timedelta) -> datetime:

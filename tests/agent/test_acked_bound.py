@@ -204,3 +204,30 @@ def test_failed_saves_of_ids_nobody_waits_for_are_kept_up_to_the_bound() -> None
         b.record_failure(notice.id, _client(n), "disk full " * 50)
     assert b.record_failure(notice.id, "job", "disk full")  # waited for: always kept
     assert len(b.entries[notice.id].failed) == STRANGERS + 1
+
+
+def test_subscribers_acks_of_every_notice_share_one_copy_of_each_id() -> None:
+    """Every subscriber's ack is kept (the notice waits for it), each arriving as a new string
+    decoded from its message. Measured before: 4,096 subscribers of 200-byte ids acking 64
+    notices kept 64 copies of each id, +65 MiB (past the manifests' 128Mi with the rest);
+    here a quarter of them (+16 MiB before)."""
+    import tracemalloc
+
+    b = NoticeBoard(Sequencer(0), 30.0)
+    subscribers = [_client(n) for n in range(1024)]
+    for client in subscribers:
+        b.client_joined(client)
+    notices = [b.report(_report(n)) for n in range(64)]
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for notice in notices:
+            assert notice is not None
+            for client in subscribers:
+                b.record_ack(notice.id, json.loads(json.dumps(client)), 1.0)  # off the wire
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert all(b.acks_kept(f"local/n{n}") == 1024 for n in range(64))
+    grew = (after - before) / 2**20
+    assert grew < 6, f"64 notices' acks of 1,024 subscribers took {grew:.1f} MiB"
