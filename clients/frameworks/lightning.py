@@ -24,8 +24,9 @@ stops before the trainer's `min_steps` or `min_epochs` (Lightning would train on
 Lightning's own ModelCheckpoint with a `monitor` ranks nothing after the exit's save (the pass
 or epoch the exit cut short has metrics of the batches run), its `save_last` still writes the
 exit's step (one that saved nothing at that step has its `last` made the exit's file as
-training ends: a hard link, no second save), and its saves of that step are marked as the
-exit's save. A
+training ends: a hard link, no second save; with dcp=True, which writes no Lightning
+checkpoint, it stays older and a WARNING says how far back), and its saves of that step are
+marked as the exit's save. A
 `validate()`, `test()` or `predict()` outside `fit()` asks nothing, makes no guard and leaves
 a guard given
 (`guard=`) open: it trains nothing worth saving, and a save there (`step-{global_step}`, step 0
@@ -359,12 +360,7 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             if checkpoint._last_global_step_saved == step:
                 continue  # it saved this step itself, its `last` with it
             if exit_file is None:
-                log.warning(
-                    "forewarn: %s's last checkpoint is not the exit's save of step %s (saved "
-                    "into the store with dcp=True): resume from the store",
-                    type(checkpoint).__name__,
-                    step,
-                )
+                self._warn_last_is_older(checkpoint, step)
                 continue
             checkpoint._last_checkpoint_saved = str(exit_file)  # what save_last="link" links to
             vars(checkpoint)["_save_checkpoint"] = _linking_to(checkpoint, exit_file)
@@ -372,6 +368,37 @@ class ForewarnCallback(GuardHolder, pl.Callback):
                 checkpoint._save_last_checkpoint(trainer, checkpoint._monitor_candidates(trainer))
             finally:
                 vars(checkpoint).pop("_save_checkpoint", None)
+
+    def _warn_last_is_older(self, checkpoint: Any, step: int) -> None:
+        """With dcp=True the exit's save is a generation of the store (DCP shards and their
+        `.metadata` in a directory, or S3 objects, holding `{"model", "optimizers",
+        "global_step"}`): Lightning's restore reads one file with its loops, schedulers and
+        epoch (`fit(ckpt_path=<generation>)` raised IsADirectoryError), so `last` cannot be
+        made of it, and a save of Lightning's own inside the lead is the second save this
+        callback avoids. Said with how far back `last` is: "resume from the store" alone hid
+        the steps `fit(ckpt_path="last")` trains again, and that the store's load is no
+        Lightning resume (new optimizers, steps from 0)."""
+        where = self.saved_generations[-1].name if self.saved_generations else "the store"
+        if checkpoint.last_model_path:
+            held = checkpoint._last_global_step_saved
+            last = (
+                f'{checkpoint.last_model_path} holds step {held}: fit(ckpt_path="last") '
+                f"trains {step - held} step(s) again"
+            )
+        else:
+            last = 'none was written: fit(ckpt_path="last") loads nothing'
+        log.warning(
+            "forewarn: %s's last checkpoint is not the exit's save of step %s; %s. The exit's "
+            "save is %s in %s (dcp=True), not a Lightning checkpoint (DCP shards: Lightning's "
+            "restore reads one file, with its loops and schedulers), so last cannot be made "
+            "of it: load its weights with load_dcp (new optimizers, steps from 0), or save "
+            "without dcp=True where a Lightning resume matters",
+            type(checkpoint).__name__,
+            step,
+            last,
+            where,
+            self.store.url if self.store is not None else "the store",
+        )
 
     def on_train_batch_end(
         self,

@@ -917,6 +917,41 @@ def test_save_last_holds_the_exit_step_when_lightning_saved_nothing_then(
     assert starts == [16]
 
 
+def test_with_dcp_the_warning_says_how_far_back_last_ckpt_is_and_why_it_cannot_be_the_exit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With dcp=True the exit's save is a DCP generation of the store: shards and a
+    `.metadata` in a directory (on S3, no path at all), holding `{"model", "optimizers",
+    "global_step"}`, which Lightning's restore cannot read (`fit(ckpt_path=<generation>)`
+    raised IsADirectoryError, and its loops, schedulers and epoch are not in it), so
+    `last.ckpt` cannot be made of it. The WARNING said only "resume from the store": not that
+    `last.ckpt` held step 10 while the exit saved step 16, so that `fit(ckpt_path="last")`
+    trains 6 steps again, nor that the store's load is no Lightning resume."""
+    from forewarn.clients.checkpoint import CheckpointStore
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    callback = lit.ForewarnCallback(
+        store=store, dcp=True, notices=False, handle_signals=False, flag_file=None
+    )
+    last = pl.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "mc", save_last=True, every_n_train_steps=10
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+    trainer = models.trainer(
+        callback, callbacks=[callback, last], enable_checkpointing=True, num_sanity_val_steps=0
+    )
+    model = models.ExitsInTrainingLogged(callback, exit_at=15)
+    with caplog.at_level("WARNING", logger="forewarn.checkpoint"):
+        trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=4))
+    store.close()
+    assert [generation.step for generation in callback.saved_generations] == [16]
+    assert torch.load(tmp_path / "mc" / "last.ckpt", weights_only=False)["global_step"] == 10
+    said = [r.getMessage() for r in caplog.records if "last checkpoint" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "holds step 10" in said[0] and "6 step(s)" in said[0], said[0]
+    assert "not a Lightning checkpoint" in said[0], said[0]
+
+
 def test_the_private_lightning_members_the_callback_relies_on_are_there() -> None:
     """The callback reaches into Lightning's private members where Lightning has no public
     way (the ModelCheckpoint held after an exit's save, its `last` made of the exit's file,
