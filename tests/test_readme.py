@@ -1138,3 +1138,13 @@ def test_docs_gcp_s_simulator_table_lists_every_option_of_simulate_gcp() -> None
     listed = {name for cells in rows for name in re.findall(r"`(--[a-z0-9-]+)", cells[0])}
     assert sorted(own - {"--help"} - listed) == []
     assert sorted(listed - own) == []
+
+
+def test_the_test_command_says_where_pip_would_take_a_cuda_torch() -> None:
+    """The test line's `[test]` extra pins torch==2.13.0, which this project's machines take
+    from a local CPU wheel; elsewhere pip takes PyPI's Linux build and its CUDA libraries
+    (several GB). pyproject.toml said so, the README did not: the note beside the line names
+    the CPU index a user installs it from first."""
+    after = README.split("<!-- /test-command -->", 1)[1]
+    note = after.split("How the code is laid out", 1)[0]
+    assert "CUDA" in note and "https://download.pytorch.org/whl/cpu" in note, note
