@@ -1148,3 +1148,17 @@ def test_the_test_command_says_where_pip_would_take_a_cuda_torch() -> None:
     after = README.split("<!-- /test-command -->", 1)[1]
     note = after.split("How the code is laid out", 1)[0]
     assert "CUDA" in note and "https://download.pytorch.org/whl/cpu" in note, note
+
+
+def test_the_readme_gives_every_argument_of_the_c_subscriber() -> None:
+    """The C subscriber's own usage line (its source's `Run:` comment, and what it prints on a
+    bad argument) against the README's paragraph on it: the paragraph gave `--replays` and
+    `--settle` but neither the ENDPOINT argument nor `--count N`, which ends it after N notices."""
+    source = (ROOT / "clients" / "c" / "forewarn_sub.c").read_text()
+    usage = re.search(r"\* Run:\s+\./forewarn_sub (.+)", source)
+    assert usage
+    arguments = re.findall(r"\[(--[\w-]+(?: [A-Z]+)?|[A-Z]+)\]", usage.group(1))
+    assert len(arguments) == 4, usage.group(1)
+    paragraph = README.split("From C: [`clients/c/forewarn_sub.c`]", 1)[1].split("\n\n", 1)[0]
+    missing = [argument for argument in arguments if f"`{argument}" not in paragraph]
+    assert not missing, f"the README's C paragraph leaves out {missing}"
