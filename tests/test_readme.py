@@ -1162,3 +1162,13 @@ def test_the_readme_gives_every_argument_of_the_c_subscriber() -> None:
     paragraph = README.split("From C: [`clients/c/forewarn_sub.c`]", 1)[1].split("\n\n", 1)[0]
     missing = [argument for argument in arguments if f"`{argument}" not in paragraph]
     assert not missing, f"the README's C paragraph leaves out {missing}"
+
+
+def test_the_training_loop_says_to_import_forewarn_before_the_dataloader_starts() -> None:
+    """The lines to add, pasted below a DataLoader that already started its workers (a
+    `persistent_workers=True` loader iterated once, as a real torch loop run here did): the
+    guard warned that those workers end on a job-wide SIGTERM and torch raises in the loop
+    before its save. The section now says where the import goes, before the guard warns."""
+    section = README.split("## Add it to a training loop", 1)[1].split("\n## ", 1)[0]
+    prose = section.split("```python", 1)[0]
+    assert "DataLoader" in prose and "import" in prose, prose
