@@ -38,6 +38,7 @@ from forewarn.clients.checkpoint.local import LocalBackend
 from forewarn.clients.checkpoint.manifest import COMMIT, generation_name, parse_generation_name
 from forewarn.clients.checkpoint.requestlimits import RequestLimits
 from forewarn.clients.checkpoint.s3 import S3Backend, configured_attempts, timeout_words
+from forewarn.clients.checkpoint.s3profile import profile_named
 from forewarn.clients.checkpoint.store import PASSED_OVER
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_duration, parse_time
@@ -347,14 +348,16 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         flags = ", ".join(_S3_FLAGS[name] for name in sorted(options.given()))
         raise _Usage(f"{flags}: for s3:// stores only, not {url!r}")
     if url.lower().startswith("s3:"):
+        attempts = args.attempts
+        if attempts is None:
+            # boto3's own setting (AWS_MAX_ATTEMPTS, the config file's max_attempts) wins
+            # over this command's shorter default, as it does over the store's.
+            with profile_named(url, args.profile):
+                attempts = configured_attempts(args.profile) or CLI_ATTEMPTS
         options = dataclasses.replace(
             options,
             read_timeout=CLI_READ_TIMEOUT if args.read_timeout is None else args.read_timeout,
-            # boto3's own setting (AWS_MAX_ATTEMPTS, the config file's max_attempts) wins
-            # over this command's shorter default, as it does over the store's.
-            attempts=args.attempts
-            if args.attempts is not None
-            else configured_attempts(args.profile) or CLI_ATTEMPTS,
+            attempts=attempts,
         )
     keep = getattr(args, "keep", None)
     verify: Literal["sizes", "checksums"] = (

@@ -44,6 +44,7 @@ from .manifest import COMMIT, OUTPUTS, parse_generation_name
 from .requestlimits import RequestLimits, request_limits
 from .s3claim import S3Claim, claim_name, remove_stale
 from .s3claim import service_time as _service_time
+from .s3profile import profile_named
 
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -662,11 +663,17 @@ class S3Backend(Backend):
         if limits is None:
             attempts = self._attempts
             if attempts is None:
-                attempts = configured_attempts(self._options["profile"]) or RETRIES + 1
+                with self._profile_named():
+                    attempts = configured_attempts(self._options["profile"]) or RETRIES + 1
             limits = self._limits = RequestLimits(
                 self._connect_timeout, self._read_timeout, attempts
             )
         return limits
+
+    def _profile_named(self) -> contextlib.AbstractContextManager[None]:
+        """A named profile neither AWS file holds as the store's `StorageError` (botocore
+        raises it where it first reads the profile: the attempts, or the client)."""
+        return profile_named(self.url, self._options["profile"])
 
     @property
     def identity(self) -> str:
@@ -688,7 +695,8 @@ class S3Backend(Backend):
         base = self.limits
 
         def make(limits: RequestLimits) -> Any:
-            client = make_client(concurrency=self.concurrency, limits=limits, **options)
+            with self._profile_named():
+                client = make_client(concurrency=self.concurrency, limits=limits, **options)
             return _Named(client, self.url, limits)
 
         bounded._timed = (
@@ -704,9 +712,10 @@ class S3Backend(Backend):
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    client = make_client(
-                        concurrency=self.concurrency, limits=self.limits, **self._options
-                    )
+                    with self._profile_named():
+                        client = make_client(
+                            concurrency=self.concurrency, limits=self.limits, **self._options
+                        )
                     if self._watch is not None:
                         self._watch.install(client)
                     self._client = _Named(client, self.url, self.limits)
@@ -732,12 +741,13 @@ class S3Backend(Backend):
             with self._lock:
                 if self._completer is None:
                     read_timeout = max(COMPLETE_READ_TIMEOUT, self.limits.read_timeout)
-                    completer = make_client(
-                        concurrency=self.concurrency,
-                        read_timeout=read_timeout,
-                        limits=self.limits,
-                        **self._options,
-                    )
+                    with self._profile_named():
+                        completer = make_client(
+                            concurrency=self.concurrency,
+                            read_timeout=read_timeout,
+                            limits=self.limits,
+                            **self._options,
+                        )
                     if self._watch is not None:
                         self._watch.install(completer)
                     limits = dataclasses.replace(self.limits, read_timeout=read_timeout)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from support import requires
 
 pytestmark = requires("boto3")
@@ -55,12 +54,3 @@ def test_each_client_keeps_its_own_credentials_region_and_transfer_methods() -> 
     assert (ours.meta.region_name, theirs.meta.region_name) == ("eu-west-1", "us-west-2")
     for client in (ours, theirs):
         assert callable(client.upload_fileobj) and callable(client.download_fileobj)
-
-
-def test_a_missing_profile_is_still_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    from botocore.exceptions import ProfileNotFound
-
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    with pytest.raises(ProfileNotFound):
-        _client(profile="nowhere", access_key_id=None, secret_access_key=None)
