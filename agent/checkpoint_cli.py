@@ -45,7 +45,7 @@ from forewarn.protocol.timefmt import parse_duration, parse_time
 from forewarn.protocol.wholenumber import whole_number
 
 from .argtypes import path_arg, word_as_written
-from .progressbar import ProgressBar, say_line
+from .progressbar import LineHandler, ProgressBar, say_line
 
 EXIT_CORRUPT = 1
 EXIT_USAGE = 2
@@ -245,6 +245,12 @@ def run(args: argparse.Namespace) -> int:
     # here `ls` shows them `partial`, and on bad input it made the one line two.
     store_log = logging.getLogger("forewarn.checkpoint")
     store_log.addFilter(_without_passed_over)
+    # The store's warnings (and botocore's) as lines of their own: through logging's
+    # last-resort handler they ran on after a `get`'s progress bar.
+    root = logging.getLogger()
+    lines = LineHandler(logging.WARNING) if not root.handlers else None
+    if lines is not None:
+        root.addHandler(lines)
     limits: list[RequestLimits] = []
     try:
         store = _open(args)
@@ -285,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         store_log.removeFilter(_without_passed_over)
+        if lines is not None:
+            root.removeHandler(lines)
 
 
 def _say_waiting(line: str) -> None:

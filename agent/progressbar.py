@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -32,6 +33,7 @@ class ProgressBar:
         self.total = max(total, 0)
         self._drawn = 0.0
         self._visible = False
+        self._text = ""  # the bar as last drawn, drawn again below a line said under it
 
     def update(self, done: int) -> None:
         if not self.enabled:
@@ -44,9 +46,8 @@ class ProgressBar:
         bar = "#" * filled + "-" * (_WIDTH - filled)
         with _LOCK:
             self._drawn = now
-            self.stream.write(
-                f"\r{self.label} [{bar}] {share:4.0%} {_mib(done)} of {_mib(self.total)}"
-            )
+            self._text = f"\r{self.label} [{bar}] {share:4.0%} {_mib(done)} of {_mib(self.total)}"
+            self.stream.write(self._text)
             self.stream.flush()
             self._visible = True
             _SHOWN[id(self.stream)] = self
@@ -63,14 +64,28 @@ class ProgressBar:
 
 def say_line(line: str, stream: TextIO | None = None) -> None:
     """Write `line` to `stream` (stderr) on a line of its own: a bar drawn there ends its
-    line first, and is drawn again below at its next update. Written after the bar, a wait
-    line ran into it (`... 1.0 MiB of 4.0 MiBforewarn: checkpoint: waiting for ...`)."""
+    line first, and is drawn again below it at once (a copy stalled on a request that does
+    not answer moves no bytes, so its next update may be minutes away). Written after the
+    bar, a wait line ran into it (`... 1.0 MiB of 4.0 MiBforewarn: checkpoint: waiting ...`)."""
     stream = stream if stream is not None else sys.stderr
     with _LOCK:
-        bar = _SHOWN.pop(id(stream), None)
-        if bar is not None and bar._visible:
+        bar = _SHOWN.get(id(stream))
+        shown = bar is not None and bar._visible
+        if shown:
             stream.write("\n")
-            bar._visible = False
-            bar._drawn = 0.0  # drawn again at its next update, whenever it comes
         stream.write(line + "\n")
+        if bar is not None and shown:
+            stream.write(bar._text)
         stream.flush()
+
+
+class LineHandler(logging.Handler):
+    """Log records as `say_line` lines on stderr (as read when each is written, as logging's
+    last-resort handler does): a command's WARNING from the store while a bar is drawn ran
+    on after the bar's unended line (`... 1.0 MiB of 2.0 MiBforewarn: checkpoint: ...`)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            say_line(self.format(record))
+        except Exception:
+            self.handleError(record)

@@ -7,11 +7,13 @@ bar on the same line (found reading `_say_waiting`, which printed after a bar's 
 from __future__ import annotations
 
 import io
+import logging
 import threading
+from unittest import mock
 
 import pytest
 from forewarn.agent import checkpoint_cli
-from forewarn.agent.progressbar import ProgressBar, say_line
+from forewarn.agent.progressbar import LineHandler, ProgressBar, say_line
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -77,3 +79,42 @@ def test_lines_said_from_another_thread_stand_alone() -> None:
     bar.close()
     for line in terminal.getvalue().split("\n"):
         assert "said" not in line or line == "said"
+
+
+@given(
+    st.lists(st.sampled_from(["draw", "log", "close"]), max_size=12),
+    st.text(st.characters(blacklist_categories=["Cs", "Cc"]), max_size=30),
+)
+def test_a_logged_line_stands_alone_and_the_bar_comes_back_below_it(
+    steps: list[str], message: str
+) -> None:
+    """The command's log handler (`LineHandler`), as `get` installs it: each record a line
+    of its own, and a bar shown when it came drawn again at once below it."""
+    terminal = Terminal()
+    logger = logging.getLogger(f"forewarn.test.bar.{id(terminal)}")
+    logger.propagate = False
+    handler = LineHandler(logging.WARNING)
+    logger.addHandler(handler)
+    bar = ProgressBar("copying", 100, stream=terminal)
+    done, shown = 0, False
+    try:
+        with mock.patch("sys.stderr", terminal):
+            for step in steps:
+                if step == "draw":
+                    done += 10
+                    bar._drawn = 0.0  # no redraw limit in this test
+                    bar.update(done)
+                    shown = True
+                elif step == "log":
+                    before = len(terminal.getvalue())
+                    logger.warning("said %s", message)
+                    written = terminal.getvalue()[before:]
+                    assert written.startswith("\n" if shown else "said"), written
+                    head, _, tail = written.lstrip("\n").partition("\n")
+                    assert head == f"said {message}"
+                    assert tail == (bar._text if shown else ""), written
+                else:
+                    bar.close()
+                    shown = False
+    finally:
+        logger.removeHandler(handler)
