@@ -976,6 +976,7 @@ class GcpWatcher:
         params = {"wait_for_change": "true", "timeout_sec": str(self.settings.timeout_sec)}
         loop = asyncio.get_running_loop()
         last_text: str | None = None  # the value of the last answer read well
+        renewed = False  # the last answer was the value held, at once, under a new ETag
         while True:
             asked = loop.time()
             answer = await self._get(key, {**params, "last_etag": etag})
@@ -983,12 +984,20 @@ class GcpWatcher:
                 await asyncio.sleep(self.settings.retry_delay)
                 continue
             # (An answer without an ETag is paced below, once.)
-            unchanged = answer.etag == etag or (bool(answer.etag) and answer.text == last_text)
-            if unchanged and loop.time() - asked < self.settings.timeout_sec / 2:
+            same_etag = answer.etag == etag
+            unchanged = same_etag or (bool(answer.etag) and answer.text == last_text)
+            at_once = loop.time() - asked < self.settings.timeout_sec / 2
+            if unchanged and at_once and (same_etag or renewed):
                 # Unchanged, and well before timeout_sec: this server ignores the wait, or
                 # gives the same value a new ETag at every answer (which made every request
                 # return at once, a tight loop). Pace the requests instead of hammering it.
+                # One such answer under a new ETag is not paced: it is also what a value
+                # changed and changed back between two long-polls looks like (two flips of
+                # maintenance-event while the agent wrote its state file), after which
+                # the next long-poll waits; paced, a TERMINATE made during the pause was
+                # published retry_delay late, again and again under load.
                 await asyncio.sleep(self.settings.retry_delay)
+            renewed = unchanged and at_once and not same_etag
             try:
                 report = on_answer(answer)
             except ParseError as error:

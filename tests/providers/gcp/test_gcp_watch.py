@@ -428,6 +428,44 @@ async def test_a_change_between_two_long_polls_is_not_missed() -> None:
     assert second["timeout_sec"] == ["30"] and second["wait_for_change"] == ["true"]
 
 
+class _AnswersCounted(GcpSimulator):
+    """Counts the long-polls of maintenance-event answered (the value rendered)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered = 0
+
+    def handle(self, request: SimRequest) -> SimResponse:
+        response = super().handle(request)
+        if request.path.endswith("/instance/maintenance-event") and request.param(
+            "wait_for_change"
+        ):
+            with self.lock:
+                self.answered += 1
+        return response
+
+
+async def test_a_flip_and_its_undo_between_two_long_polls_hold_no_later_change_back() -> None:
+    # Found by bench/run.py gcp_detection at load 12: "watcher 200, agent 134". The agent
+    # writes its state file after each notice; two flips of maintenance-event in that time
+    # (TERMINATE, back to NONE) answered the next long-poll at once with a new ETag and the
+    # value already held, which the watcher took for a server ignoring the wait, and slept
+    # retry_delay before asking again: a TERMINATE made meanwhile was published that late
+    # (seconds, as the same happened again after the sleep half the time).
+    sim = _AnswersCounted()
+    with SimServer(sim) as server:
+        async with watching(server.url, timeout_sec=30, retry_delay=30) as run:
+            await run.until_polling()
+            answered = sim.answered
+            with sim.changed:  # both flips before the waiting long-poll looks again
+                sim.set_value("instance/maintenance-event", TERMINATE)
+                sim.set_value("instance/maintenance-event", "NONE")
+            await run.until(lambda: sim.answered > answered, 5, "the flip-and-undo answered")
+            sim.set_value("instance/maintenance-event", TERMINATE)
+            [drain] = await run.count(1, timeout=10)
+    assert drain.action == "drain" and drain.detail == {"maintenance-event": TERMINATE}
+
+
 async def test_upcoming_window_drains_and_clears(server: SimServer, sim: GcpSimulator) -> None:
     async with watching(server.url) as run:
         await run.until_polling()
