@@ -46,7 +46,7 @@ from .deadline import (
     sooner_than_lead,
 )
 from .message import DRILL_HEADER, Mail, read_mail
-from .written import EARLIER, SHIFT, amount_hours
+from .written import AMBIGUOUS_ZONES, EARLIER, SHIFT, amount_hours
 
 PROVIDER = "digitalocean"
 # The verdict of a mail from the reclaim sender, with a reclaim subject, that does not name
@@ -542,6 +542,10 @@ def judge(
     why = f"{what} naming this droplet's {named}"
     if AMBIGUOUS in source:
         why += f"; deadline from {source.removeprefix('text: ')}"
+    for zone, offsets in AMBIGUOUS_ZONES.items():
+        # Said with the mail, so the user can see which reading was taken and why.
+        if source.startswith("text: ") and re.search(rf"\b{zone}\b", source):
+            why += f"; {zone} is ambiguous ({offsets}): read as the first, the earliest"
     if mail.unreadable_date is not None:
         since = (
             f"its receipt ({format_time(received)})" if received is not None else "when it was read"

@@ -71,13 +71,23 @@ _DATES = {
     "md": r"\b" + _MONTH + r"\s+" + _DAY_NO_YEAR,
     "dm": r"(?<![\w./:-])" + _DAY_NO_YEAR + r"\s+(?:of\s+)?" + _MONTH + r"(?![a-z])" + _NO_YEAR,
 }
-_NAMED_ZONES = {
-    # US (Central is US Central, not China), Europe, Asia-Pacific; ambiguous ones such as
-    # IST are left out: a time in them is skipped.
+_NAMED_ZONES: dict[str, float] = {
+    # US (Central is US Central, not China), Europe, Asia-Pacific.
     **{"EST": -5, "EDT": -4, "CST": -6, "CDT": -5, "MST": -7, "MDT": -6, "PST": -8, "PDT": -7},
     **{"AKST": -9, "AKDT": -8, "HST": -10, "WET": 0, "WEST": 1, "BST": 1, "CET": 1, "CEST": 2},
     **{"EET": 2, "EEST": 3, "SGT": 8, "JST": 9, "KST": 9, "AEST": 10, "AEDT": 11},
+    # CET and CEST as German mail writes them: skipped before, so Date + lead stood in,
+    # later than the reclaim whenever less notice was given.
+    **{"MEZ": 1, "MESZ": 2},
+    # IST is India's (+05:30), Israel's (+02:00) and Ireland's (+01:00): read as India's, the
+    # earliest of the three, as an ambiguous date is read at its earliest (a deadline read
+    # late loses work, one read early a checkpoint), and said (AMBIGUOUS_ZONES). Skipped, Date
+    # + lead stood in: for India's, hours after the reclaim.
+    "IST": 5.5,
 }
+_CAPITALS_ONLY = frozenset({"IST"})
+# Zones that name more than one offset: the verdict says which was taken.
+AMBIGUOUS_ZONES = {"IST": "India +05:30, Israel +02:00, Ireland +01:00"}
 # US zones written without standard or daylight ("9:30 AM ET"), as US mail writes them:
 # read by the zone's rules on that day. Skipped before, so Date + lead stood in, later than
 # the reclaim whenever less notice was given.
@@ -206,10 +216,11 @@ def _zone(name: str | None) -> str:
         # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
         # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
         r"|"
-        + "|".join(sorted(_NAMED_ZONES, key=len, reverse=True))
-        # "ET", "PT": in capitals only, so that French "10h30 et 12h00" is no zone.
+        + "|".join(sorted(set(_NAMED_ZONES) - _CAPITALS_ONLY, key=len, reverse=True))
+        # "ET", "PT": in capitals only, so that French "10h30 et 12h00" is no zone; IST so
+        # that German "um 14:10 ist" is none.
         + r"|(?-i:"
-        + "|".join(_US_ZONES)
+        + "|".join((*_US_ZONES, *sorted(_CAPITALS_ONLY)))
         # Zones in words, as people write them ("9am Eastern", "14:00 Coordinated
         # Universal Time"): skipped before, so Date + lead stood in.
         + r"|(?:Eastern|Central|Mountain|Pacific)(?:\s+(?:Standard|Daylight))?(?:\s+Time)?"
@@ -1111,6 +1122,7 @@ def _next_date(
 
 __all__ = [
     "ABOUT_RECLAIM",
+    "AMBIGUOUS_ZONES",
     "AMOUNT",
     "CITY_TIME",
     "DAY_AFTER",
