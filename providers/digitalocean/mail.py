@@ -192,13 +192,48 @@ def _dkim_passes(mail: Mail) -> bool:
 # "deferred", and "has been updated" or "extended" too: read as a further notice, the old
 # time stood beside the new one, and the drain's deadline came hours before the reclaim
 # ("was deferred from 14:30 UTC to 17:00 UTC" gave 14:30).
+# "New reclaim time: 17:00 UTC (was 14:30 UTC)" and "will now be reclaimed at 17:00 UTC
+# instead of 14:30 UTC" too: read as further notices, the old time stood and the job was told
+# to exit 2.5 h early. "will now be reclaimed" only with "instead of" in its sentence: alone,
+# it may say no more than a first notice does.
 _RESCHEDULED = re.compile(
     r"\b(?:reschedul\w*|postponed|deferred|brought\s+forward|pushed\s+(?:back|out)"
     r"|(?:(?:has|have|had)\s+been|was|were|is|are)\s+(?:now\s+)?"
     r"(?:moved|changed|delayed|updated|extended)"
-    r"|(?:has|have)\s+(?:now\s+)?moved)\b",
+    r"|(?:has|have)\s+(?:now\s+)?moved"
+    r"|new\s+(?:(?:spot\s+)?(?:reclaim|reclamation)\s+)?(?:time|deadline|date)"
+    r"|will\s+now\s+be\s+reclaimed(?=[^.!?;]{0,200}?\binstead\s+of\b))\b",
     re.I,
 )
+# "at 17:00 instead of 15:30 UTC": the zone written after the old time is the new one's too.
+# Without it the new time did not read, and the old one was the deadline.
+_SHARES_ZONE = re.compile(
+    r"(?<![\d:.])[0-9]{1,2}[:.][0-5][0-9](?:[^\S\n]*[ap]\.?m\.?)?"
+    r"(?=\s+instead\s+of\s+(?:at\s+)?[0-9]{1,2}[:.][0-5][0-9](?:[^\S\n]*[ap]\.?m\.?)?"
+    r"[^\S\n]*(?P<zone>(?i:UTC|GMT)|[A-Z]{3,4})\b)",
+    re.I,
+)
+
+
+def _zone_shared(block: str) -> tuple[str, Callable[[int], int]]:
+    """`block` with the zone of "instead of 15:30 UTC" written after the time before it, and
+    where a place in `block` is in the text returned."""
+    inserted: list[tuple[int, int]] = []
+    parts: list[str] = []
+    last = 0
+    for match in _SHARES_ZONE.finditer(block):
+        zone = " " + match.group("zone")
+        parts += [block[last : match.end()], zone]
+        last = match.end()
+        inserted.append((match.end(), len(zone)))
+    if not inserted:
+        return block, lambda at: at
+    parts.append(block[last:])
+
+    def moved(at: int) -> int:
+        return at + sum(length for where, length in inserted if where <= at)
+
+    return "".join(parts), moved
 
 
 # Another droplet named near a cancellation: a number as long as a droplet id, or a word
@@ -443,8 +478,9 @@ def judge(
         # UTC"), as is any naming this droplet.
         ours = [at - begin for at in our_starts if begin <= at < len(block) + begin]
         ours += [rescheduled.start() - begin] if rescheduled.start() >= begin else []
+        zoned, moved = _zone_shared(block)
         found = find_deadline(
-            block, sent, new_only=True, ours=ours, elsewhere_until=until
+            zoned, sent, new_only=True, ours=[moved(at) for at in ours], elsewhere_until=until
         ) or find_deadline(
             block,
             sent,

@@ -1,0 +1,82 @@
+"""Later mails that give a reclaim's new time beside the old ("New reclaim time: 17:00 UTC
+(was 14:30 UTC)", "will now be reclaimed at 17:00 UTC instead of 14:30 UTC"): read before as
+further notices at the old time, the job told to exit hours early."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+from do_support import utc
+from do_support import verdict as _verdict
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Read as a further notice at the old time: the job was told to exit 2.5 h early.
+        "Droplet gpu-spot-1 (ID 424242424): New reclaim time: 17:00 UTC (was 14:30 UTC)",
+        "New reclaim time for gpu-spot-1: 17:00 UTC (was 15:30 UTC).",
+        "Droplet gpu-spot-1 will now be reclaimed at 17:00 UTC instead of 15:30 UTC.",
+        "Your Droplet gpu-spot-1 will now be reclaimed at 17:00 instead of 15:30 UTC.",
+        "Droplet gpu-spot-1: the new reclaim time is 17:00 UTC, previously 15:30 UTC.",
+    ],
+)
+def test_a_new_time_with_the_old_beside_it_replaces_the_old(body: str) -> None:
+    result = _verdict(body)
+    assert result.report is not None and result.replaces, result.why
+    assert result.report.deadline == utc(17, 0), result.why
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # A first notice says "now" too: no time is replaced.
+        "Droplet gpu-spot-1 will now be reclaimed at 14:10 UTC.",
+        # A new time for something else.
+        "Droplet gpu-spot-1 will be reclaimed at 14:10 UTC. Please pick a new time for your "
+        "maintenance window (was 18:00 UTC).",
+        "Droplet gpu-spot-1 will be reclaimed at 14:10 UTC. Backups: new time 19:00 UTC.",
+    ],
+)
+def test_now_or_a_new_time_of_something_else_is_no_new_reclaim_time(body: str) -> None:
+    result = _verdict(body)
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == utc(14, 10), result.why
+
+
+_SPACE = st.sampled_from([" ", "  ", "\n", " \n "])
+_CLOCK = st.tuples(st.integers(13, 23), st.sampled_from([0, 10, 15, 30, 45]))
+
+
+def _hhmm(clock: tuple[int, int]) -> str:
+    return f"{clock[0]:02d}:{clock[1]:02d}"
+
+
+@given(
+    new=_CLOCK,
+    old=_CLOCK,
+    form=st.sampled_from(["was", "instead", "previously"]),
+    space=_SPACE,
+    gap=st.sampled_from(["", " ", "\t"]),
+    as_html=st.booleans(),
+)
+def test_any_new_time_beside_its_old_one_is_the_deadline(
+    new: tuple[int, int], old: tuple[int, int], form: str, space: str, gap: str, as_html: bool
+) -> None:
+    n, o = _hhmm(new), _hhmm(old)
+    body = {
+        # A label's value on the line below it is read by no form yet (nor is "Reclaim
+        # time:" then "17:00 UTC"): the label and its time share a line.
+        "was": f"Droplet gpu-spot-1:{space}New reclaim time:{gap} {n} UTC{space}(was {o} UTC)",
+        "instead": f"Droplet gpu-spot-1 will{space}now be reclaimed at {n} UTC{space}"
+        f"instead of {o} UTC.",
+        "previously": f"New reclaim time for gpu-spot-1: {n} UTC,{space}previously {o} UTC.",
+    }[form]
+    if as_html:
+        body = f"<html><body><p>{html.escape(body)}</p></body></html>"
+    result = _verdict(body, "html" if as_html else "plain")
+    assert result.report is not None and result.replaces, result.why
+    assert result.report.deadline == utc(*new), result.why
