@@ -33,6 +33,14 @@ _RECLAIM_HEADS = frozenset(
 # them ("Droplets with reserved capacity will not be reclaimed" is an aside).
 _DROPLET_HEADS = frozenset(re.findall(r"\w+", "droplet it instance server"))
 
+# The reclaim named after "by", "from", "for" or "to": "by the reclaim", "from today's
+# reclaim list", "for reclaim", "to be reclaimed".
+_OF_THE_RECLAIM = (
+    r"(?:(?:the|this|that|these|a|any|its|your|our|today['\u2019]s|upcoming|scheduled|planned"
+    r"|pending|announced|spot|droplet|gpu)\s+){0,3}"
+    r"(?:reclaims?|reclamations?|preemptions?|interruptions?|terminations?|shutdowns?"
+    r"|be\s+reclaimed)\b"
+)
 _BODY_STATEMENTS = (
     # Active: "We have cancelled the reclaim of ...", not "we have cancelled its snapshots".
     r"\bwe(?:\s+have|['\u2019]ve)?\s+(?:now\s+)?" + _VERB + r"\s+"
@@ -45,8 +53,20 @@ _BODY_STATEMENTS = (
     + r"|will\s+no\s+longer\s+(?:take\s+place|go\s+ahead|happen|proceed)"
     r"|(?:will\s+not|won['\u2019]t)\s+(?:take\s+place|go\s+ahead|happen|proceed)"
     r"|is\s+no\s+longer\s+(?:going\s+ahead|happening|taking\s+place))\b"
-    # Passive, the droplet its subject.
-    r"|(?P<droplet>will\s+(?:no\s+longer|not)\s+be\s+reclaimed|is\s+no\s+longer\s+scheduled)\b"
+    # Passive, the droplet its subject. "is no longer scheduled" for something other than
+    # its reclaim ("... for backups", "... for 14:30 UTC") withdrew the reclaim before.
+    r"|(?P<droplet>will\s+(?:no\s+longer|not)\s+be\s+reclaimed"
+    r"|is\s+no\s+longer\s+scheduled(?!\s+(?:for|to)\s+(?!" + _OF_THE_RECLAIM + r")))\b"
+    # The droplet, never the reclaim, its subject: "Droplet gpu-spot-1 is not affected (by
+    # the reclaim)", "... has been removed from the reclaim (list)". Read before as further
+    # notices: the job drained for a reclaim that was not coming. Not affected by something
+    # else ("... by the billing change"), or with more said after a comma ("..., however, by
+    # the price change"), says nothing of the reclaim.
+    r"|(?P<spared>(?:(?:(?:is|are)\s+(?:not|no\s+longer)|(?:will\s+not|won['\u2019]t)\s+be)"
+    r"\s+affected|(?:is|are)\s+unaffected)"
+    r"(?=[^\S\n]*(?:[.!?;)]|$)|[^\S\n]*\n(?!\s*by\b)|\s+by\s+" + _OF_THE_RECLAIM + r")"
+    r"|(?:(?:has|have)\s+been|is|are|was|were)\s+(?:now\s+)?(?:removed|excluded|taken\s+off)"
+    r"\s+from\s+" + _OF_THE_RECLAIM + r")"
 )
 CANCELLED_BODY = re.compile(_BODY_STATEMENTS, re.IGNORECASE)
 # A subject says what the body says, or says it in brief: "Spot Droplet reclaim cancelled",
@@ -149,13 +169,7 @@ def counts(
     statement's own words."""
     if _condition_or_undone_after(text, statement.end()):
         return False
-    kind = (
-        "reclaim"
-        if statement.group("reclaim")
-        else "droplet"
-        if statement.group("droplet")
-        else None
-    )
+    kind = next((k for k in ("reclaim", "droplet", "spared") if statement.group(k)), None)
     head = statement.start()
     if kind is not None:
         found = _head(text, statement.start(), kind, is_mention, begin)
@@ -430,15 +444,17 @@ def _head(
     text: str, verb: int, kind: str, is_mention: Callable[[int, int], bool], begin: int
 ) -> int | None:
     """Where the subject of the passive verb at `verb` starts, when it is the reclaim (or,
-    for `kind` "droplet", this or that droplet); None when it is something else."""
+    for `kind` "droplet", this or that droplet; for "spared", only a droplet); None when it is
+    something else."""
     for token in reversed(list(_TOKEN.finditer(text, _clause(text, verb, begin), verb))):
         word = token.group(0)
         lower = word.lower()
         mention = is_mention(token.start(), token.end())
-        if kind == "droplet" and (mention or lower in _DROPLET_HEADS):
+        if kind in ("droplet", "spared") and (mention or lower in _DROPLET_HEADS):
             return token.start()
         if lower in _RECLAIM_HEADS:
-            return token.start()
+            # "The reclaim is not affected by the maintenance" does not withdraw it.
+            return None if kind == "spared" else token.start()
         if mention or lower in _PHRASE_WORDS or word in _PHRASE_MARKS or word[0].isdigit():
             continue
         if any(ch.isdigit() for ch in word):  # H100, nyc2, gpu-h100x1-80gb
