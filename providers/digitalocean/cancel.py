@@ -248,6 +248,10 @@ _WHEN = re.compile(
     r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\b",
     re.IGNORECASE,
 )
+# A label before a colon that heads what follows, not something else that moved.
+_LABELS = frozenset(
+    re.findall(r"\w+", "update updated note notice reminder important attention fyi correction")
+)
 # A reclaim's time as what moved: "the reclaim time has been moved".
 _TIME_WORDS = frozenset(re.findall(r"\w+", "time times date deadline schedule window"))
 
@@ -281,10 +285,17 @@ def moves(
     # "Droplet gpu-spot-1 has been moved to nyc3": the droplet went somewhere, its reclaim
     # did not move, unless a time follows.
     placed = _PLACED.search(statement.group(0)) is not None and _WHEN.search(rest) is None
+    labelled = False
     for token in reversed(list(_TOKEN.finditer(text, clause, verb))):
         lower = token.group(0).lower()
         if lower in _AUXILIARIES or token.group(0) == ":":  # "gpu-spot-1: rescheduled"
+            labelled = token.group(0) == ":"
             continue
+        if labelled and lower in _LABELS:
+            # "Update: New reclaim time for gpu-spot-1: ...": read as words of something
+            # else, the mail was a further notice at the old time.
+            return not denied
+        labelled = False
         if lower in _MODALS:
             return False  # "A reclaim may be rescheduled": it was not
         if lower in _ACTORS:

@@ -742,6 +742,9 @@ _OLD_TIME = re.compile(
     r"(?:\b(?:from|was|were|previously|originally|formerly|instead\s+of)"
     r"(?:\s+(?:scheduled|planned|set|due))?(?:\s+(?:for|at|on))?"
     r"|\b(?:old|previous|original|former|earlier)"
+    # "Old reclaim time: 15:30 UTC, new reclaim time: 17:00 UTC": the old one was the
+    # deadline, 1.5 h early.
+    r"(?:\s+(?:reclaim|reclamation))?"
     r"(?:\s+(?:time|deadline|date|window|schedule)\s*:?|\s*:))"
     r"[\s(]*$",
     re.I,

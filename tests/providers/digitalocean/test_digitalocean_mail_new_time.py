@@ -22,6 +22,12 @@ from hypothesis import strategies as st
         "Droplet gpu-spot-1 will now be reclaimed at 17:00 UTC instead of 15:30 UTC.",
         "Your Droplet gpu-spot-1 will now be reclaimed at 17:00 instead of 15:30 UTC.",
         "Droplet gpu-spot-1: the new reclaim time is 17:00 UTC, previously 15:30 UTC.",
+        # The old time first: read as the deadline, 1.5 h early.
+        "Droplet gpu-spot-1: old reclaim time: 15:30 UTC, new reclaim time: 17:00 UTC.",
+        # Below a label ("Update:"), read as words of something else: a further notice at
+        # the old time.
+        "Droplet gpu-spot-1 will be reclaimed at 15:30 UTC.\n\n"
+        "Update: New reclaim time for gpu-spot-1: 17:00 UTC (was 15:30 UTC).",
     ],
 )
 def test_a_new_time_with_the_old_beside_it_replaces_the_old(body: str) -> None:
@@ -58,13 +64,27 @@ def _hhmm(clock: tuple[int, int]) -> str:
 @given(
     new=_CLOCK,
     old=_CLOCK,
-    form=st.sampled_from(["was", "instead", "previously"]),
+    form=st.sampled_from(["was", "instead", "previously", "old first"]),
     space=_SPACE,
     gap=st.sampled_from(["", " ", "\t"]),
+    label=st.sampled_from(
+        [
+            "",
+            "Update: ",
+            "Note:\n",
+            "Droplet gpu-spot-1 will be reclaimed at 13:00 UTC.\n\nUpdate: ",
+        ]
+    ),
     as_html=st.booleans(),
 )
 def test_any_new_time_beside_its_old_one_is_the_deadline(
-    new: tuple[int, int], old: tuple[int, int], form: str, space: str, gap: str, as_html: bool
+    new: tuple[int, int],
+    old: tuple[int, int],
+    form: str,
+    space: str,
+    gap: str,
+    label: str,
+    as_html: bool,
 ) -> None:
     n, o = _hhmm(new), _hhmm(old)
     body = {
@@ -74,9 +94,15 @@ def test_any_new_time_beside_its_old_one_is_the_deadline(
         "instead": f"Droplet gpu-spot-1 will{space}now be reclaimed at {n} UTC{space}"
         f"instead of {o} UTC.",
         "previously": f"New reclaim time for gpu-spot-1: {n} UTC,{space}previously {o} UTC.",
+        "old first": f"Droplet gpu-spot-1: old reclaim time: {o} UTC,{space}new reclaim time:"
+        f"{gap} {n} UTC.",
     }[form]
+    body = label + body
     if as_html:
-        body = f"<html><body><p>{html.escape(body)}</p></body></html>"
+        body = "<html><body>" + "".join(
+            f"<p>{html.escape(part)}</p>" for part in body.split("\n\n")
+        )
+        body += "</body></html>"
     result = _verdict(body, "html" if as_html else "plain")
     assert result.report is not None and result.replaces, result.why
     assert result.report.deadline == utc(*new), result.why
