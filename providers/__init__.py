@@ -3,8 +3,9 @@ its settings section, its watcher factory, and its simulator and drill faces.
 
 `REGISTRY` (in `registry.py`) lists them; the runner, the command line, the configuration
 and the generated docs iterate over it. Each spec loads its faces on first use, so the agent
-imports only the providers it runs. `REGISTRY` itself loads on first access: the shared
-helpers here (the simulator base, the watcher protocol) stay cheap to import.
+imports only the providers it runs. `REGISTRY` and the other exports load on first access:
+the shared helpers here (the state files, the poll health, the backoff) stay cheap to
+import.
 """
 
 from __future__ import annotations
@@ -12,31 +13,54 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import (
-    Closable,
-    Emit,
-    FlushAware,
-    ParseError,
-    PollHealth,
-    ProgressBounded,
-    RestoreAware,
-    Watcher,
-    WatcherContext,
-)
-from .settings import EndpointSettings, ProviderSettings
-from .spec import CommandFace, ProviderSpec, SimulateFace
-
 if TYPE_CHECKING:
+    from .base import (
+        Closable,
+        Emit,
+        FlushAware,
+        ParseError,
+        PollHealth,
+        ProgressBounded,
+        RestoreAware,
+        Watcher,
+        WatcherContext,
+    )
     from .registry import REGISTRY, Registry, UnknownProvider
+    from .settings import EndpointSettings, ProviderSettings
+    from .spec import CommandFace, ProviderSpec, SimulateFace
 
-_LAZY = {"REGISTRY": "registry", "Registry": "registry", "UnknownProvider": "registry"}
+# Every export loads on first use: the helper modules here (persist, health, backoff) are
+# imported where no provider runs, and these exports bring pydantic. `forewarn status` with
+# no agent, naming the lock's holder through forewarn.providers.persist, loaded pydantic, the
+# report model and the settings base for a one-line answer (about 0.1 CPU-s).
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "Closable",
+            "Emit",
+            "FlushAware",
+            "ParseError",
+            "PollHealth",
+            "ProgressBounded",
+            "RestoreAware",
+            "Watcher",
+            "WatcherContext",
+        ),
+        "base",
+    ),
+    **dict.fromkeys(("REGISTRY", "Registry", "UnknownProvider"), "registry"),
+    **dict.fromkeys(("EndpointSettings", "ProviderSettings"), "settings"),
+    **dict.fromkeys(("CommandFace", "ProviderSpec", "SimulateFace"), "spec"),
+}
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next look finds it without this hook
+    return value
 
 
 __all__ = [

@@ -9,8 +9,10 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from support import agent_env
 
 NOT_FOR_A_LOCAL_AGENT = (
     "forewarn.providers.aws.imds",
@@ -145,3 +147,25 @@ def test_a_command_other_than_version_loads_no_package_metadata(words: list[str]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) is False
+
+
+@pytest.mark.parametrize("words", [["status"], ["ack", "--outcome", "saved"]])
+def test_a_command_that_finds_no_agent_loads_no_pydantic(words: list[str], tmp_path: Path) -> None:
+    # Without an agent the command names the lock's holder (forewarn.agent.rundir), whose
+    # helper module under forewarn.providers loaded that package's exports: the provider
+    # settings, the report model and pydantic, about 0.1 CPU-s, to say "no agent runs".
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from forewarn.agent.cli import main\n"
+        "err = io.StringIO()\n"
+        "with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):\n"
+        f"    main({words!r})\n"
+        "print(json.dumps([err.getvalue(), 'pydantic' in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=agent_env(tmp_path)
+    )
+    assert done.returncode == 0, done.stderr
+    said, loaded = json.loads(done.stdout)
+    assert "no agent runs" in said
+    assert loaded is False
