@@ -1909,14 +1909,17 @@ def build_parser(
         action="store_true",
         help="allow TCP endpoints on addresses other than loopback",
     )
+    # As text, read by the configuration as its key's value from every source (a number as
+    # TOML writes one, or a duration): `--exit-margin 1_000` was refused while
+    # FOREWARN_EXIT_MARGIN=1_000 and the file's `exit_margin = 1_000` were read.
     agent.add_argument(
         "--exit-margin",
-        type=_duration("--exit-margin"),
+        metavar="DURATION",
         help="floor of the margin before a deadline at which drain becomes terminate (default 30s)",
     )
     agent.add_argument(
         "--heartbeat-interval",
-        type=_duration("--heartbeat-interval"),
+        metavar="DURATION",
         help="seconds between heartbeats (default 1s)",
     )
     agent.add_argument(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args
 
 from forewarn.protocol.errors import ConfigError
+from forewarn.protocol.wholenumber import toml_number
 from forewarn.protocol.wire import (
     ENV_CONFIG,
     ConfigFileError,
@@ -229,8 +230,11 @@ class Settings(BaseSettings):
     @classmethod
     def _size_with_its_unit(cls, value: Any) -> Any:
         # `10MB`, `10 MiB`, as `forewarn plan --checkpoint-size` takes a size: the key refused
-        # them as 'unable to parse string as an integer'. A bare number is bytes, as before.
-        if not isinstance(value, str) or not any(char.isalpha() for char in value):
+        # them as 'unable to parse string as an integer'. A bare number is bytes, read as
+        # every key's (`whole`): `1e7` and `inf` have letters too, and were "not a size".
+        if not isinstance(value, str) or toml_number(value) is not None:
+            return value
+        if not any(char.isalpha() for char in value):
             return value
         from .plan.sizes import parse_size
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 from urllib.parse import urlsplit
 
 from forewarn.protocol.timefmt import parse_duration
+from forewarn.protocol.wholenumber import number_hint, toml_number
 from forewarn.protocol.wire import shell_variable_problem
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
@@ -69,12 +70,28 @@ def shown_as_written(number: float, written: str) -> float:
     return made
 
 
+def written_number(text: str) -> float | None:
+    """The number `text` writes as TOML writes one (`toml_number`), shown in an error as
+    written; None when it is no such number. One rule for a bare number, whatever the source
+    and whatever the key: a variable's `1_000` was refused for a duration and read for a
+    size, and the file's `1e7` read where the same variable's was refused."""
+    number = toml_number(text)
+    if number is None:
+        return None
+    return shown_as_written(number, text.strip(string.whitespace))
+
+
 def seconds(value: Any) -> Any:
     """A duration as people type it (`30s`, `15m`, `2h`) or a number, as seconds. Every
     seconds setting goes through this, so a duration reads the same in TOML, the
-    environment and `--set` as in a flag."""
+    environment, `--set` and the agent's flags. A bare number is read as TOML reads one
+    (`written_number`), as the file's own numbers are: its sign and NaN are then the key's
+    bounds' to refuse, from every source alike."""
     if isinstance(value, str) and value.strip():
-        # parse_duration alone, as for a flag: float() also took `1e3`, `+5`, `1_0`, `nan`.
+        number = written_number(value)
+        if number is not None:
+            return number
+        # With a unit: parse_duration, as for every duration flag (no sign, no exponent).
         return shown_as_written(parse_duration(value), value)
     return value
 
@@ -89,6 +106,28 @@ def whole_seconds(value: Any) -> Any:
             raise ValueError(f"expected a whole number of seconds, got {value!r}")
         return shown_as_written(whole, value) if isinstance(value, str) else whole
     return converted
+
+
+def whole(value: Any) -> Any:
+    """A key of whole numbers' `value` (a count, a port, bytes): a bare number as TOML reads
+    one (`1_000`, `1e3`, `+5`, `0x10`), or the file's number, that is whole (`1.0`, `1e7`);
+    a ValueError naming it otherwise. pydantic read `1.0` from the environment but refused
+    `1e3`, and said "unable to parse string as an integer" of `1,000`. NaN and infinity go on
+    for pydantic to refuse, as they do from the file."""
+    written = value
+    if isinstance(value, str) and value.strip(string.whitespace):
+        value = written_number(value)
+        if value is None:
+            text = written.strip(string.whitespace)
+            raise ValueError(f"not a whole number: {text!r}{number_hint(text)}")
+    if isinstance(value, float) and math.isfinite(value):
+        if value != int(value):
+            raise ValueError(f"not a whole number (got {written!r})")
+        number = int(value)
+        if isinstance(written, str):
+            return shown_as_written(number, written.strip(string.whitespace))
+        return number
+    return value
 
 
 def _is_number(annotation: Any) -> bool:
@@ -119,6 +158,8 @@ def as_seconds(field: FieldInfo | None, value: Any) -> Any:
         return seconds(value)
     if any(isinstance(item, _WholeSecondsMark) for item in field.metadata):
         return whole_seconds(value)
+    if _is_number(field.annotation):
+        return whole(value)
     return value
 
 
@@ -377,5 +418,7 @@ __all__ = [
     "seconds",
     "shown_as_written",
     "split_list",
+    "whole",
     "whole_seconds",
+    "written_number",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -34,15 +34,6 @@ def _is_address(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _seconds(value: Any) -> Any:
-    # Durations may be written as people type them (`2h`, `30s`) as well as numbers.
-    if isinstance(value, str):
-        from forewarn.protocol.timefmt import parse_duration
-
-        return parse_duration(value)
-    return value
 
 
 class Settings(EndpointSettings):
@@ -132,10 +123,6 @@ class Settings(EndpointSettings):
     )
     retry_max: float = Field(
         default=300.0, gt=0, le=86400, description="Longest wait between reconnection attempts."
-    )
-
-    _durations = field_validator("lead", "poll_interval", "idle_renew", "max_age", mode="before")(
-        _seconds
     )
 
     @field_validator("sender", "subject")

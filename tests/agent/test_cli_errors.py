@@ -78,7 +78,8 @@ CASES = [
     # (argv, environment, text the one line must hold)
     (["fly"], {}, "invalid choice 'fly'"),
     (["notif"], {}, "did you mean 'notify'"),
-    (["agent", "--exit-margin", "5x"], {}, "agent: --exit-margin: not a duration"),
+    # Read by the configuration, as the key is from every source (test_config_numbers).
+    (["agent", "--exit-margin", "5x"], {}, "--exit-margin: config key exit_margin: not a duration"),
     (["agent", "--set", "exit_margn=3"], {}, "did you mean exit_margin?"),
     (["agent", "--set", "exit_margin"], {}, "--set 'exit_margin': expected KEY=VALUE"),
     (["agent", "--set", "exit_margin.x=3"], {}, "exit_margin is a key, not a section"),

@@ -470,8 +470,16 @@ def _seconds_keys(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[st
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             yield from _seconds_keys(annotation, f"{prefix}{name}.")
-        elif is_seconds(annotation) or as_seconds(field, "1m") == 60:
+        elif is_seconds(annotation) or _reads_a_minute(field):
             yield prefix + name, field
+
+
+def _reads_a_minute(field: FieldInfo) -> bool:
+    # A key of whole numbers that is no duration refuses `1m` (`whole`).
+    try:
+        return bool(as_seconds(field, "1m") == 60)
+    except ValueError:
+        return False
 
 
 def _field(key: str) -> FieldInfo:
@@ -744,10 +752,16 @@ def test_a_toml_boolean_is_not_a_number(key: str, value: bool) -> None:
     text=st.text(alphabet="0123456789.+-e _smhdwinfa", max_size=8)
     | st.from_regex(r"\A\s?\d{0,3}\.?\d{0,3}\s?(ms|s|m|h|d|w)?\s?\Z")
 )
+@example(text="1e3")
+@example(text="+5")
+@example(text="1_000")
 def test_a_flag_and_a_config_key_read_a_duration_the_same(text: str) -> None:
     """README: durations read the same in flags, TOML, FOREWARN_* and --set. A key once read
     plain seconds with float(): `1e3`, `+5` and `nan` loaded from the environment while the
-    flag refused them, and the flag refused `.5`."""
+    flag refused them, and the flag refused `.5`. A bare number is the key's as TOML reads
+    one, from every source (`1e3`, `+5`, `1_000`: test_config_numbers), and its sign and NaN
+    its bounds' to refuse; the rest reads as a duration flag reads it."""
+    from forewarn.protocol.wholenumber import toml_number
     from forewarn.providers.settings import seconds
 
     if not text.strip():
@@ -756,6 +770,10 @@ def test_a_flag_and_a_config_key_read_a_duration_the_same(text: str) -> None:
         flag: float | None = parse_duration(text)
     except ValueError:
         flag = None
+    number = toml_number(text)
+    if number is not None:
+        assert seconds(text) == number or math.isnan(number)
+        return
     try:
         key: float | None = seconds(text)
     except ValueError:
