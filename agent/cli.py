@@ -150,6 +150,15 @@ def _duration(
 _path = path_arg
 
 
+def _config_number(text: str) -> str:
+    """An agent flag that sets a numeric key (`--exit-margin`): its text as written, for the
+    configuration to read as that key's from every source; blank refused, as every flag but
+    the text ones refuses it (read as text, `--exit-margin " "` set nothing at all)."""
+    if not text.strip(string.whitespace):
+        raise argparse.ArgumentTypeError("blank; give a duration such as 30s (or leave it out)")
+    return text
+
+
 def _provider_name(text: str) -> str:
     # Provider names are taken in any case (`AWS`, `GCP`), as everywhere else they are read
     # (the config file, FOREWARN_PROVIDERS, `simulate` and `drill`).
@@ -1914,11 +1923,13 @@ def build_parser(
     # FOREWARN_EXIT_MARGIN=1_000 and the file's `exit_margin = 1_000` were read.
     agent.add_argument(
         "--exit-margin",
+        type=_config_number,
         metavar="DURATION",
         help="floor of the margin before a deadline at which drain becomes terminate (default 30s)",
     )
     agent.add_argument(
         "--heartbeat-interval",
+        type=_config_number,
         metavar="DURATION",
         help="seconds between heartbeats (default 1s)",
     )

@@ -244,3 +244,19 @@ def test_a_bare_number_is_toml_s_or_none_never_an_exception(text: str) -> None:
     assert isinstance(number, (int, float)) and not isinstance(number, bool)
     read = tomllib.loads(f"n = {written}")["n"]
     assert number == read or (number != number and read != read)
+
+
+@pytest.mark.parametrize("flag", list(FLAGS.values()))
+def test_a_blank_number_flag_is_refused_naming_it(
+    tmp_path: Path, env: dict[str, str], flag: str
+) -> None:
+    # docs/operations.md: the flags other than the text ones refuse a blank value. Read as
+    # text for the configuration to read, `--exit-margin " "` set nothing at all. Its own
+    # directories, and a bad `--set` besides, so that no agent starts whatever the flag does.
+    args = ["agent", "--provider", "local", "--runtime-dir", str(tmp_path / "run")]
+    args += ["--state-dir", str(tmp_path / "state"), "--set", "control_probe_interval=x"]
+    done = subprocess.run(
+        forewarn_cmd(*args, flag, " "), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and f"{flag}: " in done.stderr, done.stderr
+    assert "blank" in done.stderr, done.stderr
