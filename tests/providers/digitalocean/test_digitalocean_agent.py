@@ -375,3 +375,65 @@ def test_a_reclaim_mail_with_an_unreadable_date_says_so_once(
     ]
     assert len(named) == 1, agent.output() + again.output()
     assert "does not read as a date" in named[0] and "receipt" in named[0], named
+
+
+def _later_mail(subject: str, body: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = subject
+    message["Date"] = format_datetime(utcnow())
+    message["Message-ID"] = make_msgid(domain="digitalocean.com")
+    message.set_content(body)
+    return bytes(message)
+
+
+@pytest.mark.parametrize(
+    "wording",
+    [
+        "New reclaim time for droplet {id}: {new:%H:%M} UTC (was {old:%H:%M} UTC).",
+        "Droplet {id} will now be reclaimed at {new:%H:%M} UTC instead of {old:%H:%M} UTC.",
+    ],
+)
+def test_a_new_reclaim_time_written_beside_the_old_one_moves_the_drain_there(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, wording: str
+) -> None:
+    """A reclaim 30 minutes out, then a mail naming a new time two hours out beside the old
+    one: the agent sends the drain at the new time and clears the old (it sent a further
+    notice at the old time, the job told to exit 90 minutes early, before the mail parser
+    read these wordings). The whole path: IMAP, the parser, the board, the socket."""
+    now = utcnow().replace(second=0, microsecond=0)
+    old, new = now + timedelta(minutes=30), now + timedelta(hours=2)
+    dovecot.append(mail_user, reclaim_mail(f"at {old:%Y-%m-%dT%H:%M:%SZ}"))
+    env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+    with (
+        AgentProcess(tmp_path, ("digitalocean",), env=env) as agent,
+        agent.subscriber() as events,
+    ):
+        first = events.notice(timeout=60)  # the first IMAP read, under load
+        assert (first["action"], parse_time(first["deadline"])) == ("drain", old)
+        body = wording.format(id=DROPLET_ID, new=new, old=old)
+        dovecot.append(mail_user, _later_mail("Spot Droplet reclaim time updated", body))
+        moved = events.notice(timeout=60)
+        assert (moved["action"], parse_time(moved["deadline"])) == ("drain", new), moved
+        cleared = events.notice(timeout=5)
+        assert (cleared["action"], cleared["id"]) == ("clear", first["id"]), cleared
+
+
+def test_a_mail_that_this_droplet_is_not_affected_clears_its_reclaim(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    """The reclaim withdrawn for this droplet in so many words: the drain is cleared (it stood
+    until its deadline before the parser read the wording)."""
+    old = (utcnow() + timedelta(hours=1)).replace(second=0, microsecond=0)
+    dovecot.append(mail_user, reclaim_mail(f"at {old:%Y-%m-%dT%H:%M:%SZ}"))
+    env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+    with (
+        AgentProcess(tmp_path, ("digitalocean",), env=env) as agent,
+        agent.subscriber() as events,
+    ):
+        first = events.notice(timeout=60)  # the first IMAP read, under load
+        assert first["action"] == "drain", first
+        body = f"Update: Droplet {DROPLET_ID} is not affected by the reclaim."
+        dovecot.append(mail_user, _later_mail("Spot Droplet reclaim update", body))
+        cleared = events.notice(timeout=60)
+        assert (cleared["action"], cleared["id"]) == ("clear", first["id"]), cleared
