@@ -99,6 +99,7 @@ EXPORTS = {
         "InvalidNameError",
         "Manifest",
         "ObjectWriter",
+        "RankError",
         "S3Options",
         "SaveTiming",
         "StorageError",

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import PurePosixPath
 from typing import Any
 
+from .crossing import Crossing
 from .errors import CommitTimeout, CorruptGenerationError
 from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
@@ -118,31 +119,50 @@ def _file_system(gen: GenerationWriter, stable: StableMemory | None) -> Any:
     return GenerationFileSystem()
 
 
+def _crossing(process_group: Any, no_dist: bool) -> Crossing:
+    """What a DCP save or load through `process_group` names as this rank in a `RankError`:
+    the rank DCP names (its process group's)."""
+
+    def rank() -> int:
+        import torch.distributed as dist
+
+        if no_dist or not (dist.is_available() and dist.is_initialized()):
+            return 0
+        return int(dist.get_rank(process_group))
+
+    return Crossing(rank)
+
+
 def storage_writer(
-    gen: GenerationWriter, *, thread_count: int = 1, stable: StableMemory | None = None
+    gen: GenerationWriter,
+    *,
+    thread_count: int = 1,
+    stable: StableMemory | None = None,
+    crossing: Crossing | None = None,
 ) -> Any:
     """A DCP `StorageWriter` whose files become files of `gen` (under `dcp/`). `stable`: the
-    memory that stays unchanged until the files are closed (`stable_planner` fills it)."""
-    from torch.distributed.checkpoint import FileSystemWriter
+    memory that stays unchanged until the files are closed (`stable_planner` fills it).
+    `crossing`: guards what its methods raise inside DCP's collectives (see `crossing.py`)."""
+    from torch.distributed.checkpoint import FileSystemWriter, StorageWriter
 
     # The store makes each file durable when it is closed: DCP's own fsync (os.sync() on a
     # stream without a file descriptor) would only repeat it, machine-wide.
     writer = FileSystemWriter(str(_ROOT), sync_files=False, thread_count=thread_count)
     writer.fs = _file_system(gen, stable)
     writer.path = _ROOT
-    return writer
+    return writer if crossing is None else crossing.guard(writer, StorageWriter)
 
 
-def stable_planner(stable: StableMemory) -> Any:
+def stable_planner(stable: StableMemory, crossing: Crossing | None = None) -> Any:
     """DCP's default save planner, noting in `stable` the storage of every CPU tensor that
     DCP will write as it is (it copies views of a larger storage, and tensors on other
     devices, first), with a reference that keeps it allocated until `stable.clear()`.
 
     Those tensors are the caller's (or DCP's staged copies, for `async_save`), which nobody
     changes until the save ends: `save_dcp` blocks its caller, and the staged copies are
-    DCP's own."""
+    DCP's own. `crossing`: as `storage_writer`'s."""
     import torch
-    from torch.distributed.checkpoint import DefaultSavePlanner
+    from torch.distributed.checkpoint import DefaultSavePlanner, SavePlanner
 
     class StablePlanner(DefaultSavePlanner):
         def resolve_data(self, write_item: Any) -> Any:
@@ -154,7 +174,8 @@ def stable_planner(stable: StableMemory) -> Any:
                     stable.add(storage.data_ptr(), storage.nbytes(), data)
             return data
 
-    return StablePlanner()
+    planner = StablePlanner()
+    return planner if crossing is None else crossing.guard(planner, SavePlanner)
 
 
 def save_dcp(
@@ -188,14 +209,20 @@ def save_dcp(
     def write(gen: GenerationWriter) -> None:
         gen.on_open = motion.watch_file
         stable = StableMemory()
+        crossing = _crossing(process_group, gen.world_size == 1)
         try:
             dcp.save(
                 state_dict,
-                storage_writer=storage_writer(gen, thread_count=thread_count, stable=stable),
-                planner=stable_planner(stable),
+                storage_writer=storage_writer(
+                    gen, thread_count=thread_count, stable=stable, crossing=crossing
+                ),
+                planner=stable_planner(stable, crossing),
                 process_group=process_group,
                 no_dist=gen.world_size == 1,
             )
+        except BaseException as exc:
+            crossing.blame(exc)
+            raise
         finally:
             stable.clear()
             motion.completed()
@@ -216,12 +243,17 @@ class DcpAsyncSave:
     waits for it and commits the generation (every rank calls it, at the same point)."""
 
     def __init__(
-        self, gen: GenerationWriter, future: Future[Any], stable: StableMemory | None = None
+        self,
+        gen: GenerationWriter,
+        future: Future[Any],
+        stable: StableMemory | None = None,
+        crossing: Crossing | None = None,
     ) -> None:
         self.gen = gen
         self.step = gen.step
         self._future = future
         self._stable = stable
+        self._crossing = crossing
 
     def done(self) -> bool:
         return self._future.done()
@@ -248,6 +280,8 @@ class DcpAsyncSave:
                     ) from None
                 raise
             self._release()
+            if self._crossing is not None:
+                self._crossing.blame(exc)
             self.gen.abort(f"{type(exc).__name__}: {exc}")
             raise
         self._release()  # every file is closed: nothing reads the staged tensors any more
@@ -281,20 +315,22 @@ def async_save_dcp(
         process_group = _async_group()
     gen = store.save(step, metadata=metadata, group=process_group)
     stable = StableMemory()
+    crossing = _crossing(process_group, gen.world_size == 1)
     try:
         response = dcp.async_save(
             state_dict,
-            storage_writer=storage_writer(gen, stable=stable),
-            planner=stable_planner(stable),
+            storage_writer=storage_writer(gen, stable=stable, crossing=crossing),
+            planner=stable_planner(stable, crossing),
             process_group=process_group,
             no_dist=gen.world_size == 1,
         )
     except BaseException as exc:
         stable.clear()
+        crossing.blame(exc)
         gen.abort(f"{type(exc).__name__}: {exc}")
         raise
     future: Any = getattr(response, "upload_completion", response)
-    return DcpAsyncSave(gen, future, stable)
+    return DcpAsyncSave(gen, future, stable, crossing)
 
 
 # The process group async saves run their collectives on (see `_async_group`), and the
@@ -330,8 +366,6 @@ def load_dcp(
     directory first, every file verified."""
     needs("torch", "load_dcp")
     import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
 
     generation = to_load(generation, "load_dcp")
     if not any(name.startswith(PREFIX + "/") for name in generation.files):
@@ -348,21 +382,36 @@ def load_dcp(
         # DCP reads shards without checking them, and latest() checks only sizes by default:
         # the files are checked here, as get_dir does for S3.
         _verify_in_place(generation, dist, process_group, no_dist)
-        dcp.load(
-            state_dict,
-            storage_reader=FileSystemReader(str(local)),
-            process_group=process_group,
-            no_dist=no_dist,
-        )
+        _load(state_dict, str(local), process_group, no_dist)
         return
     with tempfile.TemporaryDirectory(prefix="forewarn-dcp-") as directory:
         generation.get_dir(PREFIX, directory)
+        _load(state_dict, directory, process_group, no_dist)
+
+
+def _load(state_dict: dict[str, Any], path: str, process_group: Any, no_dist: bool) -> None:
+    """DCP's own load of the files in `path`, its reader and planner guarded (what they raise
+    crosses ranks: `crossing.py`)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import (
+        DefaultLoadPlanner,
+        FileSystemReader,
+        LoadPlanner,
+        StorageReader,
+    )
+
+    crossing = _crossing(process_group, no_dist)
+    try:
         dcp.load(
             state_dict,
-            storage_reader=FileSystemReader(directory),
+            storage_reader=crossing.guard(FileSystemReader(path), StorageReader),
+            planner=crossing.guard(DefaultLoadPlanner(), LoadPlanner),
             process_group=process_group,
             no_dist=no_dist,
         )
+    except BaseException as exc:
+        crossing.blame(exc)
+        raise
 
 
 def _verify_in_place(generation: Generation, dist: Any, process_group: Any, no_dist: bool) -> None:

@@ -94,6 +94,24 @@ class CorruptGenerationError(CheckpointError):
         return (CorruptGenerationError, (self.name, self.problems))
 
 
+class RankError(CheckpointError):
+    """A rank's exception inside a DCP save or load that could not cross to the other ranks as
+    it is, in its place: DCP gathers each rank's exception by pickling it, and one whose
+    pickle could not be made, did not rebuild it, or was too large left a rank waiting in
+    DCP's collective for good. Names the rank (`.rank`), the original's class (`.kind`,
+    module-qualified) and its message (`.text`); on the rank that raised it, the original is
+    its `__cause__`, with its traceback."""
+
+    def __init__(self, rank: int, kind: str, text: str) -> None:
+        self.rank = rank
+        self.kind = kind
+        self.text = text
+        super().__init__(f"rank {rank}: {kind}: {text}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # it crosses ranks: rebuilt from its fields
+        return (RankError, (self.rank, self.kind, self.text))
+
+
 class CommitError(CheckpointError):
     """A generation could not be committed (a rank failed, names collide, a write failed)."""
 

@@ -8,6 +8,11 @@
     dcp_worker.py RANK WORLD partfail URL STEP     save_dcp; rank 1's part of the commit cannot
                                                    be written: how each rank's save ended
     dcp_worker.py RANK WORLD train URL             async saves while the loop all_reduces
+    dcp_worker.py RANK WORLD odd URL STEP HOW KIND FAULTY SUFFIX
+                                                   HOW (save, async, load) with rank FAULTY's
+                                                   storage raising an odd_errors KIND error
+                                                   at its first file ending in SUFFIX: how
+                                                   each rank's save or load ended
     dcp_worker.py RANK WORLD exit URL STEP LEAD    a terminate due in LEAD s, then its save as
                                                    the framework callbacks make it (save_dcp,
                                                    timeout=the guard's): how it ended, when
@@ -25,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import odd_errors  # found next to this script (sys.path[0]), by every rank
 import torch
 import torch.distributed as dist
 from forewarn.clients import CheckpointGuard
@@ -75,6 +81,36 @@ class UnwritableParts(DelegatingBackend):
         if "/parts/" in key:
             raise OSError(f"the storage refused {key}")
         super().put_small(key, data)
+
+
+class OddErrors(DelegatingBackend):
+    """Storage whose library raises an exception that does not cross ranks as DCP sends it
+    (odd_errors) when the first file ending in `suffix` is opened."""
+
+    def __init__(self, inner: Any, kind: str, suffix: str) -> None:
+        super().__init__(inner)
+        self.kind = kind
+        self.suffix = suffix
+
+    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+        if key.endswith(self.suffix):
+            raise odd_errors.make(self.kind, key)
+        return super().writer(key, on_done)
+
+
+def raise_on_read(kind: str, suffix: str) -> None:
+    """DCP's reader of this process raises an odd_errors `kind` error when it opens a file
+    ending in `suffix` (a user's fsspec, a library under the reader)."""
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    real = FileSystem.create_stream
+
+    def create_stream(self: Any, path: Any, mode: str) -> Any:
+        if str(path).endswith(suffix):
+            raise odd_errors.make(kind, str(path))
+        return real(self, path, mode)
+
+    FileSystem.create_stream = create_stream  # type: ignore[method-assign]
 
 
 def say(**fields: object) -> None:
@@ -156,6 +192,36 @@ def main() -> None:
             say(rank=rank, failed=failed, seconds=time.monotonic() - started)
         else:
             say(rank=rank, saved=step, seconds=time.monotonic() - started)
+    elif mode == "odd":
+        step = int(sys.argv[5])
+        how, kind, faulty, suffix = sys.argv[6:10]
+        started = time.monotonic()
+        try:
+            if how == "load":
+                if rank == int(faulty):
+                    raise_on_read(kind, suffix)
+                generation = store.latest()
+                assert generation is not None
+                state = {"model": sharded(expected(generation.step), mesh), "step": -1}
+                load_dcp(generation, state)
+            else:
+                if rank == int(faulty):
+                    store = CheckpointStore(backend=OddErrors(store.backend, kind, suffix))
+                state = {"model": sharded(expected(step), mesh), "step": step}
+                if how == "async":
+                    async_save_dcp(store, step, state).commit()
+                else:
+                    save_dcp(store, step, state)
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
+            cause = exc.__cause__
+            say(
+                rank=rank,
+                failed=f"{type(exc).__name__}: {exc}",
+                cause=None if cause is None else f"{type(cause).__name__}: {cause}",
+                seconds=time.monotonic() - started,
+            )
+        else:
+            say(rank=rank, ended=how, seconds=time.monotonic() - started)
     elif mode == "train":
         # The training loop goes on while DCP writes, with its own collectives on the default
         # group, as between `async_save_dcp` and `commit()` in a real job.
