@@ -68,6 +68,8 @@ def _file_system(gen: GenerationWriter, stable: StableMemory | None) -> Any:
 
         def __init__(self) -> None:
             self.pending: dict[str, bytes] = {}
+            # What failed a file, in any of DCP's writer threads (see `storage_writer`).
+            self.failed: list[BaseException] = []
 
         def _name(self, path: str | os.PathLike[str]) -> str:
             relative = PurePosixPath(os.fspath(path)).relative_to(_ROOT).as_posix()
@@ -84,15 +86,24 @@ def _file_system(gen: GenerationWriter, stable: StableMemory | None) -> Any:
                 yield buffer
                 self.pending[name] = buffer.getvalue()
                 return
-            writer = gen.open(name)
+            try:
+                writer = gen.open(name)
+            except BaseException as exc:
+                self.failed.append(exc)
+                raise
             writer.stable_memory = stable
             stream = _Telling(writer)
             try:
                 yield stream
-            except BaseException:
+            except BaseException as exc:
+                self.failed.append(exc)
                 stream._inner.abort()
                 raise
-            stream.close()
+            try:
+                stream.close()
+            except BaseException as exc:
+                self.failed.append(exc)
+                raise
 
         def concat_path(self, path: str | os.PathLike[str], suffix: str) -> PurePosixPath:
             return PurePosixPath(os.fspath(path)) / suffix
@@ -148,8 +159,20 @@ def storage_writer(
     # The store makes each file durable when it is closed: DCP's own fsync (os.sync() on a
     # stream without a file descriptor) would only repeat it, machine-wide.
     writer = FileSystemWriter(str(_ROOT), sync_files=False, thread_count=thread_count)
-    writer.fs = _file_system(gen, stable)
+    writer.fs = fs = _file_system(gen, stable)
     writer.path = _ROOT
+    write_data = writer.write_data
+
+    def checked_write_data(plan: Any, planner: Any) -> Any:
+        # With thread_count > 1 DCP writes files in threads of its own and never looks at
+        # how they ended: a file that failed there was left out of DCP's metadata, and the
+        # generation committed without it.
+        written = write_data(plan, planner)
+        if fs.failed:
+            raise fs.failed[0]
+        return written
+
+    writer.write_data = checked_write_data  # type: ignore[method-assign]
     return writer if crossing is None else crossing.guard(writer, StorageWriter)
 
 
