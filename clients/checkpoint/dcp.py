@@ -18,15 +18,15 @@ import io
 import os
 import tempfile
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import PurePosixPath
 from typing import Any
 
-from .crossing import Crossing
-from .errors import CommitTimeout, CorruptGenerationError
+from .crossing import Crossing, crossable
+from .errors import CommitTimeout, CorruptGenerationError, RankError
 from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
 from .needs import needs
@@ -408,8 +408,38 @@ def load_dcp(
         _load(state_dict, str(local), process_group, no_dist)
         return
     with tempfile.TemporaryDirectory(prefix="forewarn-dcp-") as directory:
-        generation.get_dir(PREFIX, directory)
+        _on_every_rank(lambda: generation.get_dir(PREFIX, directory), dist, process_group, no_dist)
         _load(state_dict, directory, process_group, no_dist)
+
+
+def _on_every_rank(
+    step: Callable[[], Any], dist: Any, process_group: Any, no_dist: bool
+) -> list[Any]:
+    """`step()` on every rank, what each returned gathered to every rank. A rank whose step
+    raised raises it, and every other rank a `RankError` naming it: raised on one rank alone
+    (before DCP's collectives, which gather failures themselves), the others waited in DCP's
+    first collective for good."""
+    try:
+        result, failure = step(), None
+    except BaseException as exc:
+        result, failure = None, exc
+    if no_dist or dist.get_world_size(process_group) == 1:
+        if failure is not None:
+            raise failure
+        return [result]
+    rank = dist.get_rank(process_group)
+    sent = None if failure is None else crossable(failure, rank)
+    gathered: list[Any] = [None] * dist.get_world_size(process_group)
+    dist.all_gather_object(gathered, (result, sent), group=process_group)
+    if failure is not None:
+        raise failure
+    for other, (_, error) in enumerate(gathered):
+        if isinstance(error, RankError):
+            raise RankError(error.rank, error.kind, error.text)
+        if error is not None:
+            kind = f"{type(error).__module__}.{type(error).__qualname__}"
+            raise RankError(other, kind, str(error)) from error
+    return [found for found, _ in gathered]
 
 
 def _load(state_dict: dict[str, Any], path: str, process_group: Any, no_dist: bool) -> None:
@@ -446,15 +476,17 @@ def _verify_in_place(generation: Generation, dist: Any, process_group: Any, no_d
     names = sorted(name for name in generation.files if name.startswith(PREFIX + "/"))
     world = 1 if no_dist else dist.get_world_size(process_group)
     rank = 0 if no_dist else dist.get_rank(process_group)
-    problems: list[str] = []
-    for name in names[rank::world]:
-        try:
-            generation.verify_file(name)
-        except CorruptGenerationError as exc:
-            problems.extend(exc.problems)
-    if world > 1:
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, problems, group=process_group)
-        problems = [problem for found in gathered for problem in found or ()]
+
+    def check() -> list[str]:
+        problems: list[str] = []
+        for name in names[rank::world]:
+            try:
+                generation.verify_file(name)
+            except CorruptGenerationError as exc:
+                problems.extend(exc.problems)
+        return problems
+
+    gathered = _on_every_rank(check, dist, process_group, no_dist)
+    problems = [problem for found in gathered for problem in found]
     if problems:
         raise CorruptGenerationError(generation.name, problems)

@@ -98,9 +98,11 @@ class RankError(CheckpointError):
     """A rank's exception inside a DCP save or load that could not cross to the other ranks as
     it is, in its place: DCP gathers each rank's exception by pickling it, and one whose
     pickle could not be made, did not rebuild it, or was too large left a rank waiting in
-    DCP's collective for good. Names the rank (`.rank`), the original's class (`.kind`,
-    module-qualified) and its message (`.text`); on the rank that raised it, the original is
-    its `__cause__`, with its traceback."""
+    DCP's collective for good. Also what the other ranks raise when one rank's step of
+    `load_dcp` before DCP's own (the check of a local generation's files, the copy of an S3
+    one) failed; that rank raises its own exception. Names the rank (`.rank`), the original's
+    class (`.kind`, module-qualified) and its message (`.text`); on the rank that raised it,
+    the original is its `__cause__`, with its traceback."""
 
     def __init__(self, rank: int, kind: str, text: str) -> None:
         self.rank = rank

@@ -9,7 +9,10 @@
                                                    be written: how each rank's save ended
     dcp_worker.py RANK WORLD train URL             async saves while the loop all_reduces
     dcp_worker.py RANK WORLD odd URL STEP HOW KIND FAULTY SUFFIX
-                                                   HOW (save, async, load) with rank FAULTY's
+                                                   HOW (save, async, load; verify, fetch: a
+                                                   load whose check or copy of the files
+                                                   fails) with rank
+                                                   FAULTY's
                                                    storage raising an odd_errors KIND error
                                                    at its first file ending in SUFFIX: how
                                                    each rank's save or load ended
@@ -113,6 +116,22 @@ def raise_on_read(kind: str, suffix: str) -> None:
     FileSystem.create_stream = create_stream  # type: ignore[method-assign]
 
 
+def raise_on_check(kind: str, suffix: str, method: str) -> None:
+    """`load_dcp`'s step before DCP's own collectives, the check of a local generation's
+    files (`method` verify_file) or the copy of an S3 one (get_dir), raises an odd_errors
+    `kind` error on this rank, at a name ending in `suffix`."""
+    from forewarn.clients.checkpoint.generation import Generation
+
+    real = getattr(Generation, method)
+
+    def failing(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.endswith(suffix):
+            raise odd_errors.make(kind, name)
+        return real(self, name, *args, **kwargs)
+
+    setattr(Generation, method, failing)
+
+
 def say(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
@@ -197,9 +216,11 @@ def main() -> None:
         how, kind, faulty, suffix = sys.argv[6:10]
         started = time.monotonic()
         try:
-            if how == "load":
-                if rank == int(faulty):
+            if how in ("load", "verify", "fetch"):
+                if rank == int(faulty) and how == "load":
                     raise_on_read(kind, suffix)
+                elif rank == int(faulty):
+                    raise_on_check(kind, suffix, "verify_file" if how == "verify" else "get_dir")
                 generation = store.latest()
                 assert generation is not None
                 state = {"model": sharded(expected(generation.step), mesh), "step": -1}

@@ -63,6 +63,9 @@ CASES = [
     ("async", "unpickle", "1", ".distcp", "data"),
     ("load", "unpickle", "1", ".distcp", "data"),
     ("load", "lock", "1", ".distcp", "data"),
+    # load_dcp checks a local generation's files on every rank before DCP's collectives
+    ("verify", "unpickle", "1", ".distcp", "check"),
+    ("verify", "lock", "1", ".distcp", "check"),
 ]
 
 
@@ -77,12 +80,34 @@ def test_a_rank_whose_storage_raises_an_odd_error_fails_every_rank(
     suffix: str,
     phase: str,
 ) -> None:
-    url = str(tmp_path / "store")
-    if how == "load":
+    _run(rank_launcher, str(tmp_path / "store"), how, kind, faulty, suffix)
+
+
+@pytest.mark.timeout(600)
+def test_a_rank_whose_copy_of_an_s3_generation_fails_fails_every_rank(
+    bucket: str, rank_launcher: RankLauncher
+) -> None:
+    """`load_dcp` copies an S3 generation's files before DCP's collectives: a rank whose
+    copy failed raised alone, and the other waited in DCP's first collective."""
+    _run(rank_launcher, f"s3://{bucket}/runs/job-1", "fetch", "lock", "1", "dcp")
+
+
+def _run(
+    rank_launcher: RankLauncher, url: str, how: str, kind: str, faulty: str, suffix: str
+) -> None:
+    if how in ("load", "verify", "fetch"):
         assert set(run_ranks(rank_launcher, "save", url, "3")) == {0, 1}
     said = run_ranks(rank_launcher, "odd", url, "5", how, kind, faulty, suffix)
     assert set(said) == {0, 1}, said
     bad = int(faulty)
+    if how in ("verify", "fetch"):
+        # Not DCP's to gather: the faulty rank raises its own exception, the other a
+        # RankError naming that rank, its class and its words.
+        assert said[bad]["failed"].startswith("Error"), said[bad]
+        other = said[1 - bad]["failed"]
+        assert other.startswith(f"RankError: rank {bad}: odd_errors.Error"), other
+        assert "the library failed writing" in other
+        return
     for line in said.values():
         # Every rank is told that the faulty rank failed, by what class, with what words.
         assert line.get("failed", "").startswith("CheckpointException"), line
