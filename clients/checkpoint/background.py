@@ -73,6 +73,10 @@ EXIT_SAVE_MARGIN_SECONDS = 5.0
 # at interpreter exit, in close(), and in the next save, which then raises it as that save's
 # failure.
 EXIT_STALL_SECONDS = 120.0
+# How many saves given up as stalled may still hold their snapshot (each a copy of the state,
+# kept while its write stays stuck) before a new save is refused instead of taking one more:
+# on a mount that stayed hung, each retry took a copy and kept it, until the OOM killer.
+MAX_STUCK_COPIES = 2
 # How often a wait for the save in flight looks whether it still moves.
 _WAIT_TICK_SECONDS = 0.25
 # How often `final()` says how its wait for the save in flight goes: it said nothing until
@@ -432,6 +436,9 @@ class BackgroundSaver:
         # background save, by which it is expected to take as long (final_seconds_needed).
         self._final_writing_since: float | None = None
         self._final_estimate: float | None = None
+        # Saves left behind (given up as stalled, or cancelled by `final()`) whose thread is
+        # still stuck in a write, holding its snapshot: (step, thread, bytes held).
+        self._stuck: list[tuple[int, threading.Thread, int]] = []
         store.finish_on_close(self)
 
     # -- the training thread's side -------------------------------------------------------
@@ -466,6 +473,7 @@ class BackgroundSaver:
         while self.in_flight is not None and not self.give_up_if_stalled():
             self.wait(_WAIT_TICK_SECONDS)
         self.check()
+        self._refuse_another_copy(step)
         copies: list[tuple[Any, Any]] = []
         snapshot = self._plan(state, copies)
         job = _Job(
@@ -512,6 +520,28 @@ class BackgroundSaver:
             # in flight and close() and the exit waited for it.
             job.snapshot_taken.set()
         return timing
+
+    def _refuse_another_copy(self, step: int) -> None:
+        """Raise (and tell `on_done`) the save of `step` as failed, before it copies anything,
+        while `MAX_STUCK_COPIES` saves left behind still hold their snapshots: a new one would
+        take one more copy of the state, and on storage that stays hung every retry did."""
+        self._stuck = [entry for entry in self._stuck if entry[1].is_alive()]
+        if len(self._stuck) < MAX_STUCK_COPIES:
+            return
+        steps = [entry[0] for entry in self._stuck]
+        held = sum(entry[2] for entry in self._stuck)
+        named = ", ".join(str(s) for s in steps[:-1]) + f" and {steps[-1]}"
+        durable = self.last_durable
+        cause = CheckpointError(
+            f"the background saves of steps {named}, given up, are still stuck in their "
+            f"writes (a hung mount or a storage service that stopped answering?), holding "
+            f"{_mib(held)} of copies of the state: no further copy is taken until one of "
+            f"them ends; the last durable generation is "
+            f"{durable.name if durable is not None else 'none'}"
+        )
+        error = BackgroundSaveError(step, cause)
+        self._tell(SaveTiming(step, 0.0), None, cause)
+        raise error
 
     def wait(self, timeout: float | None = None) -> Generation | None:
         """Wait until the in-flight save is committed (or failed); the last durable one."""
@@ -1200,6 +1230,9 @@ class BackgroundSaver:
         # buffers (the final save takes new ones), never commits and never reports.
         thread.join(CANCEL_GRACE_SECONDS)
         if thread.is_alive():
+            held = sum(buffer.untyped_storage().nbytes() for buffer in self._buffers.values())
+            assert self._in_flight is not None  # set with the thread, by save()
+            self._stuck.append((self._in_flight, thread, held))
             self._buffers = {}
         self._thread = None
 
