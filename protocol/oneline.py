@@ -9,6 +9,9 @@ only: the client library imports it.
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
 # Far above any field the agent sends (an id of a flag file's path is under 300): a line
 # stays a line a person reads, whatever a peer sends.
 FIELD_CHARS = 300
@@ -21,4 +24,20 @@ def one_line(text: str, limit: int = FIELD_CHARS) -> str:
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
-__all__ = ["FIELD_CHARS", "one_line"]
+# What a refusal quotes of the value it names (`got ...`): enough to recognise it.
+QUOTED_CHARS = 120
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = 60
+_QUOTE.maxlist = _QUOTE.maxdict = 4
+_QUOTE.maxlevel = 2
+
+
+def quoted(value: Any, limit: int = QUOTED_CHARS) -> str:
+    """`value`'s repr as a refusal quotes it: the start of a long string, list or object
+    (reprlib, so a megabyte value is never written out whole), unprintable characters
+    escaped, at most `limit` characters. The whole repr (`got {value!r}`) made a provider's
+    1 MiB field a 1 MiB warning at every poll."""
+    return one_line(_QUOTE.repr(value), limit)
+
+
+__all__ = ["FIELD_CHARS", "QUOTED_CHARS", "one_line", "quoted"]

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from forewarn.protocol.fields import Action, Reason
+from forewarn.protocol.oneline import quoted
 from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.report import Report
 
@@ -111,7 +112,7 @@ def parse_not_before(text: str) -> datetime | None:
             return parse_time(candidate)
         except ValueError:
             continue
-    raise ParseError(f"NotBefore is neither an RFC 1123 nor an ISO 8601 time: {text!r}")
+    raise ParseError(f"NotBefore is neither an RFC 1123 nor an ISO 8601 time: {quoted(text)}")
 
 
 def format_not_before(moment: datetime) -> str:
@@ -132,7 +133,7 @@ def _decode(body: bytes | str) -> Any:
 def _string(event: Mapping[str, Any], key: str, index: int) -> str:
     value = event.get(key)
     if not isinstance(value, str):
-        raise ParseError(f"Events[{index}].{key} must be a string, got {value!r}")
+        raise ParseError(f"Events[{index}].{key} must be a string, got {quoted(value)}")
     return value
 
 
@@ -141,16 +142,20 @@ def parse_event(event: Any, index: int = 0) -> ScheduledEvent:
         raise ParseError(f"Events[{index}] must be an object, got {type(event).__name__}")
     event_id = _string(event, "EventId", index).strip()
     if not event_id or len(event_id) > 190:
-        raise ParseError(f"Events[{index}].EventId must be 1-190 characters, got {event_id!r}")
+        raise ParseError(
+            f"Events[{index}].EventId must be 1-190 characters, got {quoted(event_id)}"
+        )
     event_type = _string(event, "EventType", index)
     status = _string(event, "EventStatus", index)
     resources = event.get("Resources", [])
     if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-        raise ParseError(f"Events[{index}].Resources must be a list of names, got {resources!r}")
+        raise ParseError(
+            f"Events[{index}].Resources must be a list of names, got {quoted(resources)}"
+        )
     text = event.get("NotBefore")
     try:
         if text is not None and not isinstance(text, str):
-            raise ParseError(f"NotBefore is not a string: {text!r}")
+            raise ParseError(f"NotBefore is not a string: {quoted(text)}")
         not_before, problem = parse_not_before(text or ""), None
     except ParseError as error:
         not_before, problem = None, str(error)
@@ -173,10 +178,10 @@ def parse_events(payload: Any) -> EventsDocument:
     if isinstance(incarnation, str) and _is_number(incarnation.strip()):
         incarnation = int(incarnation)
     if not isinstance(incarnation, int) or isinstance(incarnation, bool):
-        raise ParseError(f"DocumentIncarnation must be an integer, got {incarnation!r}")
+        raise ParseError(f"DocumentIncarnation must be an integer, got {quoted(incarnation)}")
     events = payload.get("Events")
     if not isinstance(events, list):
-        raise ParseError(f"Events must be a list, got {events!r}")
+        raise ParseError(f"Events must be a list, got {quoted(events)}")
     good: list[ScheduledEvent] = []
     bad: list[Malformed] = []
     for index, event in enumerate(events):

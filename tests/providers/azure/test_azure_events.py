@@ -635,3 +635,96 @@ def test_mixed_good_and_bad_events_every_good_one_is_read(
     reports = reports_for(parsed, {"me"}, freeze=True, previous={}, now=NOW)
     mine = {f"azure/{e['EventId']}" for e in good if "me" in e["Resources"]}  # type: ignore[operator]
     assert set(reports) == mine
+
+
+# What a problem with an answer may say of it: the log line and `status` name the field and
+# show the start of its value, never the whole of a megabyte answer.
+PROBLEM_CHARS = 400
+BIG = "x" * (1 << 20)
+big_documents = [
+    {"DocumentIncarnation": 1, "Events": {"a": BIG}},
+    {"DocumentIncarnation": BIG, "Events": []},
+    {"DocumentIncarnation": [BIG], "Events": []},
+    {"DocumentIncarnation": 1, "Events": [{"EventId": BIG, "EventType": "Preempt"}]},
+    {"DocumentIncarnation": 1, "Events": [{"EventId": "e", "EventType": [BIG]}]},
+    {
+        "DocumentIncarnation": 1,
+        "Events": [
+            {
+                "EventId": "e",
+                "EventType": "Preempt",
+                "EventStatus": "Scheduled",
+                "Resources": [1, BIG],
+            }
+        ],
+    },
+    {
+        "DocumentIncarnation": 1,
+        "Events": [
+            {"EventId": "e", "EventType": "Preempt", "EventStatus": "Scheduled", "NotBefore": BIG}
+        ],
+    },
+    {
+        "DocumentIncarnation": 1,
+        "Events": [
+            {"EventId": "e", "EventType": "Preempt", "EventStatus": "Scheduled", "NotBefore": [BIG]}
+        ],
+    },
+]
+
+
+def _problems(body: str) -> list[str]:
+    """Every problem the parser names in `body`: its error, or each skipped event's and each
+    unreadable NotBefore's."""
+    try:
+        document = parse_document(body)
+    except ParseError as error:
+        return [str(error)]
+    return [bad.problem for bad in document.malformed] + [
+        event.not_before_error for event in document.events if event.not_before_error
+    ]
+
+
+@pytest.mark.parametrize("payload", big_documents, ids=range(len(big_documents)))
+def test_a_megabyte_field_is_named_in_a_bounded_problem(payload: dict[str, object]) -> None:
+    # Found by the adversarial pass (H235): each problem quoted the whole value, so a 1 MiB
+    # field made a 1 MiB warning at every poll, and the watcher's set of logged problems (256
+    # of them) held up to 256 MiB for answers that changed.
+    problems = _problems(json.dumps(payload))
+    assert problems
+    for problem in problems:
+        assert len(problem) <= PROBLEM_CHARS, f"{len(problem)} characters: {problem[:120]}..."
+
+
+# Leaves that are long and unprintable (a NUL, a bidi override), where a field's value goes.
+long_texts = st.integers(min_value=0, max_value=5_000).map(lambda n: "\x00\u202e" * n)
+long_values = st.recursive(
+    st.none() | st.integers() | long_texts,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(long_texts, children, max_size=3)
+    ),
+    max_leaves=6,
+)
+long_events = st.fixed_dictionaries(
+    {
+        "EventId": st.sampled_from(["e"]) | long_values,
+        "EventType": st.sampled_from(["Preempt"]) | long_values,
+        "EventStatus": st.sampled_from(["Scheduled"]) | long_values,
+        "Resources": st.lists(long_texts, max_size=2) | long_values,
+        "NotBefore": long_values,
+    }
+)
+long_documents = st.fixed_dictionaries(
+    {
+        "DocumentIncarnation": st.integers() | long_values,
+        "Events": st.lists(long_events | long_values, max_size=3) | long_values,
+    }
+)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(long_documents | long_values)
+def test_every_problem_is_bounded_and_printable_whatever_the_answer(payload: object) -> None:
+    for problem in _problems(json.dumps(payload)):
+        assert len(problem) <= PROBLEM_CHARS
+        assert problem.isprintable()
