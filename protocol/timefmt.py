@@ -10,6 +10,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from .errors import UsageError
+from .oneline import quoted
 
 
 def utcnow() -> datetime:
@@ -53,10 +54,11 @@ def parse_time(text: str) -> datetime:
     match = _RFC3339.match(text.strip())
     if not match and _odd_digits(text):
         raise ValueError(
-            f"not an RFC 3339 time: {text!r} has digits other than 0-9; write it in the digits 0-9"
+            f"not an RFC 3339 time: {quoted(text)} has digits other than 0-9; "
+            "write it in the digits 0-9"
         )
     if not match:
-        raise ValueError(f"not an RFC 3339 time: {text!r}")
+        raise ValueError(f"not an RFC 3339 time: {quoted(text)}")
     year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
     fraction = match.group(7)
     micro = int((fraction[1:] + "000000")[:6]) if fraction else 0
@@ -79,7 +81,7 @@ def parse_time(text: str) -> datetime:
         )
     except (ValueError, OverflowError) as error:
         # OverflowError: a valid date whose UTC form falls outside year 1..9999.
-        raise ValueError(f"not an RFC 3339 time: {text!r} ({error})") from None
+        raise ValueError(f"not an RFC 3339 time: {quoted(text)} ({error})") from None
 
 
 # `.5` and `5.` as well as `0.5`: the configuration once read plain seconds with float(),
@@ -123,7 +125,9 @@ def parse_duration(text: str) -> float:
     if not math.isfinite(seconds):
         # Hundreds of digits come to infinity: every check after this one then said "got inf",
         # naming no value anyone wrote.
-        raise TooLargeError(f"too large a duration: {text!r} is more seconds than a number holds")
+        raise TooLargeError(
+            f"too large a duration: {quoted(text)} is more seconds than a number holds"
+        )
     return seconds
 
 
@@ -149,35 +153,35 @@ def _odd_digits(text: str) -> bool:
 def _duration_seconds(text: str) -> float:
     if _SIGN.match(text):
         raise ValueError(
-            f"not a duration: {text!r} has a sign; a duration is 0 or more, written without "
+            f"not a duration: {quoted(text)} has a sign; a duration is 0 or more, written without "
             f"one ({_EXAMPLES})"
         )
     if _EXPONENT.search(text):
         raise ValueError(
-            f"not a duration: {text!r} has an exponent; write the number out, or with a unit "
+            f"not a duration: {quoted(text)} has an exponent; write the number out, or with a unit "
             f"({_EXAMPLES})"
         )
     if _odd_digits(text):
         raise ValueError(
-            f"not a duration: {text!r} has digits other than 0-9; write it in the digits 0-9 "
+            f"not a duration: {quoted(text)} has digits other than 0-9; write it in the digits 0-9 "
             f"({_EXAMPLES})"
         )
     if _DECIMAL_COMMA.search(text):
         raise ValueError(
-            f"not a duration: {text!r} has a decimal comma; write its decimal mark as a point "
-            f"(1.5m), or in a smaller unit (90s) ({_EXAMPLES})"
+            f"not a duration: {quoted(text)} has a decimal comma; write its decimal mark as a "
+            f"point (1.5m), or in a smaller unit (90s) ({_EXAMPLES})"
         )
     parts: list[tuple[float, str]] = []
     position = 0
     while position < len(text) or not parts:
         match = _PART.match(text, position)
         if not match:
-            raise ValueError(f"not a duration ({_EXAMPLES}): {text!r}")
+            raise ValueError(f"not a duration ({_EXAMPLES}): {quoted(text)}")
         written = word = match.group(2)
         if word == "M":
             # A month to systemd and ISO 8601 (P1M), a minute as `m`: not guessed at.
             raise ValueError(
-                f"not a duration: 'M' in {text!r} is a minute or a month; write m or min "
+                f"not a duration: 'M' in {quoted(text)} is a minute or a month; write m or min "
                 "for minutes (a month is no unit here: use d)"
             )
         # In any case, as every other word of the configuration is read: `2 Hours` and
@@ -185,7 +189,9 @@ def _duration_seconds(text: str) -> float:
         word = word.lower()
         if word and word not in _UNITS:
             units = "ms, s, sec, m, min, h, hr, hour, d, day, w, week"
-            raise ValueError(f"not a duration: unknown unit {written!r} in {text!r} (use {units})")
+            raise ValueError(
+                f"not a duration: unknown unit {quoted(written)} in {quoted(text)} (use {units})"
+            )
         parts.append((float(match.group(1)), word))
         position = match.end()
     if len(parts) == 1:
@@ -197,11 +203,13 @@ def _duration_seconds(text: str) -> float:
         # `1m30` could mean 30 seconds or 30 minutes more; `30m1h` is a typo more likely than
         # not: neither is guessed at.
         if not word:
-            raise ValueError(f"not a duration: every part of {text!r} needs its unit ({_EXAMPLES})")
+            raise ValueError(
+                f"not a duration: every part of {quoted(text)} needs its unit ({_EXAMPLES})"
+            )
         unit, per = _UNITS[word]
         if _ORDER.index(unit) <= last:
             raise ValueError(
-                f"not a duration: the parts of {text!r} must go from the largest unit down, "
+                f"not a duration: the parts of {quoted(text)} must go from the largest unit down, "
                 f"each once ({_EXAMPLES})"
             )
         last = _ORDER.index(unit)
@@ -223,14 +231,14 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
             # A time out of range, or one without its offset, is not 'not a duration'.
             if not _RFC3339.match(text.strip()) and not _odd_digits(text):
                 raise ValueError(
-                    f"not an RFC 3339 time: {text!r} (it needs seconds and a UTC offset: "
+                    f"not an RFC 3339 time: {quoted(text)} (it needs seconds and a UTC offset: "
                     "Z, or one such as +01:00)"
                 ) from None
             raise error from None
     try:
         seconds = parse_duration(text)
     except TooLargeError:
-        raise ValueError(f"{text!r} is past the last time a date can hold") from None
+        raise ValueError(f"{quoted(text)} is past the last time a date can hold") from None
     except ValueError as error:
         if (
             _SIGN.match(text)
@@ -243,12 +251,12 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
             reason = str(error).removeprefix("not a duration: ")
             raise ValueError(f"not an RFC 3339 time or a duration: {reason}") from None
         raise ValueError(
-            f"not an RFC 3339 time or a duration such as 90s, 15m or 2h: {text!r}"
+            f"not an RFC 3339 time or a duration such as 90s, 15m or 2h: {quoted(text)}"
         ) from None
     try:
         return (now or utcnow()) + timedelta(seconds=seconds)
     except OverflowError:
-        raise ValueError(f"{text!r} is past the last time a date can hold") from None
+        raise ValueError(f"{quoted(text)} is past the last time a date can hold") from None
 
 
 def duration_arg(text: str) -> float:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import httpx
 from forewarn.protocol.fields import stable_id
+from forewarn.protocol.oneline import quoted
 from forewarn.protocol.timefmt import format_time, parse_duration, parse_time, utcnow
 from forewarn.providers.report import Report
 
@@ -236,7 +237,7 @@ def _window_start(document: dict[str, Any]) -> datetime | None:
     if start_text is None or start_text == "":
         return None
     if not isinstance(start_text, str):
-        raise ParseError(f"{UPCOMING_KEY}: window_start_time is not a time: {start_text!r}")
+        raise ParseError(f"{UPCOMING_KEY}: window_start_time is not a time: {quoted(start_text)}")
     try:
         return parse_time(start_text)
     except (ValueError, OverflowError) as error:
@@ -299,7 +300,7 @@ def parse_on_host_maintenance(text: str) -> str | None:
 
 def _seconds(value: Any) -> float:
     if isinstance(value, bool):
-        raise ParseError(f"preemption notice duration: not a duration: {value!r}")
+        raise ParseError(f"preemption notice duration: not a duration: {quoted(value)}")
     if isinstance(value, (int, float)):
         seconds = float(value)
     elif isinstance(value, str):
@@ -311,11 +312,13 @@ def _seconds(value: Any) -> float:
         try:
             seconds = float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
         except (TypeError, ValueError):
-            raise ParseError(f"preemption notice duration: not a duration: {value!r}") from None
+            raise ParseError(
+                f"preemption notice duration: not a duration: {quoted(value)}"
+            ) from None
     else:
-        raise ParseError(f"preemption notice duration: not a duration: {value!r}")
+        raise ParseError(f"preemption notice duration: not a duration: {quoted(value)}")
     if not 0 <= seconds <= 86400:
-        raise ParseError(f"preemption notice duration: out of range: {value!r}")
+        raise ParseError(f"preemption notice duration: out of range: {quoted(value)}")
     return seconds
 
 

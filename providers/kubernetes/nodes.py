@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from forewarn.protocol.fields import Reason
+from forewarn.protocol.oneline import quoted
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.httpdate import parse_http_date
 from forewarn.providers.report import Report
@@ -137,7 +138,7 @@ def _optional_str(parent: dict[str, Any], key: str, what: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise ParseError(f"{what} is not a string (got {value!r})")
+        raise ParseError(f"{what} is not a string (got {quoted(value)})")
     return value
 
 
@@ -288,7 +289,7 @@ def node_reports(
     node = _object(node, "node")
     name = node_name_of(node)
     if name != node_name:
-        raise ParseError(f"got node {name!r}, watching {node_name!r}")
+        raise ParseError(f"got node {quoted(name)}, watching {node_name!r}")
     metadata = _object(node["metadata"], "node metadata")
     uid = node_uid(node)
     spec = _optional_object(node, "spec", "node spec")
@@ -297,7 +298,7 @@ def node_reports(
     if unschedulable is None:
         unschedulable = False
     if not isinstance(unschedulable, bool):
-        raise ParseError(f"spec.unschedulable is not a boolean (got {unschedulable!r})")
+        raise ParseError(f"spec.unschedulable is not a boolean (got {quoted(unschedulable)})")
     taints = _taints(spec)
     now = utcnow()
 
@@ -614,7 +615,7 @@ def parse_event(line: str | bytes) -> WatchEvent:
     payload = _object(payload, "watch event")
     kind = payload.get("type")
     if kind not in EVENT_TYPES:
-        raise ParseError(f"unknown watch event type {kind!r}")
+        raise ParseError(f"unknown watch event type {quoted(kind)}")
     event = WatchEvent(kind, _object(payload.get("object"), f"{kind} event object"))
     if kind in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK") and event.resource_version is None:
         raise ParseError(f"{kind} event object has no metadata.resourceVersion")
