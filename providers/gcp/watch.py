@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -302,7 +303,12 @@ def _seconds(value: Any) -> float:
     if isinstance(value, bool):
         raise ParseError(f"preemption notice duration: not a duration: {quoted(value)}")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            # A whole number past a float (JSON reads 4,300 digits) ended the task reading
+            # the scheduling document, and no line named the answer: out of range, below.
+            seconds = math.inf
     elif isinstance(value, str):
         try:
             seconds = parse_duration(value)
@@ -311,6 +317,8 @@ def _seconds(value: Any) -> float:
     elif isinstance(value, dict) and isinstance(value.get("seconds", 0), (int, str)):
         try:
             seconds = float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
+        except OverflowError:
+            seconds = math.inf  # out of range, below
         except (TypeError, ValueError):
             raise ParseError(
                 f"preemption notice duration: not a duration: {quoted(value)}"

@@ -29,8 +29,9 @@ from forewarn.providers.gcp.watch import (
     preemption_report,
     upcoming_report,
 )
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
 # Aware UTC times of this century and the next: window starts and clocks for the properties.
@@ -212,6 +213,47 @@ def test_notice_duration_rejects_nonsense(text: str) -> None:
 def test_notice_duration_raises_only_parse_errors(text: str) -> None:
     with contextlib.suppress(ParseError):
         parse_notice_duration(text)
+
+
+# A whole number too large for a float (JSON reads up to 4,300 digits): `float()` raised
+# OverflowError, which ended the task reading the scheduling document with no line naming
+# the answer (found: adversarial pass H235).
+HUGE = 10**400
+
+
+@pytest.mark.parametrize(
+    "duration",
+    [HUGE, -HUGE, {"seconds": HUGE}, {"seconds": 1, "nanos": HUGE}, {"seconds": str(HUGE)}],
+    ids=["number", "negative", "seconds", "nanos", "seconds-text"],
+)
+def test_a_notice_duration_past_a_float_is_out_of_range(duration: object) -> None:
+    with pytest.raises(ParseError, match="out of range"):
+        parse_notice_duration(json.dumps({"preemptionNoticeDuration": duration}))
+
+
+durations = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**500), max_value=10**500)
+    | st.floats()
+    | st.text(max_size=12)
+    | st.sampled_from(["120s", "1e999", "nan", "-0", "2m"]),
+    lambda children: (
+        st.dictionaries(st.sampled_from(["seconds", "nanos", "x"]), children, max_size=3)
+        | st.lists(children, max_size=2)
+    ),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(durations)
+def test_any_notice_duration_is_seconds_in_range_or_a_parse_error(duration: object) -> None:
+    try:
+        seconds = parse_notice_duration(json.dumps({"preemptionNoticeDuration": duration}))
+    except ParseError:
+        return
+    assert seconds is None or 0 <= seconds <= 86400
 
 
 # Mapping
