@@ -245,7 +245,11 @@ def _reading(value: object) -> float | None:
     """A boot clock's reading as JSON holds it (a finite number, not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        reading = float(value)
+    except OverflowError:  # a whole number past a float (10**400): no reading
+        return None
+    return reading if math.isfinite(reading) else None
 
 
 __all__ = [

@@ -68,7 +68,7 @@ _JSON = st.recursive(
 )
 
 
-@given(_JSON)
+@given(_JSON | st.integers(min_value=-(10**500), max_value=10**500))
 def test_any_saved_reading_loads_as_a_finite_number_or_nothing(reading: object) -> None:
     # Hand-edited or written by another version: the notice is restored either way.
     with tempfile.TemporaryDirectory() as directory:
@@ -78,6 +78,17 @@ def test_any_saved_reading_loads_as_a_finite_number_or_nothing(reading: object) 
     assert "preempted" in notices.notices
     kept = notices.boot_deadlines.get("preempted")
     assert kept is None or (isinstance(kept, float) and math.isfinite(kept))
+
+
+@pytest.mark.parametrize("reading", [10**400, -(10**400)])
+def test_a_reading_past_a_float_loads_as_nothing(tmp_path: Path, reading: int) -> None:
+    # math.isfinite raised OverflowError for it: the watcher was not built, at every start
+    # (found: adversarial pass H235).
+    path = tmp_path / ACTIVE_FILE
+    _saved(path, reading, boot_id())
+    notices = ActiveNotices(path)
+    assert "preempted" in notices.notices
+    assert notices.boot_deadlines == {}
 
 
 def _stop(seconds: float, notice_id: str = "gcp/maintenance-event/1") -> Report:
