@@ -123,6 +123,16 @@ def _client_id() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
 
 
+def _finite(number: float) -> bool:
+    """Whether `number` is a finite float or a whole number one converts to: math.isfinite
+    raised OverflowError for a whole number past a float (10**400, which JSON reads), and the
+    notices thread logged a heartbeat holding it as a bug, with its traceback."""
+    try:
+        return math.isfinite(float(number))
+    except OverflowError:
+        return False
+
+
 def parse_heartbeat(payload: bytes) -> dict[str, Any]:
     """A heartbeat as a dict whose `active`, and `acked` and `providers` when present, are
     lists of strings: the guard reads them on its ticker thread, which a `None` there would
@@ -143,7 +153,7 @@ def parse_heartbeat(payload: bytes) -> dict[str, Any]:
             raise ValueError(f"heartbeat field {name!r} is not a list of strings")
     margin = beat.get("exit_margin")
     if margin is not None and not (
-        type(margin) in (int, float) and math.isfinite(margin) and margin >= 0
+        type(margin) in (int, float) and _finite(margin) and margin >= 0
     ):
         raise ValueError("heartbeat field 'exit_margin' is not a number of seconds, zero or more")
     return beat
