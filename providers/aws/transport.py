@@ -24,6 +24,10 @@ from ..fetch import AnswerTooLarge, within
 
 MAX_BODY = 1 << 20  # IMDS answers are a few hundred bytes; a megabyte is not IMDS
 MAX_HEADERS = 100
+# All of an answer's header lines together. Each line is read up to the stream's limit (the
+# body's megabyte), and 100 of them held 100 MiB before the body; IMDS sends a few hundred
+# bytes of headers.
+MAX_HEADER_BYTES = 64 * 1024
 
 
 class _Stale(ForewarnError):
@@ -191,12 +195,19 @@ def _too_large(what: str) -> AnswerTooLarge:
 
 async def _read_headers(reader: asyncio.StreamReader) -> list[tuple[bytes, bytes]]:
     headers: list[tuple[bytes, bytes]] = []
+    size = 0
     while True:
         line = await reader.readline()
         if not line:
             raise asyncio.IncompleteReadError(b"", None)
         if line in (b"\r\n", b"\n"):
             return headers
+        size += len(line)
+        if size > MAX_HEADER_BYTES:
+            raise AnswerTooLarge(
+                f"headers larger than {MAX_HEADER_BYTES // 1024} KiB (IMDS sends a few hundred "
+                "bytes of them)"
+            )
         name, sep, value = line.partition(b":")
         if not sep or not name.strip() or len(headers) >= MAX_HEADERS:
             raise ValueError(f"bad header line: {line[:60]!r}")

@@ -10,8 +10,10 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from forewarn.providers.aws.transport import ImdsTransport
+from forewarn.providers.aws.transport import MAX_HEADER_BYTES, ImdsTransport
 from forewarn.providers.fetch import AnswerTooLarge
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import free_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -260,3 +262,47 @@ async def test_requests_carry_their_headers_and_a_length_on_put() -> None:
     lowered = head.lower()
     assert b"x-aws-ec2-metadata-token-ttl-seconds: 9" in lowered
     assert b"content-length: 0" in lowered and b"host: 127.0.0.1:" in lowered
+
+
+@pytest.mark.parametrize("lines", [1, 40], ids=["one-long-line", "many-lines"])
+async def test_a_header_block_past_its_cap_is_said_too_large(lines: int) -> None:
+    """Each header line was read up to the body's megabyte, and 100 of them taken: one answer
+    held 100 MiB of headers before its body (found: adversarial pass H235). IMDS sends a few
+    hundred bytes of them."""
+    pad = b"a" * ((1 << 20) - 100 if lines == 1 else 512 * 1024)
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, pad) for i in range(lines))
+
+    async def padded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(head + b"Content-Length: 5\r\n\r\nhello")
+        await writer.drain()
+
+    async with raw_server(padded) as (url, _), client(url, timeout=10.0) as http:
+        with pytest.raises(AnswerTooLarge, match="headers larger than 64 KiB"):
+            await http.get("/x")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=40_000), max_size=8))
+def test_any_header_block_is_read_whole_within_its_cap_or_said_too_large(
+    sizes: list[int],
+) -> None:
+    lines = [b"X-Pad-%d: %s\r\n" % (i, b"a" * size) for i, size in enumerate(sizes)]
+    lines.append(b"Content-Length: 5\r\n")
+    within = sum(map(len, lines)) <= MAX_HEADER_BYTES
+
+    async def padded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n" + b"".join(lines) + b"\r\nhello")
+        await writer.drain()
+
+    async def ask() -> None:
+        async with raw_server(padded) as (url, _), client(url) as http:
+            if within:
+                response = await http.get("/x")
+                assert response.text == "hello" and len(response.headers) == len(lines)
+            else:
+                with pytest.raises(AnswerTooLarge, match="headers larger than"):
+                    await http.get("/x")
+
+    asyncio.run(ask())
