@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from typing import Any
 
 import httpx
@@ -159,7 +160,10 @@ async def _read_response(
                 raise _Stale()
             raise asyncio.IncompleteReadError(b"", None)
         parts = line.rstrip(b"\r\n").split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        # Three ASCII digits (RFC 9112): 23 were taken as a status no client knows, and 5,000
+        # refused with Python's advice to raise its limit on the digits it converts.
+        status_ok = len(parts) >= 2 and re.fullmatch(rb"[0-9]{3}", parts[1]) is not None
+        if not status_ok or not parts[0].startswith(b"HTTP/1."):
             raise ValueError(f"not an HTTP/1.1 status line: {line[:60]!r}")
         status = int(parts[1])
         headers = await _read_headers(reader)
