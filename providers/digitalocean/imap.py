@@ -411,10 +411,21 @@ def _uids_of(data: list[Any]) -> list[int]:
     lines, or [None] when there was none (RFC 3501 wants one even when nothing matched; a
     server leaving it out failed every pass with "invalid literal for int() ... 'None'")."""
     words = b" ".join(item for item in data if isinstance(item, bytes)).split()
-    if not all(word.isdigit() for word in words):
+    if not all(_a_uid(word) for word in words):
         shown = b" ".join(words)[:80].decode("ascii", "replace")
         raise ServerFailure(f"the server's UID SEARCH answer is not a list of UIDs: {shown!r}")
     return [int(word) for word in words]
+
+
+# The largest UID (RFC 3501: a non-zero 32-bit number).
+MAX_UID = 2**32 - 1
+
+
+def _a_uid(word: bytes) -> bool:
+    """Whether `word` is a UID a mailbox can have: 1 to MAX_UID, in ASCII digits. A 40-digit
+    one became the watcher's mark, below which it skipped every later mail, and 5,000 digits
+    ended the search with Python's advice to raise its digit limit."""
+    return word.isdigit() and len(word) <= 10 and 0 < int(word) <= MAX_UID
 
 
 def _said(error: imaplib.IMAP4.error) -> str:
