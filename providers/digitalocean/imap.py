@@ -423,8 +423,9 @@ MAX_UID = 2**32 - 1
 
 def _a_uid(word: bytes) -> bool:
     """Whether `word` is a UID a mailbox can have: 1 to MAX_UID, in ASCII digits. A 40-digit
-    one became the watcher's mark, below which it skipped every later mail, and 5,000 digits
-    ended the search with Python's advice to raise its digit limit."""
+    one became the watcher's mark (`SeenMail.last_uid`): the session's later searches found
+    no mail above it until a new connection's UIDNEXT undid it. 5,000 digits ended the
+    search with Python's advice to raise its digit limit."""
     return word.isdigit() and len(word) <= 10 and 0 < int(word) <= MAX_UID
 
 

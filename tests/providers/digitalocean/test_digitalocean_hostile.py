@@ -235,7 +235,7 @@ def test_a_search_answer_that_is_not_uids_is_an_error_that_says_so() -> None:
 )
 def test_a_search_answer_with_a_uid_no_mailbox_has_is_an_error_that_says_so(uid: bytes) -> None:
     # A UID is 1 to 2**32-1 (RFC 3501 nz-number). Taken, a 40-digit one became the watcher's
-    # mark, below which every later mail was skipped; 5,000 digits escaped as Python's
+    # mark, above which the session found no later mail; 5,000 digits escaped as Python's
     # ValueError ("... use sys.set_int_max_str_digits()"), logged as state directory trouble
     # (found: adversarial pass H235).
     def odd(conn: socket.socket, tag: bytes, command: bytes) -> None:
