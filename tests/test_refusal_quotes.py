@@ -11,7 +11,7 @@ from forewarn.protocol.oneline import QUOTED_CHARS, quoted
 from forewarn.protocol.timefmt import parse_deadline, parse_duration, parse_time
 from forewarn.providers.base import ParseError
 from forewarn.providers.gcp.watch import parse_notice_duration, parse_upcoming
-from forewarn.providers.kubernetes.nodes import node_reports, parse_event
+from forewarn.providers.kubernetes.nodes import node_reports, parse_event, parse_list
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import examples
@@ -67,9 +67,10 @@ def _refusal(parse: object, *args: object) -> str:
         (parse_upcoming, json.dumps({"maintenance_status": "PENDING", "window_start_time": BIG})),
         (parse_upcoming, json.dumps({"maintenance_status": "PENDING", "window_start_time": [BIG]})),
         (parse_event, json.dumps({"type": BIG, "object": {}})),
+        (parse_list, {"kind": BIG}),
     ],
 )
-def test_a_megabyte_value_is_refused_in_a_bounded_line(parse: object, value: str) -> None:
+def test_a_megabyte_value_is_refused_in_a_bounded_line(parse: object, value: object) -> None:
     refusal = _refusal(parse, value)
     assert len(refusal) <= REFUSAL_CHARS, f"{len(refusal)} characters: {refusal[:100]!r}"
     assert refusal.isprintable()

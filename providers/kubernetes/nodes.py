@@ -593,7 +593,7 @@ def parse_list(payload: Any) -> NodeList:
     """A NodeList (filtered to one node by the field selector)."""
     payload = _object(payload, "node list")
     if payload.get("kind") not in (None, "NodeList"):
-        raise ParseError(f"expected a NodeList, got kind {payload.get('kind')!r}")
+        raise ParseError(f"expected a NodeList, got kind {quoted(payload.get('kind'))}")
     metadata = _object(payload.get("metadata"), "node list metadata")
     version = metadata.get("resourceVersion")
     if not isinstance(version, str) or not version:
