@@ -85,6 +85,7 @@ from ..simulator import (
 from .karpenter import TERMINATION_ANNOTATION
 from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 from .settings import taint_key_problem
+from .tables import node_table, table_version
 
 DEFAULT_NODE = "forewarn-sim-node"
 # The field manager of the node lifecycle controller's writes (the cordon's taint), and of a
@@ -755,11 +756,11 @@ class KubernetesSimulator(Simulator):
             matches = self._selector_matches(request.param("fieldSelector"))
             if request.param("watch") in ("1", "true"):
                 return self._watch(request, matches)
-            return self._list(matches)
+            return self._list(matches, request)
         name = path[len("/api/v1/nodes/") :] if path.startswith("/api/v1/nodes/") else ""
         if name and "/" not in name:
             if request.method == "GET":
-                return self._get(name)
+                return self._get(name, request)
             if request.method == "PATCH":
                 return self._patch(name, request)
         return SimResponse.json(
@@ -923,10 +924,26 @@ class KubernetesSimulator(Simulator):
             }
         )
 
-    def _list(self, matches: bool) -> SimResponse:
+    def _table(self, request: SimRequest, nodes: list[dict[str, Any]]) -> SimResponse | None:
+        """The Table `kubectl get` asks for (its `Accept`), None if the request asks for the
+        objects themselves; a bad `includeObject` is the API server's 400."""
+        version = table_version(request.header("Accept"))
+        if version is None:
+            return None
+        include = request.param("includeObject")
+        if include not in (None, "None", "Metadata", "Object"):
+            message = f'includeObject: Unsupported value: "{include}"'
+            return SimResponse.json(_status(400, "BadRequest", message), 400)
+        table = node_table(nodes, str(self.rv), self.now(), version, include)
+        return SimResponse.json(table)
+
+    def _list(self, matches: bool, request: SimRequest) -> SimResponse:
         with self.lock:
             self.counts["lists"] += 1
             items = [self.node] if matches and self.node is not None else []
+            table = self._table(request, items)
+            if table is not None:
+                return table
             return SimResponse.json(
                 {
                     "kind": "NodeList",
@@ -936,11 +953,12 @@ class KubernetesSimulator(Simulator):
                 }
             )
 
-    def _get(self, name: str) -> SimResponse:
+    def _get(self, name: str, request: SimRequest) -> SimResponse:
         with self.lock:
             if name != self.node_name or self.node is None:
                 return SimResponse.json(_status(404, "NotFound", f'nodes "{name}" not found'), 404)
-            return SimResponse.json(self.node)
+            table = self._table(request, [self.node])
+            return table if table is not None else SimResponse.json(self.node)
 
     def _patch(self, name: str, request: SimRequest) -> SimResponse:
         content_type = (request.header("Content-Type") or "").split(";")[0].strip()

@@ -737,3 +737,47 @@ def test_the_taints_belong_to_their_last_writer_as_the_api_server_keeps_them(
         assert api.delete(f"/_sim/notices/{notice}").status_code == 200
     node = api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()
     assert "taints" not in node["spec"] and "managedFields" not in node["metadata"]
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (CI installs it)")
+def test_a_real_kubectl_gets_the_nodes_status_columns(tmp_path: Path) -> None:
+    """found: walking an operator's `kubectl cordon` then `kubectl get nodes` against the
+    simulator printed only `NAME AGE`: kubectl asks for a server-side Table (`Accept:
+    application/json;as=Table;...`) and prints the object's name and age when the server
+    answers with the plain object, so the STATUS an operator checks a cordon by
+    (`Ready,SchedulingDisabled`) was never shown."""
+    sim = KubernetesSimulator(node=NODE)
+    with SimServer(sim) as server:
+
+        def row(*extra: str) -> tuple[list[str], list[str]]:
+            got = _kubectl(tmp_path, server.url, "get", "nodes", *extra)
+            assert got.returncode == 0, got.stderr
+            header, *rows = got.stdout.splitlines()
+            assert len(rows) == 1, got.stdout
+            return header.split(), rows[0].split()
+
+        header, cells = row()
+        assert header == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+        assert cells[:3] == [NODE, "Ready", "<none>"]
+        assert cells[4] == "v1.31.0-forewarn-sim"
+        sim.raise_notice("cordon", {})
+        assert row()[1][1] == "Ready,SchedulingDisabled"
+        sim.raise_notice("shutdown", {})
+        assert row()[1][1] == "NotReady,SchedulingDisabled"
+        sim.withdraw("cordon")
+        sim.withdraw("shutdown")
+        sim.raise_notice("unreachable", {})
+        assert row()[1][1] == "NotReady"  # Ready Unknown: the printer's NotReady too
+        header, cells = row("-o", "wide")
+        assert header[5:] == [
+            "INTERNAL-IP",
+            "EXTERNAL-IP",
+            "OS-IMAGE",
+            "KERNEL-VERSION",
+            "CONTAINER-RUNTIME",
+        ]
+        assert cells[5:7] == ["10.0.0.10", "<none>"]
+        # The single GET and a label column, which kubectl adds to the server's row.
+        got = _kubectl(tmp_path, server.url, "get", "node", NODE, "--show-labels")
+        assert got.returncode == 0, got.stderr
+        assert "kubernetes.io/hostname=" + NODE in got.stdout
