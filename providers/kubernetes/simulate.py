@@ -827,6 +827,9 @@ class KubernetesSimulator(Simulator):
                     "name": name or event["metadata"].get("generateName", "") + f"{self.rv:x}",
                     "namespace": namespace,
                     "resourceVersion": str(self.rv),
+                    # As the API server stamps every object it creates (kubectl's AGE and
+                    # `--sort-by=.metadata.creationTimestamp` read it).
+                    "creationTimestamp": _stamp(self.now()),
                 },
             }
             self.events.append(stored)

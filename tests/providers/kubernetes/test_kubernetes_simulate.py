@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.kubernetes import simulate
 from forewarn.providers.kubernetes.api import uid_refused
 from forewarn.providers.kubernetes.config import node_name
@@ -781,3 +782,45 @@ def test_a_real_kubectl_gets_the_nodes_status_columns(tmp_path: Path) -> None:
         got = _kubectl(tmp_path, server.url, "get", "node", NODE, "--show-labels")
         assert got.returncode == 0, got.stderr
         assert "kubernetes.io/hostname=" + NODE in got.stdout
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (CI installs it)")
+def test_an_event_posted_gets_its_creation_time_as_the_api_server_stamps_it(
+    tmp_path: Path,
+) -> None:
+    """found (a gap left last session): `kubectl get events -A` against the simulator printed
+    AGE `<unknown>` for the agent's Events: the API server stamps `metadata.creationTimestamp`
+    on every object it creates, and the simulator stored the Event as posted."""
+    sim = KubernetesSimulator(node=NODE)
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"generateName": "forewarn-", "namespace": "default"},
+        "eventTime": "2026-12-07T10:00:00.000000Z",
+        "reportingController": "forewarn.dev/agent",
+        "reportingInstance": "forewarn-host",
+        "action": "Drain",
+        "reason": "Cordon",
+        "type": "Warning",
+        "regarding": {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE},
+        "note": "forewarn: drain",
+    }
+    with SimServer(sim) as server:
+        before = sim.now().replace(microsecond=0)
+        posted = httpx.post(
+            f"{server.url}/apis/events.k8s.io/v1/namespaces/default/events",
+            json=event,
+            trust_env=False,
+        )
+        assert posted.status_code == 201, posted.text
+        columns = "NAME:.metadata.name,CREATED:.metadata.creationTimestamp"
+        got = _kubectl(
+            tmp_path, server.url, "get", "events", "-A", "-o", f"custom-columns={columns}"
+        )
+        assert got.returncode == 0, got.stderr
+        (row,) = got.stdout.splitlines()[1:]
+        name, created = row.split()
+        assert name.startswith("forewarn-")
+        assert created != "<none>", got.stdout
+        assert before <= parse_time(created) <= sim.now()
+        assert posted.json()["metadata"]["creationTimestamp"] == created
