@@ -66,7 +66,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from http import HTTPStatus
 from typing import Any
@@ -1055,10 +1055,31 @@ class KubernetesSimulator(Simulator):
                         stream=iter([expired]),
                     )
             self.open_watches += 1
-        stream = self._stream(start, initial, matches, timeout, bookmarks)
+        stream = self._stream(start, initial, matches, timeout, bookmarks, self._encoder(request))
         return SimResponse(
             200, content_type="application/json", headers=dict(STREAM_HEADERS), stream=stream
         )
+
+    def _encoder(self, request: SimRequest) -> Callable[[str, dict[str, Any]], bytes]:
+        """How a watch writes each node: itself, or (`kubectl get -w` asks for it by
+        `Accept`) a one-row Table, the columns on the first event only as the API server
+        sends them; before, kubectl printed a second `NAME AGE` header and no STATUS at the
+        first change."""
+        version = table_version(request.header("Accept"))
+        if version is None:
+            return _line
+        include = request.param("includeObject")
+        first = [True]
+
+        def encode(kind: str, node: dict[str, Any]) -> bytes:
+            rv = str(node["metadata"].get("resourceVersion") or self.rv)
+            table = node_table([node], rv, self.now(), version, include)
+            if not first[0]:
+                table["columnDefinitions"] = []
+            first[0] = False
+            return _line(kind, table)
+
+        return encode
 
     def _stream(
         self,
@@ -1067,6 +1088,7 @@ class KubernetesSimulator(Simulator):
         matches: bool,
         timeout: float,
         bookmarks: bool,
+        encode: Callable[[str, dict[str, Any]], bytes] = _line,
     ) -> Iterator[bytes]:
         try:
             deadline = time.monotonic() + timeout
@@ -1085,7 +1107,7 @@ class KubernetesSimulator(Simulator):
                 return
             for kind, node in initial:
                 if node is not None:
-                    yield _line(kind, node)
+                    yield encode(kind, node)
             next_bookmark = time.monotonic() + self.bookmark_interval
             while True:
                 out: list[bytes] = []
@@ -1107,7 +1129,7 @@ class KubernetesSimulator(Simulator):
                         if pending:
                             for version, kind, node in pending:
                                 if matches:
-                                    out.append(_line(kind, node))
+                                    out.append(encode(kind, node))
                                 sent = version
                             break
                         if now >= deadline:

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from forewarn.providers.kubernetes.simulate import (
 from forewarn.providers.simulator import SimError, SimServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import agent_env, examples, forewarn_cmd, run_forewarn
+from support import agent_env, eventually, examples, forewarn_cmd, run_forewarn
 
 NODE = "sim-node"
 AUTH = {"Authorization": "Bearer secret"}
@@ -824,3 +825,42 @@ def test_an_event_posted_gets_its_creation_time_as_the_api_server_stamps_it(
         assert created != "<none>", got.stdout
         assert before <= parse_time(created) <= sim.now()
         assert posted.json()["metadata"]["creationTimestamp"] == created
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (CI installs it)")
+def test_a_real_kubectl_watching_the_nodes_sees_the_cordon_in_its_status_column(
+    tmp_path: Path,
+) -> None:
+    """found: `kubectl get nodes -w`, left open while the node was cordoned, printed a second
+    `NAME AGE` header and a row without STATUS: kubectl asks the watch for Tables too, and
+    the simulator's watch sent the plain Node."""
+    sim = KubernetesSimulator(node=NODE)
+    with SimServer(sim) as server:
+        _kubectl(tmp_path, server.url, "version")  # writes the kubeconfig _kubectl uses
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "KUBECONFIG": str(tmp_path / "kubeconfig"),
+            "KUBECACHEDIR": str(tmp_path / "cache"),
+            "NO_PROXY": "127.0.0.1",
+        }
+        watch = subprocess.Popen(
+            [str(KUBECTL), "get", "nodes", "-w"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        # A kubectl that never prints must not hang the test: killed after 60 s.
+        guard = threading.Timer(60, watch.kill)
+        guard.start()
+        try:
+            assert watch.stdout is not None
+            header = watch.stdout.readline().split()
+            assert header == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+            assert watch.stdout.readline().split()[:2] == [NODE, "Ready"]
+            eventually(lambda: sim.open_watches >= 1, what="kubectl's watch")
+            sim.raise_notice("cordon", {})
+            assert watch.stdout.readline().split()[:2] == [NODE, "Ready,SchedulingDisabled"]
+            sim.withdraw("cordon")
+            assert watch.stdout.readline().split()[:2] == [NODE, "Ready"]
+        finally:
+            guard.cancel()
+            watch.kill()
+            watch.wait()
