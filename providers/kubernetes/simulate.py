@@ -85,7 +85,7 @@ from ..simulator import (
 from .karpenter import TERMINATION_ANNOTATION
 from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 from .settings import taint_key_problem
-from .tables import node_table, table_version
+from .tables import event_table, node_table, table_version
 
 DEFAULT_NODE = "forewarn-sim-node"
 # The field manager of the node lifecycle controller's writes (the cordon's taint), and of a
@@ -130,6 +130,16 @@ def _too_large(asked: int, current: int) -> dict[str, Any]:
         "retryAfterSeconds": 1,
     }
     return status
+
+
+# What a Table request's `includeObject` may be (none: Metadata).
+INCLUDE_OBJECT = (None, "None", "Metadata", "Object")
+
+
+def _bad_include(include: str | None) -> SimResponse:
+    """The API server's 400 for an `includeObject` it does not know."""
+    message = f'includeObject: Unsupported value: "{include}"'
+    return SimResponse.json(_status(400, "BadRequest", message), 400)
 
 
 def _line(kind: str, obj: dict[str, Any]) -> bytes:
@@ -886,6 +896,12 @@ class KubernetesSimulator(Simulator):
                 if namespace is None or event["metadata"]["namespace"] == namespace
             ]
         items = [item for item in items if _selected(_event_fields(item), wanted)]
+        version = table_version(request.header("Accept"))
+        if version is not None:  # `kubectl get events`: the API server's columns
+            include = request.param("includeObject")
+            if include not in INCLUDE_OBJECT:
+                return _bad_include(include)
+            return SimResponse.json(event_table(items, rv, self.now(), version, include))
         return SimResponse.json(
             {
                 "kind": "EventList",
@@ -934,9 +950,8 @@ class KubernetesSimulator(Simulator):
         if version is None:
             return None
         include = request.param("includeObject")
-        if include not in (None, "None", "Metadata", "Object"):
-            message = f'includeObject: Unsupported value: "{include}"'
-            return SimResponse.json(_status(400, "BadRequest", message), 400)
+        if include not in INCLUDE_OBJECT:
+            return _bad_include(include)
         table = node_table(nodes, str(self.rv), self.now(), version, include)
         return SimResponse.json(table)
 

@@ -1,4 +1,4 @@
-"""The simulator's server-side tables: what `kubectl get` prints for a Node.
+"""The simulator's server-side tables: what `kubectl get` prints for a Node and an Event.
 
 kubectl asks every `get` for a `meta.k8s.io` Table (`Accept: application/json;as=Table;
 v=v1;g=meta.k8s.io,...,application/json`) and prints the server's columns; given the plain
@@ -144,17 +144,17 @@ def node_cells(node: dict[str, Any], now: datetime) -> list[str]:
     ]
 
 
-def _row_object(node: dict[str, Any], include: str, version: str) -> dict[str, Any] | None:
+def _row_object(item: dict[str, Any], include: str, version: str) -> dict[str, Any] | None:
     """The row's object as `includeObject` asks (`Metadata` unless told): kubectl reads
-    labels (`--show-labels`, `-L`) from it."""
+    labels (`--show-labels`, `-L`) and the namespace (`-A`) from it."""
     if include == "None":
         return None
     if include == "Object":
-        return node
+        return item
     return {
         "kind": "PartialObjectMetadata",
         "apiVersion": f"meta.k8s.io/{version}",
-        "metadata": node["metadata"],
+        "metadata": item["metadata"],
     }
 
 
@@ -177,5 +177,82 @@ def node_table(
                 "object": _row_object(node, include or "Metadata", version),
             }
             for node in nodes
+        ],
+    }
+
+
+EVENT_COLUMNS = [
+    _column("Last Seen", "string", "Time when this Event was last seen"),
+    _column("Type", "string", "Type of this event (Normal, Warning)"),
+    _column("Reason", "string", "Why the action was taken"),
+    _column("Object", "string", "The object that this event is about"),
+    _column("Subobject", "string", "The subobject this event is about (fieldPath)", 1),
+    _column("Source", "string", "The component that reported this event", 1),
+    _column("Message", "string", "A human-readable description of the status of this operation"),
+    _column("First Seen", "string", "Time when this Event was first seen", 1),
+    _column("Count", "integer", "The number of times this event has occurred", 1),
+    _column("Name", "string", "Name must be unique within a namespace.", 1),
+]
+
+
+def _since(stamp: Any, now: datetime) -> str:
+    """A time's age, `<unknown>` for none (the printer's translate*TimestampSince)."""
+    if not isinstance(stamp, str) or not stamp:
+        return "<unknown>"
+    return human_duration(now - parse_time(stamp))
+
+
+def event_cells(event: dict[str, Any], now: datetime) -> list[Any]:
+    """A core v1 Event's cells, wide ones included (the server fills every column; kubectl
+    shows the priority-1 ones for `-o wide`): first seen from `firstTimestamp`, else the
+    `eventTime` an events.k8s.io/v1 Event has; last seen from `lastTimestamp`, else first."""
+    first = event.get("firstTimestamp") or None
+    first_seen = _since(first if first else event.get("eventTime"), now)
+    last = event.get("lastTimestamp") or None
+    last_seen = _since(last, now) if last else first_seen
+    count = event.get("count") or 1
+    series = event.get("series")
+    if isinstance(series, dict):
+        last_seen = _since(series.get("lastObservedTime"), now)
+        count = series.get("count", count)
+    regarding = event.get("involvedObject") or {}
+    kind = str(regarding.get("kind", "")).lower()
+    target = f"{kind}/{regarding['name']}" if regarding.get("name") else kind
+    source = event.get("source") or {}
+    component = source.get("component") or event.get("reportingComponent", "")
+    instance = source.get("host") or event.get("reportingInstance", "")
+    return [
+        last_seen,
+        event.get("type", ""),
+        event.get("reason", ""),
+        target,
+        regarding.get("fieldPath", ""),
+        f"{component}, {instance}" if instance else component,
+        str(event.get("message", "")).strip(),
+        first_seen,
+        count,
+        event["metadata"].get("name", ""),
+    ]
+
+
+def event_table(
+    events: list[dict[str, Any]],
+    resource_version: str,
+    now: datetime,
+    version: str,
+    include: str | None,
+) -> dict[str, Any]:
+    """A Table of core v1 Events, as the API server answers `kubectl get events`."""
+    return {
+        "kind": "Table",
+        "apiVersion": f"meta.k8s.io/{version}",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": EVENT_COLUMNS,
+        "rows": [
+            {
+                "cells": event_cells(event, now),
+                "object": _row_object(event, include or "Metadata", version),
+            }
+            for event in events
         ],
     }

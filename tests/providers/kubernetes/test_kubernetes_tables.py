@@ -3,9 +3,9 @@ and kubectl's ages."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
-from forewarn.providers.kubernetes.tables import human_duration, table_version
+from forewarn.providers.kubernetes.tables import event_cells, human_duration, table_version
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,3 +56,44 @@ def test_ages_are_printed_as_kubectl_prints_them() -> None:
     }
     got = {seconds: human_duration(timedelta(seconds=seconds)) for seconds in cases}
     assert got == cases
+
+
+def test_an_events_cells_read_its_times_as_the_api_servers_printer_does() -> None:
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)
+    core = {
+        "metadata": {"name": "e"},
+        "involvedObject": {"kind": "Node", "name": "n", "fieldPath": ""},
+        "type": "Normal",
+        "reason": "R",
+        "message": " m \n",
+        "source": {"component": "kubelet", "host": "n"},
+        "firstTimestamp": "2026-12-07T11:00:00Z",
+        "lastTimestamp": "2026-12-07T11:58:00Z",
+        "count": 4,
+    }
+    assert event_cells(core, now) == [
+        "2m",
+        "Normal",
+        "R",
+        "node/n",
+        "",
+        "kubelet, n",
+        "m",
+        "60m",
+        4,
+        "e",
+    ]
+    # events.k8s.io/v1's: no first or last timestamp, its eventTime; a series' last time.
+    new = {**core, "firstTimestamp": None, "lastTimestamp": None, "count": 0, "source": {}}
+    new |= {"eventTime": "2026-12-07T11:57:00.000000Z", "reportingComponent": "forewarn"}
+    assert event_cells(new, now)[:1] + event_cells(new, now)[5:] == [
+        "3m",
+        "forewarn",
+        "m",
+        "3m",
+        1,
+        "e",
+    ]
+    series = {**new, "series": {"count": 7, "lastObservedTime": "2026-12-07T11:59:30.000000Z"}}
+    assert event_cells(series, now)[0] == "30s" and event_cells(series, now)[8] == 7
+    assert event_cells({**new, "eventTime": None}, now)[0] == "<unknown>"
