@@ -96,24 +96,29 @@ def _hold_hangup(hangup: _GuardByte | None, watch: bool) -> None:
     its task queue for ever, in a session nobody would stop any more."""
     previous = signal.getsignal(signal.SIGHUP)
     if previous != signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, _Hangup(previous, hangup, watch))
+        # The parent to watch is read now, while the main process lives: read as the SIGHUP
+        # is handled, after the main process died (the terminal's SIGHUP and the kill come
+        # together, in either order), it was the reaper's, and the worker ran on to the end
+        # of its task, however long, after its job was gone.
+        parent = os.getppid() if watch else None
+        signal.signal(signal.SIGHUP, _Hangup(previous, hangup, parent))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # a pending one acts now
 
 
 class _Hangup:
     """A protected worker's SIGHUP handler (`_hold_hangup`)."""
 
-    def __init__(self, previous: Any, hangup: _GuardByte | None, watch: bool) -> None:
+    def __init__(self, previous: Any, hangup: _GuardByte | None, parent: int | None) -> None:
         self.previous = previous
         self.hangup = hangup
-        self.watch = watch
+        self.parent = parent  # to watch for, once a SIGHUP is outlived; None: not to
         self.watching = False
 
     def __call__(self, signum: int, frame: Any) -> None:
         if _guard_saves_on_hangup(self.hangup):
-            if self.watch and not self.watching:
+            if self.parent is not None and not self.watching:
                 self.watching = True
-                _start(_end_when_orphaned, os.getppid())
+                _start(_end_when_orphaned, self.parent)
             return
         previous = self.previous
         if callable(previous):

@@ -9,12 +9,15 @@ and ends with `sys.exit(guard.exit_code)`.
 INIT, the DataLoader's worker_init_fn: none (the default), ignore_job_signals (given
 uncalled, as people write it) or worker_init_fn() (the README's spelling). `prints`: each
 DataLoader worker prints a line for each item it loads (a dataset's own progress or warnings).
+Once a file `long-tasks` is in the working directory, each pool task takes a minute, and
+first leaves a file `long-task-<its worker's pid>` there.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -41,6 +44,10 @@ class Slow(Dataset[int]):
 
 def square(x: int) -> int:
     time.sleep(0.01)  # the scenario: a pool task's work
+    if os.path.exists("long-tasks"):  # the test's: from here on a task takes a minute
+        with open(f"long-task-{os.getpid()}", "w"):
+            pass
+        time.sleep(60)
     return x * x
 
 

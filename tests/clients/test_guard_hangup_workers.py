@@ -211,6 +211,41 @@ def test_pool_workers_that_outlived_a_sighup_end_when_the_main_process_dies(
         job.wait()
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pool_workers_sent_a_sighup_after_the_main_process_died_end_mid_task(
+    tmp_path: Path, method: str
+) -> None:
+    """Found walking last session's open case (a spawn Pool worker left after its main
+    process's SIGKILL, its orphan watcher still polling 15 s on, py-spy): the main process is
+    killed while its pool's workers run long tasks, and the group's SIGHUP (the terminal
+    closing) reaches them after. The guard's byte still says it saves, so they outlive the
+    SIGHUP and watch for their parent to go; the parent they watched was read as the SIGHUP
+    was handled, after the main process had died (the reaper), so they ran their tasks to the
+    end (a minute here, any length in a job) on the node the next job is given."""
+    record = tmp_path / "record"
+    job = start_job(tmp_path, "pool", method)
+    try:
+        eventually(lambda: steps(record) >= 3, timeout=60, what="step 3")
+        workers = children(job.pid)
+        (tmp_path / "long-tasks").touch()
+        eventually(
+            lambda: len(list(tmp_path.glob("long-task-*"))) >= 2, timeout=30, what="long tasks"
+        )
+        os.kill(job.pid, signal.SIGKILL)  # the main process dies before any save
+        job.wait()
+        for pid in workers:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGHUP)  # the group's SIGHUP, come just after
+        eventually(lambda: not session_processes(job.pid), timeout=10, what="every worker's end")
+    finally:
+        for line in session_processes(job.pid):
+            with suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        with suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_the_resource_tracker_outlives_a_closed_terminals_sighup(
     tmp_path: Path, method: str
