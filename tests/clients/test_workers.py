@@ -358,7 +358,7 @@ def running_in_group(pgid: int) -> list[int]:
     return running
 
 
-@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_guarded_workers_end_when_the_main_process_is_killed(
     start_method: str, rank_launcher: RankLauncher
 ) -> None:
