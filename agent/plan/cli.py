@@ -66,6 +66,7 @@ from .telemetry import TelemetrySummary, summarize_telemetry
 FLAGS = {
     "checkpoint_seconds": "--checkpoint",
     "checkpoint_p95_seconds": "--checkpoint-p95",
+    "upload_seconds": "--upload",
     "no_notice_share": "--no-notice-share",
     "max_interval_seconds": "--max-interval",
     "mtbi_seconds": "--mtbi",
@@ -498,6 +499,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DUR",
         help="95th percentile of the flush: what a notice must cover (default: the "
         "telemetry's, else the mean)",
+    )
+    job.add_argument(
+        "--upload",
+        type=_duration,
+        metavar="DUR",
+        help="a background save's upload: seconds from the end of its stall (--checkpoint) "
+        "until the checkpoint is durable; an interruption without a usable notice in it "
+        "loses the interval before (default: the telemetry's durable less stall, else 0)",
     )
     job.add_argument(
         "--restore",
@@ -1013,6 +1022,13 @@ def resolve(args: argparse.Namespace) -> Resolved:
         exit_margin_seconds=pick(
             "exit_margin_seconds", args.exit_margin, None, DEFAULT_EXIT_MARGIN_SECONDS
         ),
+        # Measured with the stall it follows, so only when the flush is the telemetry's.
+        upload_seconds=pick(
+            "upload_seconds",
+            args.upload,
+            summary.upload_seconds if summary and measured_flush else None,
+            0.0,
+        ),
     )
     if (
         sources.get("max_interval_seconds") == "flag"
@@ -1371,6 +1387,7 @@ def build(resolved: Resolved) -> dict[str, Any]:
         for name in (
             "checkpoint_seconds",
             "checkpoint_p95_seconds",
+            "upload_seconds",
             "mtbi_seconds",
             "restore_seconds",
             "restart_seconds",

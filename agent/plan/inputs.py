@@ -65,6 +65,8 @@ class Timing:
     # `exit_margin` before the deadline).
     notice_action: str = "terminate"
     exit_margin_seconds: float = DEFAULT_EXIT_MARGIN_SECONDS
+    # A background save's upload, from the end of its stall until it is durable.
+    upload_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -77,6 +79,7 @@ class Timing:
             "notice_lead_seconds",
             "response_seconds",
             "exit_margin_seconds",
+            "upload_seconds",
         ):
             _not_negative(name, getattr(self, name))
         if self.mtbi_seconds is not None and not (
@@ -157,6 +160,7 @@ class Timing:
             no_notice_share=self.no_notice_share,
             flush_p95_seconds=flush,
             drain_first=self.drains_first,
+            upload_seconds=self.upload_seconds,
         )
 
 

@@ -325,6 +325,13 @@ def warnings(
             f"the interval ({chosen:.4g} s) is shorter than the flush "
             f"({timing.checkpoint_seconds:.4g} s): the job spends more time saving than training"
         )
+    if timing.upload_seconds > chosen:
+        found.append(
+            f"the upload after each save ({timing.upload_seconds:.4g} s) outlasts the "
+            f"interval ({chosen:.4g} s): a save due while one uploads waits for it, training "
+            f"on, so checkpoints come every {timing.upload_seconds:.4g} s, as the overhead "
+            "counts them"
+        )
     if timing.mtbi_seconds is not None:
         found += _beyond_the_useful_time(timing, chosen)
         found += _notice_not_worth_it(timing)

@@ -103,6 +103,15 @@ def render(plan: dict[str, Any]) -> str:
             _p95_source(inputs["checkpoint_p95_seconds"], plan["flush"]["p95_seconds"]),
         ),
     ]
+    # A background save only: the row says where the model counts a roll-back past it.
+    if inputs["upload_seconds"]["value"]:
+        rows.append(
+            (
+                "upload after the stall",
+                seconds_text(inputs["upload_seconds"]["value"]),
+                source("upload_seconds"),
+            )
+        )
     if inputs["mtbi_seconds"]["value"] is not None:
         rows.append(
             (

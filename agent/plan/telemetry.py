@@ -39,6 +39,9 @@ class TelemetrySummary:
     # The stall and durable times, where acks carry them separately (background uploads).
     flush_source: str = "flush_seconds"
     coverage_source: str = "flush_seconds"
+    # A background save's upload after its stall (robust mean of durable - stall, where acks
+    # carry both): an interruption in it loses the interval before the checkpoint too.
+    upload_seconds: float | None = None
     # Reclaims that began as a drain with a deadline (DigitalOcean's reclaim mail, GCP host
     # maintenance) which the agent sent as terminate at its exit margin: their lead is the
     # drain's, and the job saved on the drain and trained on.
@@ -115,6 +118,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     held: set[tuple[int, str]] = set()
     stalls: list[float] = []
     durables: list[float] = []
+    uploads: list[float] = []  # durable - stall, of acks that carry both
     split = False
     restores: list[float] = []
     lost_steps: list[float] = []
@@ -197,6 +201,8 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                 stall = _number(record, "stall_seconds")
                 durable = _number(record, "durable_seconds")
                 split = split or stall is not None or durable is not None
+                if stall is not None and durable is not None:
+                    uploads.append(max(durable - stall, 0.0))
                 stall = stall if stall is not None else flush
                 durable = durable if durable is not None else flush
                 if stall is not None:
@@ -262,6 +268,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         late_notices=late,
         flush_source="stall_seconds" if split else "flush_seconds",
         coverage_source="durable_seconds" if split else "flush_seconds",
+        upload_seconds=robust_mean(uploads) if uploads else None,
         drained_first=len(began_as_drain),
         drain_saves=sum(1 for key in drain_ids if key not in terminated and key in saved_at),
         unattended_notices=unattended,
