@@ -9,7 +9,7 @@ interruption rate, are shown beside it for reference. Every time is in seconds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from forewarn.clients.adaptive import daly_interval, interval_for_tax, young_interval
 from forewarn.clients.overhead import Breakdown, Scenario, best_interval, breakdown
@@ -205,6 +205,16 @@ def recommended_interval(timing: Timing) -> float:
     scenario = _scenario(timing)
     found = best_interval(scenario, max_seconds=timing.max_interval_seconds)
     if math.isinf(breakdown(scenario, found).total):
+        if timing.upload_seconds and math.isfinite(
+            breakdown(replace(scenario, upload_seconds=0), found).total
+        ):
+            # Saves come at most once per upload: it, not the rate, keeps no work.
+            raise PlanError(
+                "upload_seconds",
+                f"a {_secs(timing.upload_seconds)} s upload is so long against "
+                f"{timing.mtbi_seconds:g} s between interruptions that the job would never "
+                "keep any work (a save due while one uploads waits for it)",
+            )
         raise PlanError(
             "mtbi_seconds",
             f"{timing.mtbi_seconds:g} s between interruptions is too short for a "

@@ -181,3 +181,12 @@ def test_a_longer_upload_never_costs_less(
     # None is 0 more: the model without an upload is unchanged.
     plain = Scenario(checkpoint, mtbi, restart, notice_lead_seconds=lead, no_notice_share=share)
     assert breakdown(plain, interval) == breakdown(replace(plain, upload_seconds=0.0), interval)
+
+
+def test_an_upload_too_long_to_keep_work_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 100-day upload against two interruptions a day keeps no work: it was put down to the
+    rate ("43200 s between interruptions is too short for ... a 60 s checkpoint")."""
+    argv = ["--checkpoint", "60s", "--interruptions-per-day", "2", "--upload", "100d"]
+    assert plan_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--upload" in err and "8640000 s upload" in err, err
