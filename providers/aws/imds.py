@@ -147,29 +147,38 @@ def parse_instance_action(body: bytes | str, now: datetime | None = None) -> lis
     Hibernation starts at once, without the two-minute lead, so its deadline is now. A `time`
     that is missing or does not parse still means the instance is being taken: the notice is
     published as terminate without a deadline (the safer side: clients exit now), never
-    dropped.
+    dropped. So is an answer whose `action` is missing or none of the three documented: the
+    path answers 200 only for an interruption, so it is published as terminate at its `time`
+    and the odd action is said (`PartialParse`), as for a scheduled event's unknown State.
     """
     payload = _object(body, SPOT_PATH)
-    action = _string_field(payload, "action", SPOT_PATH)
-    if action not in SPOT_ACTIONS:
-        raise ParseError(
-            f"{SPOT_PATH}: action {action[:40]!r} is not one of {', '.join(SPOT_ACTIONS)}"
-        )
+    action = payload.get("action")
     try:
         when: datetime | None = _time_field(payload, "time", SPOT_PATH)
     except ParseError:
         when = None
     deadline = (now or utcnow()) if action == "hibernate" else when
     notice_id = stable_id(PROVIDER, "spot-itn", {"action": action, "time": payload.get("time")})
-    return [
-        _report(
-            id=notice_id,
-            action="terminate",
-            reason="spot-interruption",
-            deadline=deadline,
-            detail=payload,
+    report = _report(
+        id=notice_id,
+        action="terminate",
+        reason="spot-interruption",
+        deadline=deadline,
+        detail=payload,
+    )
+    if action not in SPOT_ACTIONS:
+        shown = (
+            f"{action[:40]!r} is not one of {', '.join(SPOT_ACTIONS)}"
+            if isinstance(action, str)
+            else "is missing"
+            if "action" not in payload
+            else f"must be a string, it is a {type(action).__name__}"
         )
-    ]
+        raise PartialParse(
+            f"{SPOT_PATH}: field 'action' {shown} (published as a terminate all the same)",
+            [report],
+        )
+    return [report]
 
 
 class PartialParse(ParseError):

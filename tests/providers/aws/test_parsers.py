@@ -176,6 +176,29 @@ def test_a_spot_notice_whose_time_does_not_parse_is_terminate_without_deadline(b
     assert parse_instance_action(body)[0].id == report.id
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"action": "explode", "time": "2017-09-18T08:22:00Z"}',
+        '{"action": "Terminate", "time": "2017-09-18T08:22:00Z"}',
+        '{"action": 7, "time": "2017-09-18T08:22:00Z"}',
+        '{"time": "2017-09-18T08:22:00Z"}',
+    ],
+)
+def test_a_spot_notice_with_an_action_not_documented_is_still_a_terminate(body: str) -> None:
+    # A 200 on instance-action is the interruption itself; dropped for an action outside the
+    # three documented, the job ran into the reclaim with only a bad-spot error in the log.
+    with pytest.raises(PartialParse) as caught:
+        parse_instance_action(body, now=NOW)
+    (report,) = caught.value.reports
+    assert (report.action, report.reason) == ("terminate", "spot-interruption")
+    assert report.deadline == datetime(2017, 9, 18, 8, 22, tzinfo=timezone.utc)
+    assert report.detail == json.loads(body)
+    with pytest.raises(PartialParse) as again:
+        parse_instance_action(body, now=NOW)
+    assert again.value.reports[0].id == report.id
+
+
 @pytest.mark.parametrize("state", ["InService", "Standby", "Warmed:Running", "Detached"])
 def test_other_asg_states_are_no_notice(state: str) -> None:
     assert parse_lifecycle_state(state) == []
@@ -376,3 +399,13 @@ def test_a_spot_answer_with_a_field_nested_deep_is_still_a_terminate_the_agent_c
     (report,) = parse_instance_action(body.encode(), now=NOW)
     assert report.action == "terminate" and report.deadline is not None
     _publishable(report)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(spot=spot_like)
+def test_any_object_at_instance_action_is_one_terminate(spot: dict[str, object]) -> None:
+    try:
+        reports = parse_instance_action(json.dumps(spot), now=NOW)
+    except PartialParse as partial:
+        reports = partial.reports
+    assert [(r.action, r.reason) for r in reports] == [("terminate", "spot-interruption")]

@@ -81,6 +81,25 @@ async def test_a_report_is_not_logged_again_beside_the_agents_lines(
     assert all("+00:00" not in r.getMessage() for r in lines), lines
 
 
+async def test_a_spot_action_not_documented_is_a_terminate_sent_once_and_said(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    # It was a bad-spot error at every poll and no notice: the job ran into the reclaim.
+    sim.add_fault(
+        "status",
+        path=SPOT_PATH,
+        status=200,
+        body='{"action": "reboot", "time": "2026-11-30T03:12:00Z"}',
+        content_type="text/plain",
+    )
+    async with watching(server.url, spot_interval=0.1) as run:
+        report, _ = await run.report_at(action="terminate")
+        assert report.reason == "spot-interruption"
+        assert report.deadline == parse_time("2026-11-30T03:12:00Z")
+        await run.until(lambda: run.health.errors_by_kind.get("bad-spot", 0) >= 3)
+        assert len(run.reports) == 1
+
+
 async def test_a_rebalance_is_a_drain_and_clears_when_gone(
     sim: ImdsSimulator, server: SimServer
 ) -> None:
