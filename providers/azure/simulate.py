@@ -11,7 +11,8 @@ Resources, and `/metadata/instance[/compute]` for the VM's name. The first call 
 slow, as it is on a VM that has not used Scheduled Events for a day.
 
 Control API (shared by every simulator): `POST /_sim/notices {"kind": "Preempt", ...}` with
-kinds Preempt, Terminate, Reboot, Redeploy, Freeze and fields `resources`,
+kinds Preempt, Terminate, Reboot, Redeploy, Freeze and fields `resources` (a list, or one
+text of names split by ";" as `--notice` writes it),
 `not_before_seconds`, `status`, `event_id`, `description`, `event_source`,
 `duration_seconds`; `PATCH`/`DELETE /_sim/notices/<EventId>`; `GET /_sim/state` (events,
 approvals received, 429s). Faults are the shared vocabulary (`POST /_sim/faults`), with IMDS's
@@ -359,8 +360,17 @@ class AzureSimulator(Simulator):
         """Copy control-API fields onto an event; returns the new NotBefore lead, if any."""
         if "resources" in fields:
             resources = fields["resources"]
+            if isinstance(resources, str):
+                # What `--notice KIND,resources=a;b` can write: its `,` ends the field, and an
+                # Azure VM name never holds a `;` (letters, digits, `-`, `_`, `.`).
+                written, resources = resources, [n.strip() for n in resources.split(";")]
+                if not all(resources):
+                    # `resources=` or `a;;b`: an unset shell variable, not a VM of no name.
+                    raise SimError(f'"resources" names an empty VM name: {written!r}')
             if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-                raise SimError('"resources" must be a list of VM names')
+                raise SimError(
+                    '"resources" must be a list of VM names (or one text of names split by ";")'
+                )
             event["Resources"] = list(resources)
         if "description" in fields:
             event["Description"] = str(fields["description"])

@@ -192,7 +192,10 @@ class TestControlApi:
             {"kind": "Preempt", "not_before_seconds": 1e12},
             '{"kind": "Preempt", "not_before_seconds": Infinity}',
             '{"kind": "Preempt", "not_before_seconds": NaN}',
-            {"kind": "Preempt", "resources": "gpu-0"},
+            # One text is names split by ";" (what --notice can write); none may be empty.
+            {"kind": "Preempt", "resources": ""},
+            {"kind": "Preempt", "resources": "gpu-0;;gpu-1"},
+            {"kind": "Preempt", "resources": ["gpu-0", 1]},
             {"kind": "Preempt", "colour": "red"},
             {"kind": "Preempt", "status": "Completed"},
         ],
@@ -305,6 +308,33 @@ def test_cli_approval_start_after_keeps_an_approved_event_scheduled(tmp_path: Pa
     assert proc.returncode == 0
 
 
+def test_cli_notice_names_the_resources_of_its_event(tmp_path: Path) -> None:
+    """`--notice KIND,resources=...` (fields "as in POST /_sim/notices") could not name the
+    VMs of an event: a `,` ends the field, and one name was refused as not a list, so an event
+    of another VM of the availability set could not be raised with --notice."""
+    ready = tmp_path / "sim.url"
+    proc = subprocess.Popen(
+        forewarn_cmd("simulate", "azure", "--port", "0", "--ready-file", str(ready),
+                     "--rate-limit", "1000", "--notice", "Preempt,resources=other-vm",
+                     "--notice", "Reboot,resources=forewarn-vm;other-vm"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        eventually(
+            lambda: proc.poll() is not None or (ready.is_file() and ready.read_text().strip()),
+            what="the ready file",
+        )
+        assert proc.poll() is None, proc.communicate()[1]
+        with httpx.Client(base_url=ready.read_text().strip(), trust_env=False) as client:
+            events = client.get(EVENTS, params=V, headers=META).json()["Events"]
+        resources = {event["EventType"]: event["Resources"] for event in events}
+        assert resources == {"Preempt": ["other-vm"], "Reboot": ["forewarn-vm", "other-vm"]}
+    finally:
+        proc.terminate()
+        proc.wait(5)
+    assert proc.returncode == 0
+
+
 def test_drill_script_raises_a_drain_and_a_terminate() -> None:
     script = drill_script()
     sim = AzureSimulator()
@@ -325,3 +355,13 @@ def test_not_before_in_either_form_the_watcher_reads() -> None:
         assert parse_not_before(text) is not None
     with pytest.raises(SimError, match="rfc1123, iso8601"):
         AzureSimulator(not_before_format="unix")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True), min_size=1))
+def test_resources_as_one_text_are_the_same_as_a_list(names: list[str]) -> None:
+    """`resources` written as one text split by ";" (as --notice writes it) is the list."""
+    sim = AzureSimulator(vm_name="gpu-0")
+    from_text = sim.raise_notice("Preempt", {"resources": " ; ".join(names)})
+    from_list = sim.raise_notice("Preempt", {"resources": names})
+    assert sim.events[from_text]["Resources"] == sim.events[from_list]["Resources"] == names
