@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
+from forewarn.protocol.oneline import quoted
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
@@ -48,6 +49,7 @@ from .events import (
     EventsDocument,
     ScheduledEvent,
     cleared,
+    concerns,
     event_id_of,
     parse_compute,
     parse_document,
@@ -627,6 +629,16 @@ class AzureWatcher:
             )
             return
         assert self.names is not None
+        if not concerns(event, self.names):
+            # Still listed, but Azure moved it to other VMs of the set: kept for a document as
+            # a missing event is, it was approved on an ack (with azure.approve_shared), which
+            # released the event for VMs this one is not among.
+            self.approvals.skip(
+                event_id,
+                f"it no longer names this VM ({', '.join(sorted(self.names))}): its "
+                f"Resources are {quoted(list(event.resources))}",
+            )
+            return
         others = [r for r in event.resources if r.lower() not in self.names]
         if others and not self.settings.approve_shared:
             self.approvals.skip(

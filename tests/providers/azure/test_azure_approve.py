@@ -468,3 +468,24 @@ def test_the_wait_between_tries_never_passes_the_ceiling(
 
     waits = asyncio.run(run())
     assert all(wait <= ceiling for wait in waits), (ceiling, waits)
+
+
+async def test_an_event_that_no_longer_names_this_vm_is_not_approved() -> None:
+    """An event still listed but whose Resources no longer name this VM (Azure moved it to
+    the other VMs of the set) was kept for one more document, as one missing from the list
+    is, and an ack in that window approved it: a StartRequests that released the event of
+    VMs this one is not among (with azure.approve_shared, since none of them is this VM)."""
+    async with running(removal_after=30, approve_shared=True) as h:
+        event_id = h.sim.raise_notice("Terminate", {})
+        await eventually_async(lambda: h.reports, what="the terminate")
+        h.sim.change_notice(event_id, {"resources": ["gpu-1"]})
+        # The first document without this VM in it read; the ack comes before the next.
+        await eventually_async(lambda: h.watcher._missing, what="the document without gpu-0")
+        h.watcher.flushed(f"azure/{event_id}")
+        await eventually_async(
+            lambda: event_id in h.watcher.approvals.skipped or h.sim.approvals,
+            what="the approval judged",
+        )
+        await h.more_polls(2)
+        assert h.sim.approvals == []
+        assert "gpu-0" in h.watcher.approvals.skipped[event_id]
