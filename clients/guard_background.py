@@ -71,6 +71,7 @@ class BackgroundSaves(ExitReporting):
     _awaiting: dict[int, tuple[str, ...]]  # step -> notices its ack is owed to
     _unrecorded: set[int]
     _early: dict[int, tuple[SaveTiming, Generation | None, BaseException | None]]
+    _refused_told: set[str]  # notices acked `failed` for a save that failed unrecorded
     _flag_step: int | None
     _failures_in_row: int
     _retry_at: float
@@ -113,6 +114,7 @@ class BackgroundSaves(ExitReporting):
         # once recorded, else the ack would go out without the notices it answers.
         self._unrecorded = set()
         self._early = {}
+        self._refused_told = set()
         if background is not False:
             self._start_background(background)
 
@@ -206,6 +208,17 @@ class BackgroundSaves(ExitReporting):
         try:
             timing = saver.save(step, state, metadata=metadata, waited_since=waited_since)
         except BaseException as error:
+            with self._lock:
+                if step in self._early:
+                    # Failed before it was recorded (refused while saves given up still hold
+                    # their copies, or its snapshot failed): its failure named no notice, so
+                    # the agent heard `failed` for none of the drains it was for and waited
+                    # on them with no word. Those are the notices still pending (they stay so,
+                    # for the next save to answer); each is told once, not at every step the
+                    # drain asks again and is refused again.
+                    told = self._refused_told
+                    self._awaiting[step] = tuple(sorted(self._notice_ids - told))
+                    told.update(self._notice_ids)
             self._recorded(step)
             if isinstance(error, CheckpointError):
                 with self._lock:

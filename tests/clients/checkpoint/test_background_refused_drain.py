@@ -1,0 +1,137 @@
+"""A drain whose background save is refused at once (two saves given up on a hung mount still
+hold their copies of the state): the agent hears `failed` for that drain, saying why, and the
+drain stays owed a save, so the save after the mount recovers acks it `saved` (a real agent
+subprocess with its local provider, a local store whose writes block)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import forewarn.clients.checkpoint.background as background_module
+import pytest
+from forewarn.clients.checkpoint import CheckpointStore, ObjectWriter
+from forewarn.clients.checkpoint.background import BackgroundSaveError
+from forewarn.clients.checkpoint.testing import DelegatingBackend
+from support import AgentProcess, LazyModule, agent_env, eventually, requires
+
+pytestmark = [requires("torch"), pytest.mark.usefixtures("forked_agents")]
+torch = LazyModule("torch")
+
+# The stall bound (EXIT_STALL_SECONDS, 120 s in use), scaled down.
+STALL_BOUND = 0.3
+
+
+class HungMount(DelegatingBackend):
+    """Every write of a state file blocks until `recover` is set, as on a hung NFS mount."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.recover = threading.Event()
+
+    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+        inner = self.inner.writer(key, on_done)
+        if not key.endswith("state.pt"):
+            return inner
+        original, recover = inner.write, self.recover
+
+        def write(data: Any) -> int:
+            if not recover.wait(60):
+                raise TimeoutError("the test never let the mount recover")
+            return original(data)
+
+        inner.write = write  # type: ignore[method-assign]
+        return inner
+
+
+def _stuck_saves() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("forewarn-background-save-")]
+
+
+def _acks(env: dict[str, str]) -> list[dict[str, Any]]:
+    """The acks the agent wrote to its telemetry, oldest first."""
+    from forewarn.agent.telemetry import FILE_NAME, read_records
+
+    path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
+    return [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
+
+
+@pytest.fixture
+def hung_mount(tmp_path: Path) -> Iterator[HungMount]:
+    backend = HungMount(CheckpointStore(str(tmp_path / "store")).backend)
+    try:
+        yield backend
+    finally:
+        backend.recover.set()
+        eventually(lambda: not _stuck_saves(), timeout=30, what="the stuck saves to end")
+
+
+def test_a_drain_whose_save_is_refused_for_stuck_copies_is_acked_failed_then_saved(
+    tmp_path: Path, hung_mount: HungMount, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forewarn.clients import CheckpointGuard
+
+    monkeypatch.setattr(background_module, "EXIT_STALL_SECONDS", STALL_BOUND)
+    store = CheckpointStore(backend=hung_mount)
+    state = {"w": torch.zeros(64, 64)}
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, env=env) as agent:
+        guard = CheckpointGuard(
+            store=store,
+            background=True,
+            handle_signals=False,
+            flag_file=None,
+            every_steps=1000,
+            events=agent.events,
+            control=agent.control_endpoint,
+        )
+        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        # Two saves stuck in their writes, each given up as stalled by the save after it.
+        guard.save_state(1, state)
+        with pytest.raises(BackgroundSaveError):
+            guard.save_state(2, state)
+        guard.save_state(2, state)
+        with pytest.raises(BackgroundSaveError):
+            guard.save_state(3, state)
+        assert len(_stuck_saves()) == 2
+        before = len(_acks(agent.env))
+        notice = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
+        eventually(lambda: guard.due(3), what="the drain")
+        with pytest.raises(BackgroundSaveError, match="still stuck in their writes"):
+            guard.save_state(3, state)
+        # The agent must not believe the drain saved, nor wait on it with no word: it hears
+        # `failed` for this notice, with why.
+        refused = eventually(
+            lambda: [a for a in _acks(env)[before:] if a["notice_id"] == notice],
+            timeout=10,
+            what="the drain's failed ack",
+        )
+        assert [a["outcome"] for a in refused] == ["failed"], refused
+        assert "still stuck in their writes" in (refused[0]["note"] or ""), refused
+        # The drain still asks at the next step, and is refused again: the agent was told
+        # once (the step's own failed ack goes out, naming no notice).
+        assert guard.due(4), "the drain is still owed a save"
+        with pytest.raises(BackgroundSaveError, match="still stuck in their writes"):
+            guard.save_state(4, state)
+        eventually(
+            lambda: any(a["step"] == 4 for a in _acks(env)[before:]), what="step 4's failed ack"
+        )
+        assert [a["step"] for a in _acks(env)[before:] if a["notice_id"] == notice] == [3]
+        # The mount recovers: the drain is still owed a save, and the next one answers it.
+        hung_mount.recover.set()
+        eventually(lambda: not _stuck_saves(), timeout=30, what="the stuck saves to end")
+        assert guard.due(5), "the drain is still owed a save"
+        saved = guard.save_state(5, state)
+        assert notice in saved.notices, saved
+        assert guard.saver.wait() is not None
+        guard.close()
+        eventually(
+            lambda: (
+                (notice, 5, "saved")
+                in [(a["notice_id"], a["step"], a["outcome"]) for a in _acks(env)]
+            ),
+            what="the drain's saved ack",
+        )
+    store.close()
