@@ -6,7 +6,11 @@ deletes it, but the time by which it will force the machine down whatever the po
 the annotation `karpenter.sh/nodeclaim-termination-timestamp` (RFC 3339), stamped when the
 NodeClaim is deleted and before Karpenter deletes the Node. The Node names its NodeClaim in
 `metadata.ownerReferences` (`karpenter.sh/v1`, kind `NodeClaim`), which Karpenter sets when
-the node registers. Without a terminationGracePeriod there is no annotation, and no deadline.
+the node registers. Without a terminationGracePeriod there is no annotation, and no deadline,
+except for a node Karpenter's node repair deletes (an unhealthy condition past its toleration):
+repair stamps the NodeClaim with the moment it acts, whatever the NodePool sets, so the deadline
+is already past when the Node shows its mark (kubernetes-sigs/karpenter
+pkg/controllers/node/health/controller.go, `annotateTerminationGracePeriod`).
 """
 
 from __future__ import annotations

@@ -59,6 +59,25 @@ async def test_karpenters_drain_carries_the_nodeclaims_termination_timestamp(
     assert watching.watcher.nodeclaim_gets == gets  # read once it was there
 
 
+async def test_node_repairs_termination_timestamp_already_past_is_the_drains_deadline(
+    cluster: Cluster, watching: Running
+) -> None:
+    """Karpenter's node repair (kubernetes-sigs/karpenter pkg/controllers/node/health/
+    controller.go, annotateTerminationGracePeriod) stamps the NodeClaim with the moment it
+    acts, with or without a `terminationGracePeriod`, then deletes it: the machine is forced
+    down at once. The deadline is read as stamped, already past when the Node shows it."""
+    stamped = _in(-1)
+    cluster.raise_("karpenter", termination=stamped)
+
+    def by_stamp(notice_id: str) -> bool:
+        return any(
+            r.id == notice_id and r.deadline == parse_time(stamped) for r in watching.reports
+        )
+
+    await watching.until(lambda: by_stamp(DELETING), 8, "the deletion's drain, by the stamp")
+    await watching.until(lambda: by_stamp(TAINT), 8, "the taint's drain, by the stamp")
+
+
 async def test_a_node_no_nodeclaim_owns_asks_for_none(cluster: Cluster, watching: Running) -> None:
     cluster.raise_("taint", key="karpenter.sh/disrupted")
     report = await watching.report("drain", TAINT)
