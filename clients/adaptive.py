@@ -108,7 +108,8 @@ class AdaptiveInterval:
     judged on the flushes' 95th percentile. `"daly"` and `"young"` use those closed forms at
     the full interruption rate. Before any flush is measured, `seconds` is `min_seconds`: an
     early first checkpoint is how the cost gets measured. The result is clamped to
-    [`min_seconds`, `max_seconds`].
+    [`min_seconds`, `max_seconds`], and is never shorter than the upload W of a background
+    save (`upload_seconds`, else the robust mean of the recorded uploads; 0 before any).
     """
 
     def __init__(
@@ -127,6 +128,7 @@ class AdaptiveInterval:
         clip: float = DEFAULT_CLIP,
         min_seconds: float = 60.0,
         max_seconds: float = SECONDS_PER_DAY,
+        upload_seconds: float | None = None,
     ) -> None:
         if (interruptions_per_day is None) == (mtbi_seconds is None):
             raise ValueError("give exactly one of interruptions_per_day or mtbi_seconds")
@@ -176,13 +178,32 @@ class AdaptiveInterval:
             detection_seconds=detection_seconds,
             no_notice_share=no_notice_share,
         )
+        # A caller's W is fixed; None: learned from `record_upload`, as the plan takes
+        # the telemetry's durable less stall.
+        self._fixed_upload = (
+            None if upload_seconds is None else _not_negative("upload_seconds", upload_seconds)
+        )
+        self._uploads: deque[float] = deque(maxlen=window)
         self._flushes: deque[float] = deque(maxlen=window)
         self._rates: deque[float] = deque(maxlen=window)
-        self._cached: tuple[tuple[float, float], float] | None = None
+        self._cached: tuple[tuple[float, float, float], float] | None = None
 
     def record_flush(self, seconds: float) -> None:
         """One measured checkpoint: the seconds it held up training."""
         self._flushes.append(_not_negative("flush seconds", seconds))
+
+    def record_upload(self, seconds: float) -> None:
+        """One background save's upload: the seconds from the end of its stall (the flush
+        `record_flush` got) until it was durable. An interruption without a usable notice
+        in that window loses the interval before it too."""
+        self._uploads.append(_not_negative("upload seconds", seconds))
+
+    @property
+    def upload_seconds(self) -> float:
+        """W in use: the caller's, else the robust mean of the recent uploads, else 0."""
+        if self._fixed_upload is not None:
+            return self._fixed_upload
+        return robust_mean(self._uploads, self.clip) if self._uploads else 0.0
 
     def record_progress(self, steps: int, seconds: float) -> None:
         """`steps` training steps took `seconds` (without the checkpoint): measures steps/s."""
@@ -207,7 +228,12 @@ class AdaptiveInterval:
         if cost is None:
             return None
         p95 = self.flush_p95_seconds
-        scenario = replace(self._base, checkpoint_seconds=cost, flush_p95_seconds=p95)
+        scenario = replace(
+            self._base,
+            checkpoint_seconds=cost,
+            flush_p95_seconds=p95,
+            upload_seconds=self.upload_seconds,
+        )
         lead = scenario.notice_lead_seconds
         if self.notice_action != "drain" or lead <= 0:
             return scenario
@@ -231,7 +257,7 @@ class AdaptiveInterval:
             return self.min_seconds
         cost = scenario.checkpoint_seconds
         if self.formula == "exact":
-            key = (cost, scenario.flush_p95_seconds or 0.0)
+            key = (cost, scenario.flush_p95_seconds or 0.0, scenario.upload_seconds)
             if self._cached is None or self._cached[0] != key:
                 found = best_interval(
                     scenario, min_seconds=self.min_seconds, max_seconds=self.max_seconds
@@ -242,7 +268,10 @@ class AdaptiveInterval:
             value = daly_interval(cost, self.mtbi_seconds)
         else:
             value = young_interval(cost, self.mtbi_seconds)
-        return min(self.max_seconds, max(self.min_seconds, value))
+        # A save due while the last one uploads waits for it (`breakdown` counts it so): an
+        # interval below W is never what the job gets, so it is not recommended (not even
+        # under `max_seconds`).
+        return max(scenario.upload_seconds, min(self.max_seconds, max(self.min_seconds, value)))
 
     def steps(self, steps_per_second: float | None = None) -> int | None:
         """The interval in steps at `steps_per_second` (else the measured speed); None when

@@ -18,7 +18,9 @@ from forewarn.clients.adaptive import (
     young_interval,
 )
 from forewarn.clients.overhead import Scenario, best_interval
-from support import LazyModule
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from support import LazyModule, examples
 
 if TYPE_CHECKING:
     import numpy as np
@@ -292,3 +294,85 @@ def test_adaptive_interval_refuses_an_unknown_notice_action() -> None:
         AdaptiveInterval(mtbi_seconds=3600, notice_lead_seconds=120, notice_action="exit")
     with pytest.raises(ValueError, match="exit_margin_seconds must not be negative"):
         AdaptiveInterval(mtbi_seconds=3600, exit_margin_seconds=-1)
+
+
+def test_background_saves_count_their_upload_as_the_plan_does() -> None:
+    """A 2 s stall whose save is durable 600 s later: with the upload ignored the interval
+    was 169 s, shorter than the upload, and the overhead under-counted (plan: W = 600 s)."""
+    from forewarn.agent.plan.inputs import Timing
+
+    auto = AdaptiveInterval(interruptions_per_day=4, restart_seconds=300)
+    for _ in range(8):
+        auto.record_flush(2.0)
+        auto.record_upload(600.0)
+    assert auto.upload_seconds == 600.0
+    assert auto.seconds >= 600.0
+    plan = Timing(
+        checkpoint_seconds=2.0,
+        checkpoint_p95_seconds=2.0,
+        mtbi_seconds=86400 / 4,
+        restart_seconds=300,
+        upload_seconds=600.0,
+    ).scenario()
+    assert auto.scenario == plan
+    assert auto.seconds == pytest.approx(best_interval(plan, min_seconds=60.0), rel=1e-3)
+    # Given by the caller instead of learned: the same choice.
+    given = AdaptiveInterval(interruptions_per_day=4, restart_seconds=300, upload_seconds=600)
+    given.record_flush(2.0)
+    assert given.seconds == pytest.approx(auto.seconds, rel=1e-6)
+
+
+@pytest.mark.parametrize("formula", ["daly", "young"])
+def test_the_closed_forms_never_go_below_the_upload(formula: str) -> None:
+    auto = AdaptiveInterval(interruptions_per_day=4, formula=formula, upload_seconds=900)
+    auto.record_flush(2.0)
+    assert auto.seconds >= 900.0
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(
+    stall=st.floats(0.5, 120.0),
+    short=st.floats(0.0, 3600.0),
+    extra=st.floats(0.0, 3600.0),
+    per_day=st.floats(0.5, 24.0),
+    lead=st.sampled_from([0.0, 30.0, 120.0]),
+    tau=st.floats(60.0, 86400.0),
+)
+def test_a_longer_upload_never_costs_less(
+    stall: float, short: float, extra: float, per_day: float, lead: float, tau: float
+) -> None:
+    """At an interval both uploads fit in, the longer upload is never predicted cheaper, and
+    neither choice is shorter than its upload."""
+    long = short + extra
+    assume(tau >= long)
+    scenarios = []
+    for upload in (short, long):
+        auto = AdaptiveInterval(
+            interruptions_per_day=per_day,
+            notice_lead_seconds=lead,
+            restart_seconds=120,
+            max_seconds=86400 * 2,
+        )
+        auto.record_flush(stall)
+        auto.record_upload(upload)
+        assert auto.seconds >= upload
+        scenarios.append(auto.scenario)
+    assert scenarios[0] is not None and scenarios[1] is not None
+    cheap = overhead.overhead(scenarios[0], tau)
+    dear = overhead.overhead(scenarios[1], tau)
+    assert dear >= cheap - 1e-12 * max(1.0, abs(cheap))
+
+
+def test_a_negative_upload_is_refused() -> None:
+    auto = AdaptiveInterval(interruptions_per_day=1)
+    with pytest.raises(ValueError, match="upload seconds"):
+        auto.record_upload(-1.0)
+    with pytest.raises(ValueError, match="upload_seconds"):
+        AdaptiveInterval(interruptions_per_day=1, upload_seconds=-1.0)
+
+
+def test_the_upload_outweighs_max_seconds() -> None:
+    """Below W every interval is W's (a due save waits for the upload): never recommended."""
+    auto = AdaptiveInterval(interruptions_per_day=4, max_seconds=300, upload_seconds=900)
+    auto.record_flush(2.0)
+    assert auto.seconds == 900.0
