@@ -1,8 +1,9 @@
 """The checkpoint interval that keeps expected overhead near its minimum, as flushes are measured.
 
 Standard library only: it runs inside the training process. `CheckpointGuard(every="auto")`
-feeds it each measured flush and asks it for the interval; `forewarn plan` uses the same
-model (`forewarn.clients.overhead`) and recommends the interval this converges to.
+feeds it each measured flush (and a background save's upload) and asks it for the interval;
+`forewarn plan` uses the same model (`forewarn.clients.overhead`) and recommends the interval
+this converges to.
 
 - Young (1974), first order: tau = sqrt(2 C M).
 - Daly (2006), higher order: for C < 2M,

@@ -198,6 +198,9 @@ class CheckpointGuard(
         self._next_step: float = self.every_steps if self.every_steps else math.inf
 
         self._lock = threading.Lock()
+        # `adaptive` is fed from the loop (each flush) and from a background save's thread
+        # (each upload): its deques must not change while it computes the interval.
+        self._adaptive_lock = threading.Lock()
         self._pending: dict[str, str | None] = {}  # reason -> notice id
         self._notice_ids: set[str] = set()
         self._handled: set[str] = set()  # drains already flushed for
@@ -433,8 +436,9 @@ class CheckpointGuard(
         if durable:
             self.durable_step = step
         if self.adaptive is not None and seconds is not None:
-            self.adaptive.record_flush(seconds)
-            self.every_seconds = self.adaptive.seconds
+            with self._adaptive_lock:
+                self.adaptive.record_flush(seconds)
+                self.every_seconds = self.adaptive.seconds
         self._next_step = step + self.every_steps if self.every_steps else math.inf
         self._last_save = now
         self._due_since = None

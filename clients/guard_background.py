@@ -22,6 +22,9 @@ from .guard_state import TICK_SECONDS
 from .saveresult import SaveResult
 
 if TYPE_CHECKING:
+    import threading
+
+    from .adaptive import AdaptiveInterval
     from .checkpoint import BackgroundSaver, CheckpointStore, Generation, SaveTiming
 
 log = logging.getLogger("forewarn.clients")
@@ -82,6 +85,8 @@ class BackgroundSaves(ExitReporting):
     every_steps: int | None  # CheckpointGuard's schedule, and when it last saved
     every_seconds: float | None
     _last_save: float
+    adaptive: AdaptiveInterval | None  # every="auto": fed each upload (see _background_done)
+    _adaptive_lock: threading.Lock
 
     if TYPE_CHECKING:
         # CheckpointGuard's own, and FlagFileRequests'.
@@ -460,6 +465,12 @@ class BackgroundSaves(ExitReporting):
                 self.durable_step = max(self.durable_step or 0, timing.step)
                 if timing.durable_seconds is not None:
                     self._slowest_flush = max(self._slowest_flush, timing.durable_seconds)
+        if error is None and self.adaptive is not None and timing.durable_seconds is not None:
+            # The upload W after the stall `_record` fed as the flush: an interruption in it
+            # loses the interval before too, and no interval below it is worth planning.
+            with self._adaptive_lock:
+                self.adaptive.record_upload(max(timing.durable_seconds - timing.stall_seconds, 0.0))
+                self.every_seconds = self.adaptive.seconds
         if flagged:
             self._flag_saved(error is None)
         if error is not None:
