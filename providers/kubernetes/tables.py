@@ -166,19 +166,8 @@ def node_table(
     include: str | None,
 ) -> dict[str, Any]:
     """A Table of the nodes, as the API server answers a list or a get asked for one."""
-    return {
-        "kind": "Table",
-        "apiVersion": f"meta.k8s.io/{version}",
-        "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": NODE_COLUMNS,
-        "rows": [
-            {
-                "cells": node_cells(node, now),
-                "object": _row_object(node, include or "Metadata", version),
-            }
-            for node in nodes
-        ],
-    }
+    cells = [node_cells(node, now) for node in nodes]
+    return _table(NODE_COLUMNS, nodes, cells, resource_version, version, include)
 
 
 EVENT_COLUMNS = [
@@ -243,16 +232,26 @@ def event_table(
     include: str | None,
 ) -> dict[str, Any]:
     """A Table of core v1 Events, as the API server answers `kubectl get events`."""
+    cells = [event_cells(event, now) for event in events]
+    return _table(EVENT_COLUMNS, events, cells, resource_version, version, include)
+
+
+def _table(
+    columns: list[dict[str, Any]],
+    items: list[dict[str, Any]],
+    cells: list[list[Any]],
+    resource_version: str,
+    version: str,
+    include: str | None,
+) -> dict[str, Any]:
+    """The Table the API server wraps rows in, each row its cells and the object as asked."""
     return {
         "kind": "Table",
         "apiVersion": f"meta.k8s.io/{version}",
         "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": EVENT_COLUMNS,
+        "columnDefinitions": columns,
         "rows": [
-            {
-                "cells": event_cells(event, now),
-                "object": _row_object(event, include or "Metadata", version),
-            }
-            for event in events
+            {"cells": row, "object": _row_object(item, include or "Metadata", version)}
+            for item, row in zip(items, cells, strict=True)
         ],
     }
