@@ -114,8 +114,18 @@ def _cause_words(error: BackgroundSaveError) -> str:
     return " ".join(f"{type(error.cause).__name__}: {error.cause}".split())
 
 
-def _mib(count: int) -> str:
-    return f"{count / (1 << 20):.1f} MiB"
+def _size(count: int) -> str:
+    """`count` bytes in the largest binary unit under it, one decimal: said always in MiB, the
+    copies a small state's stuck saves held read "0.0 MiB", as if they held nothing."""
+    if count < 1024:
+        return "1 byte" if count == 1 else f"{count} bytes"
+    number = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        number /= 1024
+        # Rounded to one decimal, 1023.96 KiB reads "1024.0 KiB": that is the next unit's 1.0.
+        if round(number, 1) < 1024:
+            return f"{number:.1f} {unit}"
+    return f"{number / 1024:.1f} TiB"
 
 
 class _WaitNews:
@@ -535,7 +545,7 @@ class BackgroundSaver:
         cause = CheckpointError(
             f"the background saves of steps {named}, given up, are still stuck in their "
             f"writes (a hung mount or a storage service that stopped answering?), holding "
-            f"{_mib(held)} of copies of the state: no further copy is taken until one of "
+            f"{_size(held)} of copies of the state: no further copy is taken until one of "
             f"them ends; the last durable generation is "
             f"{durable.name if durable is not None else 'none'}"
         )
@@ -907,11 +917,11 @@ class BackgroundSaver:
         stream = self._stream
         if stream is None:
             return "its file not opened yet"
-        sent = _mib(stream.bytes_sent())
+        sent = _size(stream.bytes_sent())
         if self._file_closed:
             return f"{sent} sent, every byte: committing"
         if self._writes_done:
-            return f"{sent} of {_mib(stream.bytes_written())} sent"
+            return f"{sent} of {_size(stream.bytes_written())} sent"
         return f"{sent} sent, still writing"
 
     def stall_words(self, stalled: float) -> str:
