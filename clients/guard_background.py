@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .event import Event
@@ -55,6 +55,16 @@ _ASKED_WORDS = {"drain": "drain's", "flag": "flag file's"}
 ON_COURSE_SECONDS = 1.0
 
 
+@dataclass
+class _Refusals:
+    """Saves refused at once in a row (saves given up as stalled still hold their copies),
+    and the steps whose save was held back since the last one (`_refusal_held`)."""
+
+    count: int = 0
+    skipped: int = 0
+    first_step: int = 0
+
+
 def _deferrable(pending: Mapping[str, Any]) -> bool:
     """Whether only saves that continue training ask (see `_skips_scheduled`). A drain counts
     when a notice asked for it (its value is the notice's id); `request("drain")`, the loop's
@@ -75,6 +85,7 @@ class BackgroundSaves(ExitReporting):
     _unrecorded: set[int]
     _early: dict[int, tuple[SaveTiming, Generation | None, BaseException | None]]
     _refused_told: set[str]  # notices acked `failed` for a save that failed unrecorded
+    _refusals: _Refusals | None  # while saves are refused at once (`_refusal_held`)
     _flag_step: int | None
     _failures_in_row: int
     _retry_at: float
@@ -120,6 +131,7 @@ class BackgroundSaves(ExitReporting):
         self._unrecorded = set()
         self._early = {}
         self._refused_told = set()
+        self._refusals = None
         if background is not False:
             self._start_background(background)
 
@@ -138,6 +150,8 @@ class BackgroundSaves(ExitReporting):
         saver = self.saver
         if saver is None or self._exit:
             return False
+        if self._refusal_held(saver):
+            return True
         in_flight = saver.in_flight
         if in_flight is None or in_flight == step:
             return False
@@ -170,6 +184,32 @@ class BackgroundSaves(ExitReporting):
                 in_flight,
                 _uploading_words(saver.stalled_seconds()),
             )
+        return True
+
+    def _refusal_held(self, saver: BackgroundSaver) -> bool:
+        """due(): whether the save a drain, the flag file, the schedule or the retry asks for
+        is held back, because a save now would be refused at once (saves given up as stalled
+        still hold their copies) and the refusal's back-off (`retry_delay`) is not over.
+        Tried at every step, a drain on a mount hung for an hour was refused at every step:
+        at 10 steps/s, 36,000 ERROR lines and as many `failed` acks. The first step after one
+        of the stuck saves ends saves (checked at every step, so a drain waits no longer for
+        the back-off); an exit, a signal, `request()` or a drain notice not yet told of the
+        refusal is never held."""
+        with self._lock:
+            refusals = self._refusals
+            if refusals is None or not _deferrable(self._pending):
+                return False
+            if self._notice_ids - self._refused_told:
+                return False  # a notice not told yet: its `failed` ack goes out now
+        if not saver.refusing():
+            with self._lock:
+                self._refusals = None  # storage moves again: this step saves
+            return False
+        with self._lock:
+            if time.monotonic() >= self._retry_at:
+                return False  # the back-off's try: refused again, and said once
+            refusals.skipped += 1
+            self._due_since = None  # no save is running for this step: none is timed
         return True
 
     def _save_in_background(
@@ -425,7 +465,12 @@ class BackgroundSaves(ExitReporting):
     ) -> None:
         """On the saver's thread: ack the notices the save answered, now that it is durable,
         or record the failure for the next `due()` and ask for another save."""
+        from .checkpoint.background import CopiesHeldError
+
         retry_in, failures, answered_exit = 0.0, 0, False
+        refused = isinstance(error, CopiesHeldError)
+        refusals: _Refusals | None = None
+        skipped = 0
         exit_saving: int | None = None
         periodic, closing = "", False
         with self._lock:
@@ -445,6 +490,13 @@ class BackgroundSaves(ExitReporting):
                 self._wake = True  # the next due() raises the failure (see _hold_retry)
                 self._failures_in_row += 1
                 retry_in = retry_delay(self._failures_in_row)
+                if refused:
+                    # At least the first back-off step: tried again at the next step, the
+                    # refusal came again at once (nothing it waits for ends that fast).
+                    retry_in = max(retry_in, RETRY_FIRST_SECONDS)
+                    refusals = self._refusals = self._refusals or _Refusals(first_step=timing.step)
+                    refusals.count += 1
+                    skipped, refusals.skipped = refusals.skipped, 0
                 self._retry_at = time.monotonic() + retry_in
                 failures = self._failures_in_row
                 # Before the loop's next due() raises it: that due() is the step it said.
@@ -462,6 +514,7 @@ class BackgroundSaves(ExitReporting):
                     answered_exit = True
             else:
                 self._failures_in_row = 0
+                self._refusals = None
                 self.durable_step = max(self.durable_step or 0, timing.step)
                 if timing.durable_seconds is not None:
                     self._slowest_flush = max(self._slowest_flush, timing.durable_seconds)
@@ -473,7 +526,9 @@ class BackgroundSaves(ExitReporting):
                 self.every_seconds = self.adaptive.seconds
         if flagged:
             self._flag_saved(error is None)
-        if error is not None:
+        if refusals is not None and error is not None:
+            self._log_refused(timing.step, error, refusals, skipped, retry_in)
+        elif error is not None:
             log.error(
                 "forewarn: the background checkpoint of step %d failed: %s; %s",
                 timing.step,
@@ -493,7 +548,9 @@ class BackgroundSaves(ExitReporting):
                 timing.durable_seconds or 0.0,
                 timing.stall_seconds,
             )
-        if self.notices is None:
+        if self.notices is None or (refused and not owed):
+            # A refusal that answers no notice newly: the agent was told of the first, and a
+            # `failed` ack naming none at every back-off step told it nothing new.
             return
         for notice_id in owed or (None,):
             self.notices.ack(
@@ -511,6 +568,29 @@ class BackgroundSaves(ExitReporting):
                 # now is not answered by it.
                 action=None if notice_id is None else "drain",
             )
+
+    def _log_refused(
+        self, step: int, error: BaseException, refusals: _Refusals, skipped: int, retry_in: float
+    ) -> None:
+        """The refusal of a save, once per back-off step (`_refusal_held`), with what happens
+        next: the retry is not "at the next step" nor "at step 1002", as a failed upload's
+        line says, but the first step after one of the stuck saves ends."""
+        again = (
+            ""
+            if refusals.count == 1
+            else f" again ({refusals.count} refusals since step {refusals.first_step}; "
+            f"{skipped} steps held back since the last one)"
+        )
+        log.error(
+            "forewarn: the background checkpoint of step %d was refused%s: %s; training goes "
+            "on, and the first step after one of those saves ends saves (a drain, the flag "
+            "file and the schedule wait for it); until then it is tried again in %.0f s at "
+            "the earliest (an exit's save is never refused)",
+            step,
+            again,
+            error,
+            retry_in,
+        )
 
     def _periodic_step(self) -> str:
         """Under the lock, a failure just recorded: the step the schedule saves again at. The

@@ -109,6 +109,11 @@ class BackgroundSaveError(CheckpointError):
         return (BackgroundSaveError, (self.step, self.cause))
 
 
+class CopiesHeldError(CheckpointError):
+    """Why a save was refused before it copied anything: saves given up as stalled still hold
+    `MAX_STUCK_COPIES` snapshots (`BackgroundSaver.refusing`)."""
+
+
 def _cause_words(error: BackgroundSaveError) -> str:
     """A failed save's cause, one line: `OSError: [Errno 28] No space left on device`."""
     return " ".join(f"{type(error.cause).__name__}: {error.cause}".split())
@@ -531,6 +536,12 @@ class BackgroundSaver:
             job.snapshot_taken.set()
         return timing
 
+    def refusing(self) -> bool:
+        """Whether a save now is refused at once (`_refuse_another_copy`): the guard holds
+        back the saves a drain or the schedule asks for meanwhile, and saves at the first
+        step after one of the stuck saves ends."""
+        return sum(1 for entry in self._stuck if entry[1].is_alive()) >= MAX_STUCK_COPIES
+
     def _refuse_another_copy(self, step: int) -> None:
         """Raise (and tell `on_done`) the save of `step` as failed, before it copies anything,
         while `MAX_STUCK_COPIES` saves left behind still hold their snapshots: a new one would
@@ -542,7 +553,7 @@ class BackgroundSaver:
         held = sum(entry[2] for entry in self._stuck)
         named = ", ".join(str(s) for s in steps[:-1]) + f" and {steps[-1]}"
         durable = self.last_durable
-        cause = CheckpointError(
+        cause = CopiesHeldError(
             f"the background saves of steps {named}, given up, are still stuck in their "
             f"writes (a hung mount or a storage service that stopped answering?), holding "
             f"{_size(held)} of copies of the state: no further copy is taken until one of "
