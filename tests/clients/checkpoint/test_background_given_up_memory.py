@@ -6,13 +6,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from pathlib import Path
-from typing import Any
 
 import forewarn.clients.checkpoint.background as background_module
 import pytest
-from forewarn.clients.checkpoint import CheckpointStore, ObjectWriter
+from forewarn.clients.checkpoint import CheckpointStore
 from forewarn.clients.checkpoint.background import BackgroundSaveError, BackgroundSaver
-from forewarn.clients.checkpoint.testing import DelegatingBackend
+from hung_mount import HungMount, stuck_saves
 from support import LazyModule, eventually, requires
 
 pytestmark = requires("torch")
@@ -20,33 +19,6 @@ torch = LazyModule("torch")
 
 # The stall bound (EXIT_STALL_SECONDS, 120 s in use), scaled down.
 STALL_BOUND = 0.3
-
-
-class HungMount(DelegatingBackend):
-    """Every write of a state file blocks until `recover` is set, as on a hung NFS mount."""
-
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
-        self.recover = threading.Event()
-
-    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
-        inner = self.inner.writer(key, on_done)
-        if not key.endswith("state.pt"):
-            return inner
-        original, recover = inner.write, self.recover
-
-        def write(data: Any) -> int:
-            if not recover.wait(60):
-                raise TimeoutError("the test never let the mount recover")
-            return original(data)
-
-        inner.write = write  # type: ignore[method-assign]
-        return inner
-
-
-def _stuck_saves() -> list[threading.Thread]:
-    """The background saves' threads still running (each holds a copy of the state)."""
-    return [t for t in threading.enumerate() if t.name.startswith("forewarn-background-save-")]
 
 
 def test_saves_given_up_on_a_hung_mount_hold_two_copies_of_the_state_at_most(
@@ -66,19 +38,19 @@ def test_saves_given_up_on_a_hung_mount_hold_two_copies_of_the_state_at_most(
         with pytest.raises(BackgroundSaveError) as second:
             saver.save(3, state)
         assert second.value.step == 2
-        assert len(_stuck_saves()) == 2
+        assert len(stuck_saves()) == 2
         # A third copy is not taken while both given-up saves still hold theirs: on a mount
         # that stayed hung, each retry of the guard's took one more, until the OOM killer.
         with pytest.raises(BackgroundSaveError) as refused:
             saver.save(3, state)
         assert refused.value.step == 3
         assert "steps 1 and 2" in str(refused.value), refused.value
-        assert saver.in_flight is None and len(_stuck_saves()) == 2
+        assert saver.in_flight is None and len(stuck_saves()) == 2
     finally:
         backend.recover.set()
     # The mount recovers: the given-up saves end (never committing), their copies go, and
     # the next save is taken and committed.
-    eventually(lambda: not _stuck_saves(), timeout=30)
+    eventually(lambda: not stuck_saves(), timeout=30)
     assert store.latest() is None
     saver.save(4, state)
     generation = saver.wait()
@@ -119,14 +91,14 @@ def test_a_guard_retrying_on_a_hung_mount_keeps_two_copies_at_most_and_saves_onc
                     guard.save_state(step, state)
             except BackgroundSaveError as error:
                 failures.append(error)
-            most = max(most, len(_stuck_saves()))
+            most = max(most, len(stuck_saves()))
             state["w"].add_(1.0)  # the training step
             threading.Event().wait(0.01)
     finally:
         backend.recover.set()
     assert most <= 2, f"{most} stuck saves held a copy of the state each"
     assert any("still stuck in their writes" in str(error) for error in failures), failures
-    eventually(lambda: not _stuck_saves(), timeout=30)
+    eventually(lambda: not stuck_saves(), timeout=30)
     # Recovered: the next retry the guard asks for commits.
     while guard.durable_step is None:
         step += 1

@@ -6,16 +6,15 @@ of a reclaim on that store: two during one upload, a terminate a second after a 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import forewarn.clients.checkpoint.background as background_module
 import pytest
-from forewarn.clients.checkpoint import CheckpointStore, ObjectWriter
+from forewarn.clients.checkpoint import CheckpointStore
 from forewarn.clients.checkpoint.background import BackgroundSaveError
-from forewarn.clients.checkpoint.testing import DelegatingBackend
+from hung_mount import HungMount, stuck_saves
 from support import AgentProcess, LazyModule, agent_env, eventually, requires
 
 pytestmark = [requires("torch"), pytest.mark.usefixtures("forked_agents")]
@@ -23,34 +22,6 @@ torch = LazyModule("torch")
 
 # The stall bound (EXIT_STALL_SECONDS, 120 s in use), scaled down.
 STALL_BOUND = 0.3
-
-
-class HungMount(DelegatingBackend):
-    """Every write of a state file (under `only`, when set) blocks until `recover` is set, as
-    on a hung NFS mount."""
-
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
-        self.recover = threading.Event()
-        self.only = ""
-
-    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
-        inner = self.inner.writer(key, on_done)
-        if not key.endswith("state.pt") or not key.startswith(self.only):
-            return inner
-        original, recover = inner.write, self.recover
-
-        def write(data: Any) -> int:
-            if not recover.wait(60):
-                raise TimeoutError("the test never let the mount recover")
-            return original(data)
-
-        inner.write = write  # type: ignore[method-assign]
-        return inner
-
-
-def _stuck_saves() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("forewarn-background-save-")]
 
 
 def _acks(env: dict[str, str]) -> list[dict[str, Any]]:
@@ -61,6 +32,24 @@ def _acks(env: dict[str, str]) -> list[dict[str, Any]]:
     return [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
 
 
+def _guard(store: CheckpointStore, agent: AgentProcess) -> Any:
+    """A background-saving guard on `store` that hears `agent`, once its first heartbeat came
+    (saves only when asked: every 1,000 steps)."""
+    from forewarn.clients import CheckpointGuard
+
+    guard = CheckpointGuard(
+        store=store,
+        background=True,
+        handle_signals=False,
+        flag_file=None,
+        every_steps=1000,
+        events=agent.events,
+        control=agent.control_endpoint,
+    )
+    eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+    return guard
+
+
 @pytest.fixture
 def hung_mount(tmp_path: Path) -> Iterator[HungMount]:
     backend = HungMount(CheckpointStore(str(tmp_path / "store")).backend)
@@ -68,29 +57,19 @@ def hung_mount(tmp_path: Path) -> Iterator[HungMount]:
         yield backend
     finally:
         backend.recover.set()
-        eventually(lambda: not _stuck_saves(), timeout=30, what="the stuck saves to end")
+        eventually(lambda: not stuck_saves(), timeout=30, what="the stuck saves to end")
 
 
 def test_a_drain_whose_save_is_refused_for_stuck_copies_is_acked_failed_then_saved(
     tmp_path: Path, hung_mount: HungMount, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from forewarn.clients import CheckpointGuard
 
     monkeypatch.setattr(background_module, "EXIT_STALL_SECONDS", STALL_BOUND)
     store = CheckpointStore(backend=hung_mount)
     state = {"w": torch.zeros(64, 64)}
     env = agent_env(tmp_path)
     with AgentProcess(tmp_path, env=env) as agent:
-        guard = CheckpointGuard(
-            store=store,
-            background=True,
-            handle_signals=False,
-            flag_file=None,
-            every_steps=1000,
-            events=agent.events,
-            control=agent.control_endpoint,
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        guard = _guard(store, agent)
         # Two saves stuck in their writes, each given up as stalled by the save after it.
         guard.save_state(1, state)
         with pytest.raises(BackgroundSaveError):
@@ -98,7 +77,7 @@ def test_a_drain_whose_save_is_refused_for_stuck_copies_is_acked_failed_then_sav
         guard.save_state(2, state)
         with pytest.raises(BackgroundSaveError):
             guard.save_state(3, state)
-        assert len(_stuck_saves()) == 2
+        assert len(stuck_saves()) == 2
         before = len(_acks(agent.env))
         notice = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
         eventually(lambda: guard.due(3), what="the drain")
@@ -123,7 +102,7 @@ def test_a_drain_whose_save_is_refused_for_stuck_copies_is_acked_failed_then_sav
         assert [a["step"] for a in _acks(env)[before:] if a["notice_id"] == notice] == [3]
         # The mount recovers: the drain is still owed a save, and the next one answers it.
         hung_mount.recover.set()
-        eventually(lambda: not _stuck_saves(), timeout=30, what="the stuck saves to end")
+        eventually(lambda: not stuck_saves(), timeout=30, what="the stuck saves to end")
         assert guard.due(5), "the drain is still owed a save"
         saved = guard.save_state(5, state)
         assert notice in saved.notices, saved
@@ -144,22 +123,12 @@ def test_two_drains_during_one_upload_are_both_answered_by_the_next_save(
 ) -> None:
     """Two drains faster than a save: both arrive while step 1 still uploads; the first save
     after it answers both, and the agent hears `saved` for each (a real agent subprocess)."""
-    from forewarn.clients import CheckpointGuard
 
     store = CheckpointStore(backend=hung_mount)
     state = {"w": torch.zeros(64, 64)}
     env = agent_env(tmp_path)
     with AgentProcess(tmp_path, env=env) as agent:
-        guard = CheckpointGuard(
-            store=store,
-            background=True,
-            handle_signals=False,
-            flag_file=None,
-            every_steps=1000,
-            events=agent.events,
-            control=agent.control_endpoint,
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        guard = _guard(store, agent)
         guard.save_state(1, state)  # stuck in its write until the mount recovers
         first = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
         second = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
@@ -192,7 +161,6 @@ def test_a_drain_then_a_terminate_a_second_later_exits_on_a_generation_of_its_ow
     it; the drain's cancelled generation is never committed (a real agent subprocess)."""
     from datetime import datetime, timedelta, timezone
 
-    from forewarn.clients import CheckpointGuard
     from forewarn.clients.checkpoint.manifest import generation_name
 
     hung_mount.only = generation_name(1)
@@ -200,16 +168,7 @@ def test_a_drain_then_a_terminate_a_second_later_exits_on_a_generation_of_its_ow
     state = {"w": torch.zeros(64, 64)}
     env = agent_env(tmp_path)
     with AgentProcess(tmp_path, env=env) as agent:
-        guard = CheckpointGuard(
-            store=store,
-            background=True,
-            handle_signals=False,
-            flag_file=None,
-            every_steps=1000,
-            events=agent.events,
-            control=agent.control_endpoint,
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        guard = _guard(store, agent)
         drain = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
         eventually(lambda: guard.due(1), what="the drain")
         assert guard.save_state(1, state).notices == (drain,)
@@ -225,7 +184,7 @@ def test_a_drain_then_a_terminate_a_second_later_exits_on_a_generation_of_its_ow
         assert store.latest_hint() == 2 and [g.step for g in store.generations()] == [2]
         guard.close()
         hung_mount.recover.set()
-        eventually(lambda: not _stuck_saves(), timeout=30, what="the cancelled save to end")
+        eventually(lambda: not stuck_saves(), timeout=30, what="the cancelled save to end")
         # The drain's cancelled save never commits, even once its write returns: a resume
         # takes the exit's generation.
         assert [g.step for g in store.generations()] == [2]
@@ -248,7 +207,7 @@ def _two_stuck_saves(guard: Any, state: Any) -> None:
     guard.save_state(2, state)
     with pytest.raises(BackgroundSaveError):
         guard.save_state(3, state)
-    assert len(_stuck_saves()) == 2
+    assert len(stuck_saves()) == 2
 
 
 def test_a_drain_on_a_mount_that_stays_hung_is_refused_once_per_back_off_not_every_step(
@@ -264,23 +223,12 @@ def test_a_drain_on_a_mount_that_stays_hung_is_refused_once_per_back_off_not_eve
     and the first step after the mount recovers saves the drain (a real agent subprocess)."""
     import logging
 
-    from forewarn.clients import CheckpointGuard
-
     monkeypatch.setattr(background_module, "EXIT_STALL_SECONDS", STALL_BOUND)
     store = CheckpointStore(backend=hung_mount)
     state = {"w": torch.zeros(64, 64)}
     env = agent_env(tmp_path)
     with AgentProcess(tmp_path, env=env) as agent:
-        guard = CheckpointGuard(
-            store=store,
-            background=True,
-            handle_signals=False,
-            flag_file=None,
-            every_steps=1000,
-            events=agent.events,
-            control=agent.control_endpoint,
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        guard = _guard(store, agent)
         _two_stuck_saves(guard, state)
         before = len(_acks(agent.env))
         notice = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
@@ -331,7 +279,7 @@ def test_a_drain_on_a_mount_that_stays_hung_is_refused_once_per_back_off_not_eve
         # The mount recovers: the first step after the stuck saves end saves the drain, with
         # no wait for the back-off (up to 300 s).
         hung_mount.recover.set()
-        eventually(lambda: not _stuck_saves(), timeout=30, what="the stuck saves to end")
+        eventually(lambda: not stuck_saves(), timeout=30, what="the stuck saves to end")
         assert guard.due(206), "the drain is saved at the first step after the recovery"
         saved = guard.save_state(206, state)
         assert set(saved.notices) == {notice, second}, saved
@@ -364,23 +312,12 @@ def test_a_terminate_while_refusals_are_held_back_gets_its_exit_save(
     once, and the exit's save is made (never refused), answering both (a real agent)."""
     from datetime import datetime, timedelta, timezone
 
-    from forewarn.clients import CheckpointGuard
-
     monkeypatch.setattr(background_module, "EXIT_STALL_SECONDS", STALL_BOUND)
     store = CheckpointStore(backend=hung_mount)
     state = {"w": torch.zeros(64, 64)}
     env = agent_env(tmp_path)
     with AgentProcess(tmp_path, env=env) as agent:
-        guard = CheckpointGuard(
-            store=store,
-            background=True,
-            handle_signals=False,
-            flag_file=None,
-            every_steps=1000,
-            events=agent.events,
-            control=agent.control_endpoint,
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        guard = _guard(store, agent)
         _two_stuck_saves(guard, state)
         drain = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
         eventually(lambda: guard.due(3), what="the drain")
