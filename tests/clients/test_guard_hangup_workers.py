@@ -44,6 +44,17 @@ def session_processes(sid: int) -> list[str]:
     ]
 
 
+def end_session(job: subprocess.Popen[str]) -> None:
+    """Kill what is left of the job's session (a worker the test found still running) and reap
+    the job."""
+    for line in session_processes(job.pid):
+        with suppress(ProcessLookupError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    with suppress(ProcessLookupError):
+        os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+
+
 def left_behind(sid: int) -> list[str]:
     """What each process of the session still running is doing: its parent, its signals
     pending, blocked and caught, and where each of its threads waits in the kernel (a rare
@@ -224,12 +235,7 @@ def test_pool_workers_that_outlived_a_sighup_end_when_the_main_process_dies(
         except AssertionError as timed_out:
             raise AssertionError(f"{timed_out}; left: {left_behind(job.pid)}") from None
     finally:
-        for line in session_processes(job.pid):
-            with suppress(ProcessLookupError):
-                os.kill(int(line.split()[0]), signal.SIGKILL)
-        with suppress(ProcessLookupError):
-            os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        end_session(job)
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -259,12 +265,7 @@ def test_pool_workers_sent_a_sighup_after_the_main_process_died_end_mid_task(
                 os.kill(pid, signal.SIGHUP)  # the group's SIGHUP, come just after
         eventually(lambda: not session_processes(job.pid), timeout=10, what="every worker's end")
     finally:
-        for line in session_processes(job.pid):
-            with suppress(ProcessLookupError):
-                os.kill(int(line.split()[0]), signal.SIGKILL)
-        with suppress(ProcessLookupError):
-            os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        end_session(job)
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
