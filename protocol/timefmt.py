@@ -76,12 +76,32 @@ def parse_time(text: str) -> datetime:
             if hours > 23 or minutes > 59:
                 raise ValueError(f"its UTC offset {zone} is not one: hours 00-23, minutes 00-59")
             tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
-        return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz).astimezone(
+        return civil_time(year, month, day, hour, minute, second, micro, tz).astimezone(
             timezone.utc
         )
     except (ValueError, OverflowError) as error:
         # OverflowError: a valid date whose UTC form falls outside year 1..9999.
         raise ValueError(f"not an RFC 3339 time: {quoted(text)} ({error})") from None
+
+
+def civil_time(
+    year: int,
+    month: int,
+    day: int,
+    hour: int,
+    minute: int,
+    second: int,
+    micro: int,
+    tz: timezone,
+) -> datetime:
+    """The time these fields name, a leap second (second 60) included: `datetime` has no
+    second 60, so `23:59:60` was refused by every reader and an AWS spot notice at one went
+    out without a deadline. It is read as the last instant `datetime` holds before it (its
+    fraction dropped): never later than the real moment, so no job is told it has more time
+    than it has. ValueError for any other field out of range."""
+    if second == 60:
+        return datetime(year, month, day, hour, minute, 59, 999999, tzinfo=tz)
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
 
 
 # `.5` and `5.` as well as `0.5`: the configuration once read plain seconds with float(),
@@ -283,6 +303,7 @@ def duration_or_as_is(value: object) -> object:
 
 __all__ = [
     "TooLargeError",
+    "civil_time",
     "duration_arg",
     "duration_or_as_is",
     "format_time",

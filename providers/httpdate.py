@@ -13,6 +13,8 @@ import re
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime, parsedate_tz
 
+from forewarn.protocol.timefmt import civil_time
+
 # A four-digit year standing alone (not the digits of a `+0100` offset). email.utils turns
 # years under 100 into 19xx/20xx, which would move year 0001 to 2001; the year written
 # wins, and two-digit years (RFC 850) are not accepted at all.
@@ -30,7 +32,7 @@ def parse_http_date(text: str) -> datetime:
     _, month, day, hour, minute, second = parts[:6]
     offset = parts[9] or 0
     try:
-        moment = datetime(int(year.group(1)), month, day, hour, minute, second, tzinfo=timezone.utc)
+        moment = civil_time(int(year.group(1)), month, day, hour, minute, second, 0, timezone.utc)
         return moment - timedelta(seconds=offset)
     except (ValueError, OverflowError) as error:
         raise ValueError(f"not a valid HTTP date: {text[:80]!r} ({error})") from None
