@@ -144,19 +144,31 @@ def _excerpt(text: str, limit: int = 80) -> str:
 def parse_instance_action(body: bytes | str, now: datetime | None = None) -> list[Report]:
     """`spot/instance-action` (200): a terminate notice with the action time as deadline.
 
-    Hibernation starts at once, without the two-minute lead, so its deadline is now. A `time`
-    that is missing or does not parse still means the instance is being taken: the notice is
-    published as terminate without a deadline (the safer side: clients exit now), never
-    dropped. So is an answer whose `action` is missing or none of the three documented: the
-    path answers 200 only for an interruption, so it is published as terminate at its `time`
-    and the odd action is said (`PartialParse`), as for a scheduled event's unknown State.
+    Hibernation starts at once, without the two-minute lead, so its deadline is now. The
+    `time` is read in every form IMDS writes times in: RFC 3339 with a zone (as documented,
+    fractional seconds and `+00:00` included) and the scheduled events' `21 Jan 2019 09:00:43
+    GMT`. A `time` that is missing or cannot be read unambiguously (no zone, not a time)
+    still means the instance is being taken: the notice is published as terminate without a
+    deadline (the safer side: clients exit now), never dropped, and the value is said
+    (`PartialParse`): read only as RFC 3339, an IMDS-form time went out as "now" with nothing
+    in the log. So is an answer whose `action` is missing or none of the three documented:
+    the path answers 200 only for an interruption, so it is published as terminate at its
+    `time` and the odd action is said, as for a scheduled event's unknown State.
     """
     payload = _object(body, SPOT_PATH)
     action = payload.get("action")
-    try:
-        when: datetime | None = _time_field(payload, "time", SPOT_PATH)
-    except ParseError:
-        when = None
+    problems = []
+    when: datetime | None = None
+    if "time" not in payload:
+        problems.append("field 'time' is missing")
+    else:
+        try:
+            when = _time_field(payload, "time", SPOT_PATH, aws_format=True)
+        except ParseError:
+            problems.append(
+                f"field 'time' {_excerpt(str(payload['time']), 60)} is not a time IMDS writes "
+                "(RFC 3339 with a zone, or 21 Jan 2019 09:00:43 GMT)"
+            )
     deadline = (now or utcnow()) if action == "hibernate" else when
     notice_id = stable_id(PROVIDER, "spot-itn", {"action": action, "time": payload.get("time")})
     report = _report(
@@ -174,8 +186,11 @@ def parse_instance_action(body: bytes | str, now: datetime | None = None) -> lis
             if "action" not in payload
             else f"must be a string, it is a {type(action).__name__}"
         )
+        problems.insert(0, f"field 'action' {shown}")
+    if problems:
+        timed = "" if deadline is not None else " without a deadline"
         raise PartialParse(
-            f"{SPOT_PATH}: field 'action' {shown} (published as a terminate all the same)",
+            f"{SPOT_PATH}: {'; '.join(problems)} (published as a terminate{timed} all the same)",
             [report],
         )
     return [report]

@@ -166,14 +166,19 @@ def test_an_asg_target_of_terminated_is_a_terminate(state: str) -> None:
 )
 def test_a_spot_notice_whose_time_does_not_parse_is_terminate_without_deadline(body: str) -> None:
     # Dropping it (as before) left the job running into the reclaim; Azure's rule is safer.
-    (report,) = parse_instance_action(body, now=NOW)
+    # The unread time is said (PartialParse), not passed over in silence.
+    with pytest.raises(PartialParse, match="'time'") as caught:
+        parse_instance_action(body, now=NOW)
+    (report,) = caught.value.reports
     assert (report.action, report.reason, report.deadline) == (
         "terminate",
         "spot-interruption",
         None,
     )
     assert report.detail == json.loads(body)
-    assert parse_instance_action(body)[0].id == report.id
+    with pytest.raises(PartialParse) as again:
+        parse_instance_action(body)
+    assert again.value.reports[0].id == report.id
 
 
 @pytest.mark.parametrize(
