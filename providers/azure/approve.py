@@ -86,8 +86,12 @@ class Approver:
         health: PollHealth | None = None,
         retry_first: float = 1.0,
         rng: Callable[[], float] = random.random,
+        listed: Callable[[str], bool] | None = None,
     ) -> None:
         self.client = client
+        # Whether an EventId is still in the last document read (the watcher's); None: not
+        # known, every refusal is a failure.
+        self.listed = listed
         self.path = path
         self.health = health
         self.on_outcome = on_outcome
@@ -183,9 +187,16 @@ class Approver:
             failed = f" after {attempt - 1} failed tries, this one" if attempt > 1 else ""
             log.info("azure: approved event %s (%s)%s in %.0f ms", event_id, why, failed, elapsed)
             return True
+        transient = response is None or response.status_code in TRANSIENT_STATUSES
+        if not transient and self.listed is not None and not self.listed(event_id):
+            # Removed while the POST was on its way (started and ended, or cancelled): IMDS
+            # refuses an EventId it no longer lists (400). Said as a warning that the approval
+            # failed and would be tried again, for an event that will not come back.
+            self._retire(event_id)
+            self.skip(event_id, f"it was removed while its approval was on its way ({problem})")
+            return False
         self.stats.failed += 1
         self._tell("failed")
-        transient = response is None or response.status_code in TRANSIENT_STATUSES
         if not transient:
             self._give_up_at.pop(event_id, None)  # bounded by MAX_ATTEMPTS instead
         backoff = self._backoffs.setdefault(

@@ -122,6 +122,7 @@ class AzureWatcher:
             path=state_dir / APPROVED_FILE if state_dir is not None else None,
             health=self.health,
             retry_first=settings.interval,
+            listed=lambda event_id: event_id in self.events,
         )
         # The boot-ending events published in this boot, and those that ended the one before
         # (Azure lists a Started event for minutes after the reboot it caused).

@@ -167,3 +167,39 @@ def test_approvals_that_keep_failing_are_said_past_the_third_try(
         ], output
         assert all(" WARNING " in line for line in failed), output
         assert "later failures are said at the 4th, 8th, 16th" in failed[2], output
+
+
+def test_an_approval_of_an_event_gone_meanwhile_is_said_once_and_not_tried_again(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """The approval POST was on its way when Azure removed the event (it started and ended,
+    or was cancelled): IMDS refuses an EventId it no longer lists with a 400. The refusal
+    must not become a loop of tries and warnings for an event that will never come back,
+    and the log must say the event was gone, not that approving it failed."""
+    sim, server = imds
+    held = sim.add_fault("hang", path=EVENTS, method="POST")
+    agent = azure_agent(tmp_path, server)
+    with agent, Subscriber(agent.events, ("notice", "client/trainer-0")) as sub:
+        event_id, notice, _ = flushed_terminate(sim, agent, sub)
+        eventually(
+            lambda: sim.faults()[0]["answered"] == 1, timeout=10, what="the approval POST held"
+        )
+        assert sim.withdraw(event_id)
+        cleared = sub.notice(timeout=10)
+        assert (cleared["id"], cleared["action"]) == (notice["id"], "clear")
+        polls = sim.requests[f"GET {EVENTS}"]
+        assert sim.remove_fault(held)
+        gone = (
+            f"not approving event {event_id}: it was removed while its approval was on its "
+            "way (HTTP 400: "
+        )
+        eventually(lambda: gone in agent.output(), timeout=10, what="the line saying it is gone")
+        # Eight more polls, two seconds: any try again would have gone out by now.
+        eventually(
+            lambda: sim.requests[f"GET {EVENTS}"] >= polls + 8, timeout=10, what="more polls"
+        )
+        assert posts(sim) == 1
+        assert sim.approvals == []
+        output = agent.output()
+        assert output.count(gone) == 1, output
+        assert f"approving event {event_id} failed" not in output, output
