@@ -50,7 +50,10 @@ from ..simulator import (
 from .events import EVENT_TYPES, format_not_before
 
 EVENTS_PATH = "/metadata/scheduledevents"
+# Microsoft's table of Scheduled Events versions, 2017-03-01 (its preview, still listed)
+# included: refused, a client written against it was told its request was wrong.
 EVENTS_API_VERSIONS = (
+    "2017-03-01",
     "2017-08-01",
     "2017-11-01",
     "2019-01-01",
