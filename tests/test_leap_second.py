@@ -9,7 +9,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from forewarn.protocol.timefmt import format_time, parse_time
-from forewarn.providers.httpdate import parse_http_date
+from forewarn.providers.httpdate import (
+    format_http_date,
+    format_short_http_date,
+    parse_http_date,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import examples
@@ -71,3 +75,25 @@ def test_second_60_is_read_just_before_the_next_minute_never_after(
     following = minute + timedelta(minutes=1)
     assert following - timedelta(microseconds=1) == read < following
     assert parse_time(format_time(read)) <= read
+
+
+@settings(max_examples=examples(100))
+@given(
+    moment=st.datetimes(
+        min_value=datetime(1000, 1, 1),
+        max_value=datetime(9999, 12, 31, 23, 58),
+        timezones=st.just(timezone.utc),
+    ),
+    weekday=st.booleans(),
+)
+def test_second_60_in_an_http_date_is_read_just_before_the_next_minute(
+    moment: datetime, weekday: bool
+) -> None:
+    """Azure's RFC 1123 NotBefore and AWS's short scheduled-event date alike."""
+    minute = moment.replace(second=0, microsecond=0)
+    # Written by the project's own formatters: strftime's %a and %b follow the locale.
+    written = format_http_date(minute) if weekday else format_short_http_date(minute)
+    text = written.replace(":00 GMT", ":60 GMT")
+    read = parse_http_date(text)
+    following = minute + timedelta(minutes=1)
+    assert following - timedelta(microseconds=1) == read < following
