@@ -351,7 +351,12 @@ class AwsWatcher:
                 for report in path.tracker.update(self._shown(path, partial)):
                     _log_report(report)
                     emit(report)
+                # As for an answer read whole: a notice adopted after a restart is reported
+                # again (else the agent withdrew an interruption restored without a
+                # deadline), and a spot interruption's sighting is remembered.
+                self._restate(path, emit)
                 self._note_published(path)
+                self._note_first_sightings(path)
                 path.answers += 1
                 return True
             except ParseError as error:

@@ -10,10 +10,16 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from forewarn.providers.aws.imds import PartialParse, parse_instance_action
+from aws_support import watching
+from forewarn.providers.aws.imds import SPOT_PATH, PartialParse, parse_instance_action
+from forewarn.providers.aws.settings import Settings
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.aws.watch import AwsWatcher
+from forewarn.providers.base import PollHealth
+from forewarn.providers.simulator import SimServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import examples
+from support import WatcherRun, examples, running_watcher
 
 NOW = datetime(2026, 12, 7, 18, 48, tzinfo=timezone.utc)
 AT = datetime(2026, 12, 7, 18, 50, tzinfo=timezone.utc)
@@ -101,3 +107,24 @@ def test_any_spot_time_gives_a_terminate_with_a_deadline_or_a_line_naming_it(tim
         (report,) = partial.reports
         assert report.deadline is None and "'time'" in str(partial)
     assert (report.action, report.reason) == ("terminate", "spot-interruption")
+
+
+async def test_a_spot_notice_without_a_readable_time_is_restated_after_a_restart(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    """After an agent restart the watcher reports the notices it adopted again at the path's
+    first answer, or the agent withdraws them for want of a report. An answer read only in
+    part (here a `time` without a zone) skipped that: the interruption restored without a
+    deadline was never reported again."""
+    body = '{"action": "terminate", "time": "2026-12-07T18:50:00"}'
+    sim.add_fault("status", path=SPOT_PATH, status=200, body=body)
+    fast = {"spot_interval": 0.25, "rebalance_interval": 0.25}
+    async with watching(server.url, **fast) as run:
+        notice, _ = await run.report_at(action="terminate")
+    assert notice.deadline is None
+    watcher = AwsWatcher(Settings(url=server.url, **fast), PollHealth("aws"))
+    watcher.restored([notice])
+    async with running_watcher(WatcherRun(watcher)) as again:
+        kept, _ = await again.report_at(id=notice.id, timeout=5)
+        assert (kept.action, kept.deadline) == ("terminate", None)
+        assert again.health.errors_by_kind.get("bad-spot", 0) >= 1
