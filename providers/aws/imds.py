@@ -212,7 +212,9 @@ def parse_rebalance(body: bytes | str) -> list[Report]:
     payload = _object(body, REBALANCE_PATH)
     notice_id = stable_id(PROVIDER, "rebalance", {"noticeTime": payload.get("noticeTime")})
     try:
-        sent = _time_field(payload, "noticeTime", REBALANCE_PATH)
+        # In every form IMDS writes times in, as the spot time (the events' date form was a
+        # bad-rebalance error, and the detection-delay metric lost the notice).
+        sent = _time_field(payload, "noticeTime", REBALANCE_PATH, aws_format=True)
     except ParseError as error:
         # The answer is the recommendation; noticeTime only says when it was sent. Dropped
         # for a time without a zone or none, the drain never came: it is published without

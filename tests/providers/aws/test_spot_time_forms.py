@@ -11,7 +11,13 @@ from datetime import datetime, timezone
 
 import pytest
 from aws_support import watching
-from forewarn.providers.aws.imds import SPOT_PATH, PartialParse, parse_instance_action
+from forewarn.providers.aws.imds import (
+    NOTICE_TIME,
+    SPOT_PATH,
+    PartialParse,
+    parse_instance_action,
+    parse_rebalance,
+)
 from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.aws.watch import AwsWatcher
@@ -128,3 +134,13 @@ async def test_a_spot_notice_without_a_readable_time_is_restated_after_a_restart
         kept, _ = await again.report_at(id=notice.id, timeout=5)
         assert (kept.action, kept.deadline) == ("terminate", None)
         assert again.health.errors_by_kind.get("bad-spot", 0) >= 1
+
+
+@pytest.mark.parametrize(
+    "text", ["2020-10-27T08:22:00.000Z", "2020-10-27T08:22:00+00:00", "27 Oct 2020 08:22:00 GMT"]
+)
+def test_a_rebalance_notice_time_in_a_form_imds_writes_is_stated(text: str) -> None:
+    """The rebalance's `noticeTime` feeds the detection-delay metric: in the events' date form
+    it was a bad-rebalance error and no `notice_time`, as the spot time was no deadline."""
+    (report,) = parse_rebalance(json.dumps({"noticeTime": text}))
+    assert report.detail[NOTICE_TIME] == "2020-10-27T08:22:00Z"
