@@ -389,6 +389,91 @@ def _save_overlapped(torch: Any, obj: Any, stream: Any, copies: _Copies | None) 
     torch.save(obj, stream)
 
 
+class _AtWrite:
+    """The tensors an exit's save copies only as torch writes their record (`_CopyAtWrite`):
+    each host buffer torch serialises, its source, and its size."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[Any, Any, int]] = []
+
+    def add(self, buffer: Any, source: Any) -> None:
+        self._entries.append((buffer, source, int(buffer.untyped_storage().nbytes())))
+
+    def by_address(self) -> dict[int, tuple[Any, Any]]:
+        """The buffers and their sources by address, for one write of the file. The store
+        writes it again after making room on a full disk: the buffers the first write let go
+        are allocated again (untouched, so unbacked by memory until copied into); written
+        with 0 bytes each, that second file could not be loaded."""
+        for buffer, _source, size in self._entries:
+            storage = buffer.untyped_storage()
+            if storage.nbytes() != size:
+                storage.resize_(size)
+        return {
+            int(buffer.untyped_storage().data_ptr()): (buffer, source)
+            for buffer, source, _size in self._entries
+        }
+
+
+def _place_at_write(torch: Any, value: Any, at_write: _AtWrite) -> Any:
+    """What an exit's save serialises for `value` without copying it now: a CPU tensor that
+    is its whole storage, itself (the training thread is in `final()` while it is written,
+    and a write given up by its timeout commits nothing written after); any other (on a GPU,
+    a view of part of a storage) a host buffer of its own that stays untouched, so unbacked
+    by memory, until `_CopyAtWrite` copies it just before its record is written."""
+    detached = value.detach()
+    storage = _storage(detached)  # None for a wrapper subclass: copied, as a background save's
+    whole = (
+        storage is not None
+        and detached.device.type == "cpu"
+        and detached.is_contiguous()
+        and detached.storage_offset() == 0
+        and storage[1] == detached.numel() * detached.element_size()
+    )
+    if whole or detached.numel() == 0:
+        return detached if whole else detached.to("cpu", copy=True)
+    buffer = torch.empty(detached.shape, dtype=detached.dtype, device="cpu")
+    at_write.add(buffer, detached)
+    return buffer
+
+
+class _CopyAtWrite:
+    """torch's zip writer for an exit's save taken while given-up saves hold their copies: a
+    buffer's record is copied from its source just before it is written, and its memory let
+    go right after, so the save holds one tensor's copy at a time, not one of the state."""
+
+    def __init__(self, zip_file: Any, at_write: _AtWrite) -> None:
+        self._zip = zip_file
+        self._at_write = at_write.by_address()
+
+    def write_record(self, name: str, data: Any, size: int) -> Any:
+        entry = None
+        if not isinstance(data, (str, bytes)) and size:
+            entry = self._at_write.pop(int(data.data_ptr()), None)
+        if entry is None:
+            return self._zip.write_record(name, data, size)
+        buffer, source = entry
+        buffer.copy_(source, non_blocking=False)
+        try:
+            return self._zip.write_record(name, data, size)
+        finally:
+            # Written (and hashed: these buffers are no stable memory, so the file took its
+            # bytes before the write returned): nothing reads it again.
+            buffer.untyped_storage().resize_(0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._zip, name)
+
+
+def _save_copying_at_write(torch: Any, obj: Any, stream: Any, at_write: _AtWrite) -> None:
+    """`torch.save(obj, stream)`, the same bytes, copying each of `at_write`'s buffers only
+    as its record is written (`_CopyAtWrite`); `_final` plans it only where `_can_overlap`."""
+    serialization = torch.serialization
+    with serialization._open_zipfile_writer(stream) as zip_file:
+        serialization._save(
+            obj, _CopyAtWrite(zip_file, at_write), pickle, serialization.DEFAULT_PROTOCOL, False
+        )
+
+
 @dataclass
 class _Job:
     """One background save, shared by the training thread and the writer."""
@@ -399,6 +484,7 @@ class _Job:
     stable: StableMemory
     stall: float | None = None
     snapshot_taken: threading.Event | None = None
+    at_write: _AtWrite | None = None  # an exit's save that copies at each record's write
 
 
 # Told, on the background thread, how each background save ended: its timing (with the
@@ -809,9 +895,17 @@ class BackgroundSaver:
             )
         self._error = None  # a cancelled or failed older save is superseded by this one
         copies: list[tuple[Any, Any]] = []
-        snapshot = self._plan(state, copies)
+        # Saves given up on a hung mount still hold MAX_STUCK_COPIES copies of the state: the
+        # exit's save took a third (200 MB more for a 200 MB state, at the worst moment of a
+        # notice), and refusing it would lose the job's last save. It copies each tensor only
+        # as its record is written instead, and lets the copy go once written.
+        torch = _torch()
+        at_write = (
+            _AtWrite() if self.refusing() and torch is not None and _can_overlap(torch) else None
+        )
+        snapshot = self._plan(state, copies, at_write)
         self._copy(copies, None)
-        job = _Job(step, started, None, self._stable(copies))
+        job = _Job(step, started, None, self._stable(copies), at_write=at_write)
         timeout = None
         if seconds_left is not None:
             # Storage that stopped answering held the final save past the deadline, where the
@@ -1030,11 +1124,22 @@ class BackgroundSaver:
 
     # -- the snapshot ---------------------------------------------------------------------
 
-    def _plan(self, state: Mapping[str, Any], copies: list[tuple[Any, Any]]) -> dict[str, Any]:
+    def _plan(
+        self,
+        state: Mapping[str, Any],
+        copies: list[tuple[Any, Any]],
+        at_write: _AtWrite | None = None,
+    ) -> dict[str, Any]:
         """The snapshot's structure, with the buffers each tensor is to be copied into (the
-        copies listed in `copies`, in the order torch will write them); the rest is copied."""
+        copies listed in `copies`, in the order torch will write them); the rest is copied.
+        With `at_write` (an exit's save, `_final`), tensors are not copied now: see
+        `_place_at_write`."""
         seen: dict[tuple[Any, ...], Any] = {}
-        snapshot = {key: self._place((key,), value, copies, seen) for key, value in state.items()}
+        snapshot = {
+            key: self._place((key,), value, copies, seen, at_write) for key, value in state.items()
+        }
+        if at_write is not None:
+            return snapshot  # no buffer of this snapshot's is kept for the next save
         # Only this snapshot's buffers are kept (no save in flight uses the others: a save
         # waits for the one before, and a save left behind took its buffers with it): kept
         # for every path ever saved, a state whose keys change from save to save (a tensor
@@ -1049,6 +1154,7 @@ class BackgroundSaver:
         value: Any,
         copies: list[tuple[Any, Any]],
         seen: dict[tuple[Any, ...], Any],
+        at_write: _AtWrite | None = None,
     ) -> Any:
         torch = _torch()
         if torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided:
@@ -1062,6 +1168,11 @@ class BackgroundSaver:
             same = _same_tensor_key(value)
             if same is not None and same in seen:
                 return seen[same]
+            if at_write is not None:
+                placed = _place_at_write(torch, value, at_write)
+                if same is not None:
+                    seen[same] = placed
+                return placed
             buffer = self._buffers.get(path)
             if (
                 buffer is None
@@ -1078,12 +1189,14 @@ class BackgroundSaver:
             return buffer
         if isinstance(value, Mapping):
             placed = {
-                key: self._place((*path, key), item, copies, seen) for key, item in value.items()
+                key: self._place((*path, key), item, copies, seen, at_write)
+                for key, item in value.items()
             }
             return _same_kind(value, placed)
         if isinstance(value, (list, tuple)):
             items = [
-                self._place((*path, index), item, copies, seen) for index, item in enumerate(value)
+                self._place((*path, index), item, copies, seen, at_write)
+                for index, item in enumerate(value)
             ]
             return type(value)(items) if isinstance(value, list) else tuple(items)
         return copy.deepcopy(value)
@@ -1196,7 +1309,9 @@ class BackgroundSaver:
                 # is left costs the final save nothing, and stopped it was lost for nothing.
                 stream.stop = cancel
                 target = _CancellableStream(stream, cancel, moved)
-                if torch is not None:
+                if torch is not None and job.at_write is not None:
+                    _save_copying_at_write(torch, snapshot, target, job.at_write)
+                elif torch is not None:
                     _save_overlapped(torch, snapshot, target, job.copies)
                 else:
                     if job.copies is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import forewarn.clients.checkpoint.background as background_module
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
-from forewarn.clients.checkpoint.background import BackgroundSaveError, BackgroundSaver
+from forewarn.clients.checkpoint.background import BackgroundSaveError, BackgroundSaver, load_state
 from hung_mount import HungMount, stuck_saves
 from support import LazyModule, eventually, requires
 
@@ -111,3 +111,95 @@ def test_a_guard_retrying_on_a_hung_mount_keeps_two_copies_at_most_and_saves_onc
     assert store.latest_hint() == guard.durable_step
     guard.close()
     store.close()
+
+
+def _peak_rss_reset() -> None:
+    """Start the process's peak resident size (VmHWM) again from its size now."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _rss(field: str) -> int:
+    """The process's `field` of /proc/self/status (VmRSS, VmHWM), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+@pytest.mark.parametrize("layout", ["one tensor", "four views"])
+def test_an_exit_save_while_two_given_up_saves_hold_their_copies_takes_no_third(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """An exit's save is never refused (it is the job's last), but it copied the state as a
+    background save does: with two given-up saves stuck on a hung mount holding theirs, the
+    exit held three copies of a 200 MB state, 200 MB more at the worst moment of a notice.
+    The training thread is in `final()` while it writes, so a tensor that is its whole
+    storage is written as it is; any other (on a GPU, here a view of a quarter of one) is
+    copied only as it is written, and let go once written."""
+    from forewarn.clients.checkpoint.manifest import generation_name
+
+    monkeypatch.setattr(background_module, "EXIT_STALL_SECONDS", STALL_BOUND)
+    backend = HungMount(CheckpointStore(str(tmp_path / "store")).backend)
+    backend.only = generation_name(0)[:-1]  # steps 1 to 9 hang; the exit's step 10 writes
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    size = 200 << 20
+    base = torch.ones(4, size // 16)  # touched: every page resident
+    tensors = (
+        {"w": base.view(-1)} if layout == "one tensor" else dict(zip("abcd", base, strict=True))
+    )
+    state: dict[str, object] = {**tensors, "step": 2}
+    try:
+        saver.save(1, state)
+        with pytest.raises(BackgroundSaveError):
+            saver.save(2, state)  # gives step 1 up
+        saver.save(2, state)
+        with pytest.raises(BackgroundSaveError):
+            saver.save(3, state)  # gives step 2 up
+        assert saver.refusing() and len(stuck_saves()) == 2
+        base.add_(1.0)  # the step after: what the exit saves differs from the stuck copies
+        _peak_rss_reset()
+        before = _rss("VmRSS")
+        final = saver.final(10, state, 30.0)
+        grew = _rss("VmHWM") - before
+        assert final.generation is not None and final.generation.step == 10
+        # A copy is `size`; the write's own buffers (the file's, the hashing's) are far less.
+        assert grew < size // 2, f"the exit's save grew the resident size by {grew >> 20} MiB"
+    finally:
+        backend.recover.set()
+    eventually(lambda: not stuck_saves(), timeout=30)
+    restored = load_state(store.get(10, verify="checksums"))
+    assert restored.keys() == state.keys() and restored["step"] == 2
+    for key, tensor in tensors.items():
+        assert torch.equal(restored[key], tensor), key
+        assert restored[key].untyped_storage().nbytes() == tensor.numel() * 4, "a view's own"
+    saver.close()
+    store.close()
+
+
+def test_an_exit_save_copying_at_write_writes_a_whole_file_each_time_it_is_written() -> None:
+    """The store writes a file again after making room on a full disk: the second write of a
+    save that copies at write found the buffers the first let go (storages of 0 bytes)."""
+    import io
+
+    base = torch.arange(4 * 1000, dtype=torch.float32).reshape(4, 1000)
+    state = {"rows": list(base), "whole": torch.ones(10), "tied": base[1], "step": 7}
+    at_write = background_module._AtWrite()
+    snapshot = {
+        "rows": [background_module._place_at_write(torch, row, at_write) for row in base],
+        "whole": background_module._place_at_write(torch, state["whole"], at_write),
+        "step": 7,
+    }
+    snapshot["tied"] = snapshot["rows"][1]  # one tensor under two keys, as `_place` shares it
+    written = []
+    for _attempt in range(2):
+        stream = io.BytesIO()
+        background_module._save_copying_at_write(torch, snapshot, stream, at_write)
+        written.append(stream.getvalue())
+    for data in written:
+        loaded = torch.load(io.BytesIO(data))
+        assert [row.tolist() for row in loaded["rows"]] == base.tolist()
+        tied = loaded["tied"].untyped_storage().data_ptr()
+        assert tied == loaded["rows"][1].untyped_storage().data_ptr(), "saved once, shared"
+        assert torch.equal(loaded["whole"], state["whole"]) and loaded["step"] == 7
+    assert written[0] == written[1]
