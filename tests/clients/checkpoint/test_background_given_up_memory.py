@@ -203,3 +203,53 @@ def test_an_exit_save_copying_at_write_writes_a_whole_file_each_time_it_is_writt
         assert tied == loaded["rows"][1].untyped_storage().data_ptr(), "saved once, shared"
         assert torch.equal(loaded["whole"], state["whole"]) and loaded["step"] == 7
     assert written[0] == written[1]
+
+
+def test_a_refusal_backed_off_for_long_still_saves_at_the_first_step_a_stuck_save_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refusal's back-off shares the ladder of failures in a row (the two given-up saves
+    are two of them), so after a long outage it is RETRY_MAX_SECONDS (5 min). Kept so: that
+    back-off spaces out only the refusal's tries (each an ERROR line); what a refusal waits
+    for is a stuck save's end, which due() looks at every step, so the save after the mount
+    recovers comes at the first step after it, never at the back-off's end."""
+    import logging
+
+    from forewarn.clients import CheckpointGuard, guard_background
+
+    monkeypatch.setattr(background_module, "EXIT_STALL_SECONDS", STALL_BOUND)
+    # The third failure in a row (the refusal) backs off 2 x 60 s: longer than this test.
+    monkeypatch.setattr(guard_background, "RETRY_FIRST_SECONDS", 60.0)
+    backend = HungMount(CheckpointStore(str(tmp_path / "store")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = CheckpointGuard(
+        store=store,
+        background=True,
+        handle_signals=False,
+        notices=False,
+        flag_file=None,
+        every_steps=10**6,  # only the retry asks for a save after these
+    )
+    state = {"w": torch.zeros(64, 64)}
+    caplog.set_level(logging.ERROR, logger="forewarn.clients")
+    try:
+        guard.save_state(1, state)
+        with pytest.raises(BackgroundSaveError):
+            guard.save_state(2, state)
+        guard.save_state(2, state)
+        with pytest.raises(BackgroundSaveError):
+            guard.save_state(3, state)
+        with pytest.raises(BackgroundSaveError, match="still stuck in their writes"):
+            guard.save_state(3, state)
+        assert "tried again in 120 s at the earliest" in caplog.text, caplog.text
+        assert not guard.due(4), "the refusal is held back while the mount stays hung"
+    finally:
+        backend.recover.set()
+    eventually(lambda: not stuck_saves(), timeout=30, what="the stuck saves to end")
+    # The first step after it saves: no step in between, no wait for the back-off.
+    assert guard.due(5), "the first step after the stuck saves ended saves nothing"
+    guard.save_state(5, state)
+    generation = guard.saver.wait()
+    assert generation is not None and generation.step == 5 == guard.durable_step
+    guard.close()
+    store.close()
