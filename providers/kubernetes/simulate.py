@@ -23,7 +23,9 @@
   server's validation refuses (a key that is no qualified name, a value that is no label value, an
   unknown effect), whether patched or raised through `/_sim/notices`, and a patch listing two taints
   of one key and effect (taints are unique by that pair).
-- `GET /api/v1/pods` (an empty PodList: the simulator runs no pods), `GET /api/v1/events` (the
+- `GET /api/v1/pods` (the pods raised with `pod`, none by default; see `simpods`, which also
+  serves `GET .../namespaces/<ns>/pods/<name>` and the `.../eviction` `kubectl drain` posts),
+  `GET /api/v1/events` (the
   Events posted, in their core v1 form) and the node's Lease in `kube-node-lease`: what
   `kubectl describe node` reads.
 - The legacy discovery documents (`/api`, `/apis`, `/api/v1` and the two groups' versions),
@@ -47,6 +49,7 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns
 | `restore` | `back` (default 100) | an etcd restore: the rv goes back, watches end | |
 | `timeout` | | ends every open watch now (server-side timeout) | |
 | `rotate-token` | `token` | only this token is accepted from now on | |
+| `pod` | `name`, `namespace`, `grace` | a pod on the node, owned by a Job | `pod/<ns>/<name>` |
 | `karpenter` | `termination` | Karpenter's disruption (see below) | `karpenter` |
 
 `karpenter`: a NodeClaim owns the Node, which gets the `karpenter.sh/disrupted` taint; with
@@ -85,6 +88,7 @@ from ..simulator import (
 from .karpenter import TERMINATION_ANNOTATION
 from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 from .settings import taint_key_problem
+from .simpods import POD_NOTICE_FIELDS, POD_PATH, POD_RESOURCES, SimPods, check_pod_fields
 from .tables import event_table, node_table, table_version
 
 DEFAULT_NODE = "forewarn-sim-node"
@@ -173,6 +177,7 @@ NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
     "timeout": (),
     "rotate-token": ("token",),
     "karpenter": ("termination",),
+    "pod": POD_NOTICE_FIELDS,
 }
 
 
@@ -190,6 +195,7 @@ class KubernetesSimulator(Simulator):
         "timeout",
         "rotate-token",
         "karpenter",
+        "pod",
     )
     # kube-apiserver's own limit is per client priority level, not a fixed rate; this is the
     # client-go default (QPS 5) a well-behaved client stays under.
@@ -248,6 +254,8 @@ class KubernetesSimulator(Simulator):
         # The field manager that set each taint raised through the control API, by key: the
         # one that removes it (`DELETE /_sim/notices/taint/<key>`) or changes it.
         self.taint_managers: dict[str, str] = {}
+        # The pods bound to the node (`pod`): what `kubectl drain` lists and evicts.
+        self.sim_pods = SimPods(node, lambda: _stamp(self.now()))
         self._commit("ADDED", self._fresh_node())
 
     # The Node object.
@@ -430,6 +438,8 @@ class KubernetesSimulator(Simulator):
             token = fields.get("token")
             if not isinstance(token, str) or not token:
                 raise SimError('"token" must be a non-empty string')
+        elif kind == "pod":
+            check_pod_fields(fields)
         elif kind == "karpenter" and not isinstance(fields.get("termination", ""), str):
             raise SimError('"termination" must be an RFC 3339 time (a string)')
 
@@ -509,6 +519,9 @@ class KubernetesSimulator(Simulator):
                 return "timeout"
             if kind == "karpenter":
                 return self._karpenter(fields.get("termination"))
+            if kind == "pod":
+                self.rv += 1
+                return self.sim_pods.add(fields, self.rv)
             if kind == "rotate-token":
                 token = fields.get("token")
                 if not isinstance(token, str) or not token:
@@ -517,7 +530,7 @@ class KubernetesSimulator(Simulator):
                 return "token"
         raise SimError(
             f"unknown kind {kind!r}; use cordon, taint, shutdown, unreachable, vm-event, delete, "
-            "compact, restore, timeout, rotate-token or karpenter"
+            "compact, restore, timeout, rotate-token, karpenter or pod"
         )
 
     def _karpenter(self, termination: str | None) -> str:
@@ -612,6 +625,8 @@ class KubernetesSimulator(Simulator):
 
     def withdraw(self, notice_id: str) -> bool:
         with self.lock:
+            if notice_id.startswith("pod/"):
+                return self.sim_pods.remove(notice_id)
             if notice_id == "node":
                 if self.node is not None:
                     return False
@@ -684,6 +699,8 @@ class KubernetesSimulator(Simulator):
             "watch_log": self.watch_log[-50:],
             "verbs_used": sorted(self.verbs_used),
             "events": self.events[-200:],
+            "pods": [pod for pod in self.sim_pods.listed([])],
+            "evictions": self.sim_pods.evictions[-200:],
             **self.counts,
         }
 
@@ -712,9 +729,11 @@ class KubernetesSimulator(Simulator):
         core_namespace = core.group(1) if core else None
         nodeclaim = path[len(NODECLAIMS_PREFIX) :] if path.startswith(NODECLAIMS_PREFIX) else None
         discovery = DISCOVERY.get(path)
+        pod = POD_PATH.match(path)
         if (
             not path.startswith("/api/v1/nodes")
             and path != PODS_PATH
+            and pod is None
             and core is None
             and not path.startswith(LEASES_PREFIX)
             and not events
@@ -739,7 +758,9 @@ class KubernetesSimulator(Simulator):
             else "nodeclaims"
             if nodeclaim is not None
             else "pods"
-            if path == PODS_PATH
+            if path == PODS_PATH or (pod is not None and pod.group(3) is None)
+            else "pods/eviction"
+            if pod is not None
             else "events"
             if core is not None
             else "leases"
@@ -758,6 +779,8 @@ class KubernetesSimulator(Simulator):
             return self._core_events(request, core_namespace)
         if events:
             return self._create_event(path, request)
+        if pod is not None:
+            return self._pod(request, pod.group(1), pod.group(2), pod.group(3))
         if resource == "pods":
             return self._pods(request)
         if resource == "leases":
@@ -857,25 +880,43 @@ class KubernetesSimulator(Simulator):
         return True
 
     def _pods(self, request: SimRequest) -> SimResponse:
-        """`GET /api/v1/pods`: the simulator runs no pods, so an empty PodList (what `kubectl
-        describe node` lists, by `spec.nodeName`), or the API server's 400 for a field selector
-        it would refuse."""
+        """`GET /api/v1/pods`: the pods raised with `pod` that the field selector picks (what
+        `kubectl describe node` and `kubectl drain` list, by `spec.nodeName`), or the API
+        server's 400 for a field selector it would refuse."""
         if request.method != "GET" or request.param("watch") in ("1", "true"):
             message = f"{request.method} {request.path}"
             return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
-        problem = pod_selector_problem(request.param("fieldSelector") or "")
-        if problem is not None:
-            return SimResponse.json(_status(400, "BadRequest", problem), 400)
+        wanted = parse_field_selector(request.param("fieldSelector") or "", POD_FIELDS)
+        if isinstance(wanted, str):
+            return SimResponse.json(_status(400, "BadRequest", wanted), 400)
         with self.lock:
             rv = str(self.rv)
+            items = self.sim_pods.listed(wanted)
         return SimResponse.json(
             {
                 "kind": "PodList",
                 "apiVersion": "v1",
                 "metadata": {"resourceVersion": rv},
-                "items": [],
+                "items": items,
             }
         )
+
+    def _pod(
+        self, request: SimRequest, namespace: str, name: str, subresource: str | None
+    ) -> SimResponse:
+        """`GET .../namespaces/<ns>/pods/<name>` and `POST .../pods/<name>/eviction`: what
+        `kubectl drain` sends each pod, then reads until it is gone (see `simpods`)."""
+        with self.lock:
+            if subresource is None and request.method == "GET":
+                answer, code = self.sim_pods.get(namespace, name)
+            elif subresource == "eviction" and request.method == "POST":
+                answer, code = self.sim_pods.evict(namespace, name, request.body, self.now())
+                if code == 201:
+                    self.rv += 1
+            else:
+                message = f"{request.method} {request.path}"
+                answer, code = _status(405, "MethodNotAllowed", message), 405
+        return SimResponse.json(answer, code)
 
     def _core_events(self, request: SimRequest, namespace: str | None) -> SimResponse:
         """`GET /api/v1/events` (or `/api/v1/namespaces/<ns>/events`): the Events posted
@@ -1317,14 +1358,7 @@ DISCOVERY: dict[str, dict[str, Any]] = {
             "verbs": ["get", "list", "patch", "watch"],
             "shortNames": ["no"],
         },
-        {
-            "name": "pods",
-            "singularName": "pod",
-            "namespaced": True,
-            "kind": "Pod",
-            "verbs": ["list"],
-            "shortNames": ["po"],
-        },
+        *POD_RESOURCES,
         {
             "name": "events",
             "singularName": "event",

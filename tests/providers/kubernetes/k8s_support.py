@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -16,6 +19,7 @@ from support import WatcherRun
 
 NODE = "gpu-node-1"
 TOKEN = "token-one"
+KUBECTL = shutil.which("kubectl")
 
 
 class Cluster:
@@ -118,3 +122,31 @@ def retaint(sim: KubernetesSimulator, key: str, manager: str = "karpenter") -> N
                 entry["time"] = later.strftime("%Y-%m-%dT%H:%M:%SZ")
         assert [t for t in node["spec"]["taints"] if t["key"] == key] == [taint]
         sim._commit("MODIFIED", node)
+
+
+def kubectl(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real `kubectl` against the simulator, with a kubeconfig of its own (no cache, no
+    proxy: only 127.0.0.1 is asked)."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "sim", "cluster": {"server": url}}],
+                "users": [{"name": "op", "user": {"token": "secret"}}],
+                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "op"}}],
+                "current-context": "sim",
+            }
+        )
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(config),
+        "KUBECACHEDIR": str(tmp_path / "cache"),
+        "NO_PROXY": "127.0.0.1",
+    }
+    return subprocess.run(
+        [str(KUBECTL), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )

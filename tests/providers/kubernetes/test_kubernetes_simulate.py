@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -30,6 +29,8 @@ from forewarn.providers.kubernetes.simulate import (
 from forewarn.providers.simulator import SimError, SimServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from k8s_support import KUBECTL
+from k8s_support import kubectl as _kubectl
 from support import agent_env, eventually, examples, forewarn_cmd, run_forewarn
 
 NODE = "sim-node"
@@ -533,40 +534,9 @@ def test_the_simulator_takes_a_nodes_taints_exactly_when_unique_by_key_and_effec
     assert answer.status_code == (200 if unique else 422), (taints, answer.text)
 
 
-KUBECTL = shutil.which("kubectl")
-
-
 def _stamp_micro(moment: datetime) -> str:
     """A MicroTime, as the agent writes an Event's eventTime."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _kubectl(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """A real `kubectl` against the simulator, with a kubeconfig of its own (no cache, no
-    proxy: only 127.0.0.1 is asked)."""
-    config = tmp_path / "kubeconfig"
-    config.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "sim", "cluster": {"server": url}}],
-                "users": [{"name": "op", "user": {"token": "secret"}}],
-                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "op"}}],
-                "current-context": "sim",
-            }
-        )
-    )
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "KUBECONFIG": str(config),
-        "KUBECACHEDIR": str(tmp_path / "cache"),
-        "NO_PROXY": "127.0.0.1",
-    }
-    return subprocess.run(
-        [str(KUBECTL), *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (CI installs it)")
