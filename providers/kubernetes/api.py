@@ -238,15 +238,24 @@ class NodeApi:
         return {"fieldSelector": f"metadata.name={self.node_name}"}
 
     async def list_node(self) -> NodeList:
-        response = await fetch(
-            self.client,
-            "GET",
-            self.nodes_url,
-            params=self._selector(),
-            headers=await self._headers(),
-            deadline=REQUEST_TIMEOUT,
-            max_body=MAX_LIST_BODY,
-        )
+        try:
+            response = await fetch(
+                self.client,
+                "GET",
+                self.nodes_url,
+                params=self._selector(),
+                headers=await self._headers(),
+                deadline=REQUEST_TIMEOUT,
+                max_body=MAX_LIST_BODY,
+            )
+        except AnswerTooLarge as error:
+            # Said as what was that large, as the watch's line cap is (it read "GET <url>:
+            # answer of 5670314 bytes, more than 4194304"): the list holds one Node.
+            raise AnswerTooLarge(
+                f"list: the node list is over the {MAX_LIST_BODY >> 20} MiB cap ({error}): a "
+                "Node object that large (thousands of taints, labels or annotations), or a "
+                "broken server; listed again after the retry wait"
+            ) from None
         self.date = response.headers.get("Date")
         if response.status_code != 200:
             raise error_for(
