@@ -37,6 +37,10 @@ class AnswerTooLarge(httpx.HTTPError):
     """The answer exceeded the body cap; reading stopped there."""
 
 
+class StreamCut(httpx.RemoteProtocolError):
+    """A line stream ended in the middle of a line: the part is not a line the server sent."""
+
+
 class DeadlineExceeded(httpx.TimeoutException):
     """The answer was not complete within the overall deadline."""
 
@@ -99,7 +103,9 @@ async def lines(response: httpx.Response, max_line: int) -> AsyncIterator[str]:
     """The lines of a streamed answer (a Kubernetes watch); a line longer than `max_line`
     bytes fails the stream instead of growing a buffer without end. Only the bytes a chunk
     brought are searched for the line's end: searching the whole partial line at every chunk
-    took 15 CPU-seconds for a 4 MiB line sent 16 bytes at a time."""
+    took 15 CPU-seconds for a 4 MiB line sent 16 bytes at a time. A stream that ends in the
+    middle of a line (a proxy closing a watch it timed out) raises StreamCut: the part was
+    parsed as a line, called garbage, and the watch's position given up for it."""
     pending = bytearray()
     async for chunk in response.aiter_bytes():
         searched = len(pending)  # the partial line before this chunk has no newline
@@ -111,8 +117,11 @@ async def lines(response: httpx.Response, max_line: int) -> AsyncIterator[str]:
             yield line.decode("utf-8", errors="replace")
         if len(pending) > max_line:
             raise AnswerTooLarge(f"a streamed line longer than {max_line} bytes")
-    if pending:
-        yield pending.decode("utf-8", errors="replace")
+    if pending.strip():
+        raise StreamCut(
+            f"the stream ended in the middle of a line ({len(pending)} bytes without their "
+            f"newline, starting {bytes(pending[:60])!r})"
+        )
 
 
 __all__ = [
@@ -120,6 +129,7 @@ __all__ = [
     "Answer",
     "AnswerTooLarge",
     "DeadlineExceeded",
+    "StreamCut",
     "fetch",
     "lines",
     "within",

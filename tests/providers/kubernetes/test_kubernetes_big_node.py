@@ -84,3 +84,47 @@ async def test_a_node_over_the_list_cap_is_one_clear_error(
     assert not running.reports
     _retaint(sim, [{"key": CA, "value": "1", "effect": "NoSchedule"}])
     await running.report("drain", f"kubernetes/{NODE}/taint/{CA}", timeout=30)
+
+
+async def test_a_watch_cut_in_the_middle_of_an_event_is_resumed_not_relisted(
+    watch_sim: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream ends in the middle of an event (a proxy or load balancer closing a watch
+    it timed out, after the first bytes of a 2 MiB Node): the part is no event, and the
+    watch is resumed from the last version it held, which the server replays the whole event
+    after. Found: the part was parsed as a line, "parse: watch line is not JSON
+    (Unterminated string ...)", and the node listed again, as after garbage."""
+    from forewarn.providers.simulator import SimResponse
+
+    class CutOnce(KubernetesSimulator):
+        cut_after: str | None = None
+
+        def _watch(self, request: Any, matches: bool) -> Any:
+            if self.cut_after is not None and request.param("resourceVersion") == self.cut_after:
+                self.cut_after = None
+                with self.lock:
+                    self.counts["cut"] = 1
+                    _, kind, node = self.history[-1]
+                whole = json.dumps({"type": kind, "object": node}).encode()
+                headers = {"Connection": "close"}
+                body = iter([whole[: len(whole) // 2]])
+                return SimResponse(
+                    200, content_type="application/json", headers=headers, stream=body
+                )
+            return super()._watch(request, matches)
+
+    sim = CutOnce(node=NODE, token=TOKEN, max_watch_seconds=30)
+    _retaint(sim, _many_taints(10_000, 150))
+    running = await watch_sim(sim)
+    await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+    lists = running.watcher.lists
+    with sim.lock:
+        sim.cut_after = str(sim.rv)
+        sim.raise_notice("cordon", {})  # the event the next watch is cut in
+        sim.raise_notice("timeout", {})
+    await running.report("drain", f"kubernetes/{NODE}/cordon", timeout=30)
+    assert sim.counts.get("cut") == 1
+    assert running.watcher.lists == lists, "listed again after a cut stream"
+    assert "parse" not in running.health.errors_by_kind, running.health
+    said = [r.getMessage() for r in caplog.records if "middle of a line" in r.getMessage()]
+    assert said, caplog.text

@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 import httpx
-from forewarn.providers.fetch import AnswerTooLarge, lines
+from forewarn.providers.fetch import AnswerTooLarge, StreamCut, lines
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,20 +24,26 @@ class Chunks(httpx.AsyncByteStream):
 
 
 async def read(chunks: list[bytes], max_line: int) -> tuple[list[str], bool]:
-    """The lines read, and whether the reader refused a line as too long."""
+    """The lines read, and whether the reader refused a line as too long. A stream cut in the
+    middle of a line must raise StreamCut, after the whole lines."""
     out: list[str] = []
     try:
         async for line in lines(httpx.Response(200, stream=Chunks(chunks)), max_line):
             out.append(line)
     except AnswerTooLarge:
         return out, True
+    except StreamCut:
+        assert not b"".join(chunks).endswith(b"\n")
+        assert b"".join(chunks).split(b"\n")[-1].strip()
+        return out, False
+    assert not b"".join(chunks).split(b"\n")[-1].strip(), "a cut stream read as whole"
     return out, False
 
 
 def expected(data: bytes) -> list[str]:
+    """The lines the server ended with a newline (a part after the last one is no line)."""
     parts = data.split(b"\n")
-    if parts[-1] == b"":
-        parts.pop()
+    parts.pop()
     return [part.decode("utf-8", errors="replace") for part in parts]
 
 
