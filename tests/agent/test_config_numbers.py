@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from forewarn.providers.settings import _is_number, is_seconds
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
-from support import examples, forewarn_cmd
+from support import examples, forewarn_cmd, run_forewarn
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -205,7 +206,11 @@ def test_the_agents_flag_reads_a_number_as_its_key_does(key: tuple[str, ...], te
     [("env", "1.5"), ("set", "1.5"), ("toml", "1.5"), ("flag", "-5")],
 )
 def test_a_bad_number_exits_2_naming_key_and_value_before_any_socket(
-    tmp_path: Path, env: dict[str, str], how: str, shown: str
+    tmp_path: Path,
+    env: dict[str, str],
+    how: str,
+    shown: str,
+    run_forewarn_forked: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     runtime = tmp_path / "run"
     args = ["agent", "--provider", "local", "--runtime-dir", str(runtime)]
@@ -223,7 +228,11 @@ def test_a_bad_number_exits_2_naming_key_and_value_before_any_socket(
     else:
         args += ["--exit-margin", shown]
         key = "exit_margin"
-    done = subprocess.run(forewarn_cmd(*args), env=env, capture_output=True, text=True, timeout=60)
+    # The first case as a fresh interpreter, the others forked from a process that loaded the
+    # command line once (~0.02 CPU-s each instead of ~0.2; tests/conftest.py): the same
+    # command, environment, exit code and stderr.
+    run = run_forewarn if how == "env" else run_forewarn_forked
+    done = run(*args, env=env, timeout=60)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert f"config key {key}: " in done.stderr and shown in done.stderr, done.stderr
     assert not runtime.exists() or not any(runtime.iterdir())
