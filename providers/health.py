@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from forewarn.protocol.oneline import one_line
+from forewarn.protocol.oneline import FIELD_CHARS, one_line
 
 log = logging.getLogger("forewarn.providers")
 
@@ -27,6 +27,15 @@ AGENT_KINDS = (WATCHER_FAILED, WATCHER_STALLED)
 APPROVAL_OUTCOMES = ("sent", "failed", "skipped")
 # Approvals remembered as counted once: events are few, and leave the list within a day.
 COUNTED_ONCE = 256
+# What `forewarn status` shows of the last error: one line a person reads, whatever an
+# endpoint sent.
+ERROR_CHARS = FIELD_CHARS
+# What it shows of a standing condition, and what the log says of why detection said no: the
+# watcher's own words with their fix (a command, a file to apply), an endpoint's quoted among
+# them; still one line, whatever the endpoint sent.
+SHOWN_CHARS = 1000
+# What the log line of an error holds of them: more than `status` shows, still one line.
+LOGGED_CHARS = 2000
 
 
 @dataclass
@@ -61,8 +70,8 @@ class PollHealth:
     # learn this VM's name, a state file cannot be written): `status` shows them besides the
     # counters, since the next good poll clears `last_error` but not these.
     conditions: dict[str, str] = field(default_factory=dict)
-    # Why `detect()` last answered false, for `--provider auto` to say.
-    not_detected: str | None = None
+    # Why `detect()` last answered false, for `--provider auto` to say (`not_detected`).
+    _not_detected: str | None = field(default=None, repr=False)
     # The watcher has read its service's clock (a `Date` that reads): after a forward step of
     # the wall clock it sees the new skew and re-times its deadlines, so the board holds them
     # that long (`NoticeBoard.clock_vouched`). A DigitalOcean watcher without droplet metadata
@@ -125,7 +134,7 @@ class PollHealth:
         self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
         self.episode_errors[kind] = self.episode_errors.get(kind, 0) + 1
         self.last_error = kind
-        self.last_message = one_line(shown if shown is not None else message)
+        self.last_message = one_line(shown if shown is not None else message, ERROR_CHARS)
         now = time.monotonic()
         last = self._logged.get(kind)
         if last is None or now - last >= self.repeat_log_seconds:
@@ -137,7 +146,9 @@ class PollHealth:
                 "%s: %s: %s (seen %s since %s)",
                 self.provider,
                 kind,
-                message,
+                # An endpoint's words may be a megabyte over many lines: the log keeps one
+                # line of them, at most once a minute.
+                one_line(message, LOGGED_CHARS),
                 seen,
                 since,
                 exc_info=exc_info,
@@ -169,11 +180,31 @@ class PollHealth:
         if message is None:
             self.conditions.pop(kind, None)
         else:
-            self.conditions[kind] = message
+            # Bounded here, not by each watcher: Azure's skipped events, joined, grew with
+            # the document, and `status` printed each condition whole.
+            self.conditions[kind] = one_line(message, SHOWN_CHARS)
+
+    @property
+    def not_detected(self) -> str | None:
+        """Why `detect()` last answered false (one line, bounded), or None."""
+        return self._not_detected
+
+    @not_detected.setter
+    def not_detected(self, why: str | None) -> None:
+        self._not_detected = None if why is None else one_line(why, SHOWN_CHARS)
 
     @property
     def ready(self) -> bool:
         return self.last_success is not None
 
 
-__all__ = ["AGENT_KINDS", "APPROVAL_OUTCOMES", "WATCHER_FAILED", "WATCHER_STALLED", "PollHealth"]
+__all__ = [
+    "AGENT_KINDS",
+    "APPROVAL_OUTCOMES",
+    "ERROR_CHARS",
+    "LOGGED_CHARS",
+    "SHOWN_CHARS",
+    "WATCHER_FAILED",
+    "WATCHER_STALLED",
+    "PollHealth",
+]

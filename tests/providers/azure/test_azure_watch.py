@@ -765,3 +765,32 @@ async def test_an_event_gone_from_a_document_is_asked_for_again_at_once_and_clea
         await h.until(lambda: h.ids("clear"), 15, "the clear")
         assert time.monotonic() - seen < 2.5, "the clear waited for the next interval"
         assert h.ids("clear") == [f"azure/{event_id}"]
+
+
+async def test_many_malformed_events_make_one_short_condition() -> None:
+    """A document of hundreds of unreadable events (a hostile or broken IMDS): the skipped
+    events' condition, joined from each, grew with the document and `forewarn status`
+    printed it whole; it is one line of at most SHOWN_CHARS, naming the first ones."""
+    from forewarn.providers.health import SHOWN_CHARS
+
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
+    async with running(sim) as h:
+        document = sim.document()
+        document["Events"] = [
+            {
+                "EventId": f"bad-{index}",
+                "EventType": "Reboot",
+                "ResourceType": "VirtualMachine",
+                "Resources": "gpu-0\n" * 20,  # not a list
+                "EventStatus": "Scheduled",
+                "NotBefore": "",
+            }
+            for index in range(400)
+        ]
+        document["DocumentIncarnation"] += 1
+        sim.add_fault("status", status=200, body=json.dumps(document), path=EVENTS_PATH)
+        condition = await eventually_async(
+            lambda: h.health.conditions.get("bad-event"), what="the bad-event condition"
+        )
+        assert "event bad-0" in condition
+        assert len(condition) <= SHOWN_CHARS and condition.isprintable(), len(condition)
