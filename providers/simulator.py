@@ -46,6 +46,7 @@ from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import duration_or_as_is, format_time, utcnow
 from forewarn.protocol.writtenfloat import written_float
 
+from .httpframing import FramingError, chunk_size, content_length
 from .sim_faults import FAULT_KINDS, Fault, FaultError, make_fault
 
 log = logging.getLogger("forewarn.simulate")
@@ -716,9 +717,10 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             text = self.headers.get("Content-Length")
             if text is None:
                 return b""
-            if not text.strip().isdigit():
-                raise SimError(f"Content-Length: not a number of bytes: {text!r}")
-            length = int(text)
+            try:
+                length = content_length(text)
+            except FramingError as error:
+                raise SimError(f"Content-Length: not a number of bytes: {error}") from None
             if length > MAX_BODY:
                 raise SimError(f"a body of {length} bytes; at most {MAX_BODY} are read", 413)
             return self.rfile.read(length)
@@ -728,12 +730,11 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             chunks were then parsed as the next request."""
             body = b""
             while True:
-                line = self.rfile.readline(1024).split(b";", 1)[0].strip()
                 try:
-                    size = int(line, 16)
-                except ValueError:
-                    raise SimError(f"chunked body: bad chunk size {line[:40]!r}") from None
-                if size < 0 or len(body) + size > MAX_BODY:
+                    size = chunk_size(self.rfile.readline(1024))
+                except FramingError as error:
+                    raise SimError(f"chunked body: {error}") from None
+                if len(body) + size > MAX_BODY:
                     raise SimError(f"a body of over {MAX_BODY} bytes", 413)
                 if size == 0:
                     break

@@ -22,6 +22,7 @@ import httpx
 from forewarn.protocol.errors import ForewarnError
 
 from ..fetch import AnswerTooLarge, within
+from ..httpframing import chunk_size, content_length
 
 MAX_BODY = 1 << 20  # IMDS answers are a few hundred bytes; a megabyte is not IMDS
 MAX_HEADERS = 100
@@ -177,11 +178,10 @@ async def _read_response(
         return status, headers, await _read_chunked(reader), keep
     length = fields.get(b"content-length")
     if length is not None:
-        if not length.strip().isdigit():
-            raise ValueError(f"bad Content-Length: {length[:40]!r}")
-        if int(length) > MAX_BODY:
-            raise _too_large(f"answer of {int(length)} bytes")
-        return status, headers, await reader.readexactly(int(length)), keep
+        size = content_length(length)  # a ValueError: a protocol error
+        if size > MAX_BODY:
+            raise _too_large(f"answer of {size} bytes")
+        return status, headers, await reader.readexactly(size), keep
     body = await reader.read(MAX_BODY + 1)  # delimited by the end of the connection
     while len(body) <= MAX_BODY and (more := await reader.read(MAX_BODY + 1 - len(body))):
         body += more
@@ -221,10 +221,10 @@ async def _read_headers(reader: asyncio.StreamReader) -> list[tuple[bytes, bytes
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
     body = bytearray()
     while True:
-        size_line = (await reader.readline()).split(b";", 1)[0].strip()
+        size_line = await reader.readline()
         if not size_line:
             raise asyncio.IncompleteReadError(bytes(body), None)
-        size = int(size_line, 16)  # ValueError on garbage: a protocol error
+        size = chunk_size(size_line)  # a ValueError: a protocol error
         if size == 0:
             await _read_headers(reader)  # trailers, usually none
             return bytes(body)

@@ -446,6 +446,29 @@ def test_a_chunked_control_body_is_read(served: Served) -> None:
     assert served.get().status_code == 503
 
 
+@pytest.mark.parametrize("size", ["0x%x", "+%x", "%x_", " %x", "0_%x"])
+def test_a_chunk_size_other_than_hex_digits_is_refused_by_name(served: Served, size: str) -> None:
+    # RFC 9112's chunk-size is HEXDIG alone; `int(line, 16)` also took `0x10`, `1_0`, a sign
+    # and space, so the simulator read bodies no other server reads (found: H254's grep).
+    payload = json.dumps({"kind": "status", "status": 503, "count": 1}).encode()
+    chunks = (size % len(payload)).encode() + b"\r\n" + payload + b"\r\n0\r\n\r\n"
+    got, body = _raw(
+        served, b"POST /_sim/faults HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    )
+    assert got == 400 and "chunk size" in json.loads(body)["error"], (got, body)
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "\u00b9\u00b2", "+2", "2_0"])
+def test_a_content_length_other_than_digits_is_refused_by_name(served: Served, length: str) -> None:
+    # A header is read as Latin-1: `str.isdigit` took its `²` and `¹²`, then `int` refused
+    # them with a ValueError that no answer followed. RFC 9110's Content-Length is 1*DIGIT.
+    got, body = _raw(
+        served,
+        f"POST /_sim/notices HTTP/1.1\r\nContent-Length: {length}\r\n\r\n{{}}".encode("latin-1"),
+    )
+    assert got == 400 and "Content-Length" in json.loads(body)["error"], (got, body)
+
+
 def test_a_fault_ended_before_its_after_never_starts(served: Served) -> None:
     # The 202 of a fault with "after" gives its id, but DELETE of that id was a 404 and
     # DELETE /_sim/faults ended nothing: the fault started later anyway, in a test that had

@@ -188,6 +188,24 @@ async def test_broken_answers_are_httpx_errors(answer: bytes, error: type[Except
             await http.get("/x")
 
 
+@pytest.mark.parametrize("size", [b"0x5", b"+5", b"0_5", b"5_", b" 5", b"\xd9\xa5", b"-0"])
+async def test_a_chunk_size_other_than_hex_digits_is_refused_by_name(size: bytes) -> None:
+    # RFC 9112's chunk-size is HEXDIG alone: `int(line, 16)` read `0x5`, `0_5`, `+5` and
+    # `-0` as sizes, a body no other client reads so (found: H254's grep for `int(` with 16).
+    async def odd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + size
+            + b"\r\nhello\r\n0\r\n\r\n"
+        )
+        await writer.drain()
+
+    async with raw_server(odd) as (url, _), client(url) as http:
+        with pytest.raises(httpx.RemoteProtocolError, match="chunk size"):
+            await http.get("/x")
+
+
 _BIG = (1 << 20) + 1  # past the transport's megabyte
 
 
