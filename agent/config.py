@@ -42,6 +42,7 @@ from forewarn.providers.settings import (
     _holds_path,
     read_value,
     refuse_shell_variable,
+    shown_as_written,
     split_list,
 )
 from pydantic import (
@@ -69,6 +70,8 @@ from .notifications.settings import WebhookSettings
 from .state import STATE_FILE, saved_seq
 
 DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
+# A `_` between two digits, as TOML and Python group them.
+_DIGIT_GROUPS = re.compile(r"(?<=[0-9])_(?=[0-9])")
 SYSTEM_STATE_DIR = Path("/var/lib/forewarn")
 
 
@@ -161,8 +164,11 @@ class Settings(BaseSettings):
     telemetry_max_bytes: int = Field(
         default=10 * 1024 * 1024,
         ge=4096,
+        # A gibibyte: years of notices. Unbounded, `1e30` (or `1TB`) was taken, the file never
+        # rotated, and `forewarn plan` read it whole however large it grew.
+        le=1024**3,
         description="Size at which `telemetry.jsonl` is rotated (three older files are kept): "
-        "bytes, or a size with its unit (`10MB`, `10MiB`).",
+        "bytes, or a size with its unit (`10MB`, `10MiB`), from 4096 to 1GiB.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info",
@@ -238,10 +244,16 @@ class Settings(BaseSettings):
             return value
         from .plan.sizes import parse_size
 
-        size = parse_size(value)
+        # `_` between digits, as a bare number and a duration's number take it (`1_000MB`).
+        grouped = _DIGIT_GROUPS.sub("", value)
+        try:
+            size = parse_size(grouped)
+        except ValueError as error:
+            raise ValueError(str(error).replace(repr(grouped), repr(value))) from None
         if size != int(size):
             raise ValueError(f"not a whole number of bytes: {value.strip()!r} is {size:g}")
-        return int(size)
+        # Shown as written in a refusal: "got 2147483648" of `2GiB` named no value written.
+        return shown_as_written(int(size), value.strip(string.whitespace))
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
