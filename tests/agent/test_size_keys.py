@@ -69,7 +69,7 @@ def test_a_gibibyte_of_telemetry_is_the_most(text: str) -> None:
 def test_a_size_past_a_gibibyte_is_refused_naming_the_key(text: str) -> None:
     # No upper bound: `telemetry_max_bytes = 1e30` (or `1TB`) was taken, the file was never
     # rotated and `forewarn plan` read it whole, however large it grew.
-    with pytest.raises(ConfigError, match="^config key telemetry_max_bytes: .*1073741824"):
+    with pytest.raises(ConfigError, match=r"^config key telemetry_max_bytes: .*1073741824"):
         load_settings(telemetry_max_bytes=text)
 
 
