@@ -41,7 +41,7 @@ from forewarn.clients.checkpoint.s3 import S3Backend, configured_attempts, timeo
 from forewarn.clients.checkpoint.s3profile import profile_named
 from forewarn.clients.checkpoint.store import PASSED_OVER
 from forewarn.protocol.errors import UsageError
-from forewarn.protocol.timefmt import parse_duration, parse_time
+from forewarn.protocol.timefmt import parse_time, typed_duration
 from forewarn.protocol.wholenumber import whole_number
 
 from .argtypes import path_arg, word_as_written
@@ -99,7 +99,7 @@ GET_WAIT = 1800.0
 def _duration_flag(text: str, *, zero: bool, what: str) -> float:
     """A duration flag's value (`20`, `20s`, `1m`), finite, and above 0 unless `zero`."""
     try:
-        seconds = parse_duration(text)
+        seconds = typed_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     if not (seconds >= 0 if zero else seconds > 0) or not math.isfinite(seconds):

@@ -31,6 +31,7 @@ from forewarn.protocol.timefmt import (
     parse_deadline,
     parse_duration,
     parse_time,
+    typed_duration,
     utcnow,
 )
 from forewarn.protocol.wholenumber import whole_number
@@ -132,7 +133,7 @@ def _duration(
 ) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
-            seconds = parse_duration(text)
+            seconds = typed_duration(text)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
         if positive and seconds <= 0:

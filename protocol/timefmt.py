@@ -11,6 +11,8 @@ from datetime import datetime, timedelta, timezone
 
 from .errors import UsageError
 from .oneline import quoted
+from .wholenumber import toml_number
+from .writtenfloat import WrittenFloat
 
 
 def utcnow() -> datetime:
@@ -109,6 +111,11 @@ def civil_time(
 # ASCII digits only: `\d` took Arabic-Indic and full-width ones, `--timeout ١٢` waiting 12 s.
 _NUMBER = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 _PART = re.compile(r"\s*" + _NUMBER + r"\s*([A-Za-z]*)\s*")
+# The same with `_` between digits, as TOML and Python group them (`1_000ms`): how a person
+# types a duration (`typed_duration`, a config key), not how a peer sends one.
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_GROUPED = rf"({_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})"
+_GROUPED_PART = re.compile(r"\s*" + _GROUPED + r"\s*([A-Za-z]*)\s*")
 _UNITS: dict[str, tuple[str, float]] = {
     "ms": ("ms", 0.001),
     **dict.fromkeys(["s", "sec", "secs", "second", "seconds"], ("s", 1.0)),
@@ -134,14 +141,15 @@ def time_or_none(value: object) -> datetime | None:
         return None
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, *, grouped: bool = False) -> float:
     """Seconds in `90`, `1.5`, `.5`, `90s`, `15m`, `2h`, `1d`, `1w`, `250ms`, the unit words
     (`10sec`, `10 min`, `2 hours`, `1 day`, `2 weeks`) in any case (`2 Hours`, `90S`; a capital
     `M` alone, a month elsewhere, is refused) and compounds of them from the largest unit down
     (`1h30m`, `2h 30m`, `1m30s`); ValueError naming what is wrong otherwise (a sign, an
     exponent, `inf` or `nan` included, and a number of seconds too large for a float:
-    `TooLargeError`)."""
-    seconds = _duration_seconds(text)
+    `TooLargeError`). With `grouped`, a number takes `_` between digits (`1_000ms`), as a
+    person may type it (`typed_duration`)."""
+    seconds = _duration_seconds(text, _GROUPED_PART if grouped else _PART)
     if not math.isfinite(seconds):
         # Hundreds of digits come to infinity: every check after this one then said "got inf",
         # naming no value anyone wrote.
@@ -170,7 +178,7 @@ def _odd_digits(text: str) -> bool:
     return any(char.isdecimal() and not char.isascii() for char in text)
 
 
-def _duration_seconds(text: str) -> float:
+def _duration_seconds(text: str, part: re.Pattern[str]) -> float:
     if _SIGN.match(text):
         raise ValueError(
             f"not a duration: {quoted(text)} has a sign; a duration is 0 or more, written without "
@@ -194,7 +202,7 @@ def _duration_seconds(text: str) -> float:
     parts: list[tuple[float, str]] = []
     position = 0
     while position < len(text) or not parts:
-        match = _PART.match(text, position)
+        match = part.match(text, position)
         if not match:
             raise ValueError(f"not a duration ({_EXAMPLES}): {quoted(text)}")
         written = word = match.group(2)
@@ -212,7 +220,7 @@ def _duration_seconds(text: str) -> float:
             raise ValueError(
                 f"not a duration: unknown unit {quoted(written)} in {quoted(text)} (use {units})"
             )
-        parts.append((float(match.group(1)), word))
+        parts.append((float(match.group(1).replace("_", "")), word))
         position = match.end()
     if len(parts) == 1:
         number, word = parts[0]
@@ -279,12 +287,38 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
         raise ValueError(f"{quoted(text)} is past the last time a date can hold") from None
 
 
+def typed_duration(text: str) -> float:
+    """A duration a person typed (any command's flag): read as a config key of seconds reads
+    one, from the file, a variable or `--set`. A bare number is seconds as TOML (and Python)
+    write a number (`90`, `1_000`, `1e3`, `+5`, `0x10`), finite and 0 or more; a number with
+    a unit takes the digits 0-9, `_` between them and a point (`1_000ms`, `1.5h`, `1h30m`), as
+    `parse_duration(grouped=True)`. ValueError naming what is wrong otherwise. The flags kept
+    a stricter reading than the keys: `wait --timeout 1_000` and `drill --lead 1e3` were
+    refused where `exit_margin` took them."""
+    number = toml_number(text)
+    if number is None:
+        return parse_duration(text, grouped=True)
+    if isinstance(number, WrittenFloat):
+        # Digits that overflow a float (`1e400`), not the word `inf`.
+        raise TooLargeError(
+            f"too large a duration: {quoted(text)} is more seconds than a number holds"
+        )
+    if not math.isfinite(number):
+        raise ValueError(f"not a duration: {quoted(text)} is not a number of seconds ({_EXAMPLES})")
+    if number < 0:
+        raise ValueError(
+            f"not a duration: {quoted(text)} is negative; a duration is 0 or more ({_EXAMPLES})"
+        )
+    return float(number)
+
+
 def duration_arg(text: str) -> float:
-    """An argparse `type=` for durations (`90`, `90s`, `15m`, `2h`): seconds, never negative."""
+    """An argparse `type=` for durations (`90`, `90s`, `15m`, `2h`): seconds, never negative,
+    read as `typed_duration`."""
     import argparse
 
     try:
-        return parse_duration(text)
+        return typed_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -311,5 +345,6 @@ __all__ = [
     "parse_duration",
     "parse_time",
     "time_or_none",
+    "typed_duration",
     "utcnow",
 ]

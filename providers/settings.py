@@ -91,8 +91,9 @@ def seconds(value: Any) -> Any:
         number = written_number(value)
         if number is not None:
             return number
-        # With a unit: parse_duration, as for every duration flag (no sign, no exponent).
-        return shown_as_written(parse_duration(value), value)
+        # With a unit: digits with `_` between them and a point, as every duration flag
+        # reads one (`typed_duration`; no sign, no exponent).
+        return shown_as_written(parse_duration(value, grouped=True), value)
     return value
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from forewarn.protocol.errors import UsageError
-from forewarn.protocol.timefmt import duration_arg, parse_duration
+from forewarn.protocol.timefmt import duration_arg, typed_duration
 from forewarn.protocol.wholenumber import whole_number
 
 from .sim_faults import FaultError, parse_fault_flag
@@ -201,7 +201,7 @@ def date_ahead(text: str) -> float:
     behind = text.strip().startswith("-")
     magnitude = text.strip()[1:] if behind else text
     try:
-        seconds = parse_duration(magnitude)
+        seconds = typed_duration(magnitude)
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{error}; `-` before it for behind") from None
     if seconds > MOST_DATE_AHEAD:

@@ -186,8 +186,10 @@ CASES = [
     (["agent", "--set", "exit_margin=" + "9" * 400 + "s"], {}, "too large a duration: '999"),
     (["agent"], {"FOREWARN_NOTICE_GRACE": "9" * 400}, "notice_grace: too large a duration"),
     # "not a duration (use e.g. 90s ...)" and "unknown unit 'e'" did not say what was refused.
-    (["wait", "--exit-margin", "-5"], {}, "wait: --exit-margin: not a duration: '-5' has a sign"),
-    (["ack", "--flush-seconds", "1e400"], {}, "not a duration: '1e400' has an exponent"),
+    # A flag reads a bare number as a config key does (TOML's: `1e3`, `1_000`), so `-5` is
+    # refused as negative and `1e400` as too large, not for its sign or exponent.
+    (["wait", "--exit-margin", "-5"], {}, "wait: --exit-margin: not a duration: '-5' is negative"),
+    (["ack", "--flush-seconds", "1e400"], {}, "too large a duration: '1e400'"),
     (["notify", "clear", "--deadline", "5m"], {}, "notify: --deadline: a clear has no deadline"),
     # Sent as a plain clear, the note and reason dropped without a word.
     (["notify", "clear", "--note", "false alarm"], {}, "notify: --note: a clear carries no note"),
