@@ -211,7 +211,7 @@ SECONDS_FIELDS = ("seconds", "duration")
 def parse_fault_flag(text: str) -> dict[str, Any]:
     """`--fault KIND[,key=value...]` as control-API fields: numbers become numbers, durations
     (`30s`, `2m`) seconds for `seconds`, `duration` and `after`."""
-    from forewarn.protocol.timefmt import parse_duration
+    from forewarn.protocol.timefmt import typed_duration
 
     kind, *pairs = text.split(",")
     fields: dict[str, Any] = {"kind": kind.strip()}
@@ -222,7 +222,8 @@ def parse_fault_flag(text: str) -> dict[str, Any]:
             raise FaultError(f"{pair!r} is not key=value")
         if key in ("seconds", "duration", "after"):
             try:
-                fields[key] = parse_duration(value)
+                # As every duration flag reads one (`1_000`, `1e3`, `1_0m`).
+                fields[key] = typed_duration(value)
             except ValueError as error:
                 raise FaultError(f"{key}: {error}") from None
             continue

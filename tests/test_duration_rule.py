@@ -98,3 +98,19 @@ def test_a_typed_duration_follows_the_number_rule(text: str, want: float) -> Non
 def test_a_typed_duration_refuses_by_name(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         typed_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("1_000", 1000.0), ("1e3", 1000.0), ("1_0m", 600.0), ("0x3c", 60.0)]
+)
+def test_a_flag_s_duration_field_follows_the_rule_too(text: str, seconds: float) -> None:
+    # `--fault hang,seconds=1e3` and `drill aws --duration 1_0m` read their durations by the
+    # stricter rule the flags had: refused where `--timeout` takes them.
+    from forewarn.providers.aws.drill import fis_duration
+    from forewarn.providers.sim_faults import parse_fault_flag
+
+    assert parse_fault_flag(f"hang,seconds={text}")["seconds"] == seconds
+    minutes, rest = divmod(int(seconds), 60)
+    assert fis_duration(text) == "PT" + (f"{minutes}M" if minutes else "") + (
+        f"{rest}S" if rest else ""
+    )

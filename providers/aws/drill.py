@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forewarn.protocol.errors import UsageError
-from forewarn.protocol.timefmt import duration_arg, parse_duration
+from forewarn.protocol.timefmt import duration_arg, typed_duration
 
 ROLE_NAME = "forewarn-fis-spot-interruption"
 ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
@@ -132,7 +132,7 @@ def fis_duration(text: str) -> str:
     if _DURATION.match(written.upper()):
         return written.upper()
     try:
-        seconds = parse_duration(written)
+        seconds = typed_duration(written)
     except ValueError:
         raise UsageError(
             f"--duration: not a duration such as 5m, 2m30s or PT2M (ISO 8601): {text!r}"

@@ -709,10 +709,11 @@ def test_get_wait_takes_a_duration_of_zero_or_more_or_names_the_text(text: str) 
     import math
 
     from forewarn.agent.checkpoint_cli import _wait
-    from forewarn.protocol import parse_duration
+    from forewarn.protocol.timefmt import typed_duration
 
+    # The rule every duration flag follows (`typed_duration`: `-0` is TOML's 0, `1_0s` 10 s).
     try:
-        expected: float | None = parse_duration(text)
+        expected: float | None = typed_duration(text)
     except ValueError:
         expected = None
     try:
