@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import ctypes
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.spawn
 import os
 import signal
@@ -132,10 +133,30 @@ class _Hangup:
 
 def _end_when_orphaned(parent: int) -> None:
     # The parent (the main process, or a forkserver worker's fork server, which ends with it):
-    # once it is gone this worker has been handed to another (init, a subreaper).
+    # once it is gone this worker has been handed to another (init, a subreaper). Polled: no
+    # lifeline to wait on, and only after a SIGHUP outlived. A spawn or forkserver worker whose
+    # main process died before its protection (importing the main module, torch, for seconds
+    # on a loaded node, its SIGHUP held meanwhile) read a parent already handed on, which
+    # never changed: it stayed blocked on its pool's task queue for ever. Its main process's
+    # sentinel, the pipe it was started through, says so: readable once the main process
+    # is gone, whose end only that process holds (a fork worker's siblings may hold it too,
+    # so it may stay quiet, never wrongly say gone).
+    sentinel = _main_process_sentinel()
     while os.getppid() == parent:
-        time.sleep(0.5)  # polled: no lifeline to wait on, and only after a SIGHUP outlived
+        if sentinel is None:
+            time.sleep(0.5)
+        elif multiprocessing.connection.wait([sentinel], timeout=0.5):
+            break
     _exit_as_asked()
+
+
+def _main_process_sentinel() -> int | None:
+    main = multiprocessing.parent_process()
+    try:
+        sentinel = None if main is None else main.sentinel
+    except ValueError:  # a parent process without one
+        return None
+    return sentinel if isinstance(sentinel, int) else None
 
 
 def _start(target: Callable[..., None], *args: object) -> None:

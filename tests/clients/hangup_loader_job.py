@@ -10,7 +10,10 @@ INIT, the DataLoader's worker_init_fn: none (the default), ignore_job_signals (g
 uncalled, as people write it) or worker_init_fn() (the README's spelling). `prints`: each
 DataLoader worker prints a line for each item it loads (a dataset's own progress or warnings).
 Once a file `long-tasks` is in the working directory, each pool task takes a minute, and
-first leaves a file `long-task-<its worker's pid>` there.
+first leaves a file `long-task-<its worker's pid>` there. Given a file `hold-a-start` there, a
+spawn pool worker other than the first to start is held as it imports this module (before its
+protection, its signals still blocked) until a file `release` is there, first leaving a file
+`held-<its pid>`.
 """
 
 from __future__ import annotations
@@ -49,6 +52,24 @@ def square(x: int) -> int:
             pass
         time.sleep(60)
     return x * x
+
+
+def hold_a_later_start() -> None:
+    """The test's: a spawn worker that is not the first to start waits here, in its import of
+    the main module, as one still importing torch does on a loaded machine."""
+    try:
+        with open("first-start", "x"):
+            return
+    except FileExistsError:
+        pass
+    with open(f"held-{os.getpid()}", "w"):
+        pass
+    while not os.path.exists("release"):
+        time.sleep(0.05)
+
+
+if __name__ == "__mp_main__" and os.path.exists("hold-a-start"):
+    hold_a_later_start()
 
 
 def main() -> int:

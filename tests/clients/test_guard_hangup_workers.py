@@ -268,6 +268,40 @@ def test_pool_workers_sent_a_sighup_after_the_main_process_died_end_mid_task(
         end_session(job)
 
 
+def test_a_spawn_pool_worker_still_starting_when_the_main_process_dies_ends(
+    tmp_path: Path,
+) -> None:
+    """Found reproducing the rare leftover of the test above (spawn pool and executor, under
+    load; py-spy: its orphan watcher watching parent 1, its main thread on the task queue's
+    lock): a spawn worker still importing the main module (torch, seconds on a loaded machine)
+    while its sibling fed the loop got the group's SIGHUP there, held until its protection,
+    and the main process was killed before that protection ran. The parent it read to watch
+    was already the reaper, so it outlived the SIGHUP watching a parent that never changed,
+    and stayed blocked on the task queue for ever. An executor's worker keeps the queue's
+    write end (a Pool's closes its copy, and may read the queue's end), so it stays every
+    time here."""
+    record = tmp_path / "record"
+    (tmp_path / "hold-a-start").touch()
+    job = start_job(tmp_path, "executor", "spawn")
+    try:
+        eventually(lambda: steps(record) >= 3, timeout=60, what="step 3")
+        eventually(lambda: list(tmp_path.glob("held-*")), timeout=30, what="a held start")
+        for pid in children(job.pid):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGHUP)  # the group's SIGHUP, as the workers get it
+        os.kill(job.pid, signal.SIGKILL)  # the main process dies before any save
+        job.wait()
+        (tmp_path / "release").touch()  # the held worker goes on to its protection
+        try:
+            eventually(
+                lambda: not session_processes(job.pid), timeout=30, what="every worker's end"
+            )
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}; left: {left_behind(job.pid)}") from None
+    finally:
+        end_session(job)
+
+
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_the_resource_tracker_outlives_a_closed_terminals_sighup(
     tmp_path: Path, method: str
