@@ -225,6 +225,8 @@ def save_dcp(
 
     from .background import SaveMotion
 
+    state_dict = _taken_on_every_rank(state_dict, process_group)
+
     # Told of each file's bytes moving: a slow link is waited for past the timeout, as an
     # exit's other saves are; storage that stopped answering fails it there.
     motion = SaveMotion()
@@ -336,6 +338,7 @@ def async_save_dcp(
         raise RuntimeError("this torch has no torch.distributed.checkpoint.async_save")
     if process_group is None:
         process_group = _async_group()
+    state_dict = _taken_on_every_rank(state_dict, process_group)
     gen = store.save(step, metadata=metadata, group=process_group)
     stable = StableMemory()
     crossing = _crossing(process_group, gen.world_size == 1)
@@ -412,6 +415,32 @@ def load_dcp(
         _load(state_dict, directory, process_group, no_dist)
 
 
+def _no_dist() -> tuple[Any, bool]:
+    import torch.distributed as dist
+
+    return dist, not (dist.is_available() and dist.is_initialized())
+
+
+def _taken_on_every_rank(state_dict: dict[str, Any], process_group: Any) -> dict[str, Any]:
+    """`state_dict` with each `Stateful`'s `state_dict()` taken here, agreed by every rank:
+    DCP calls them itself, before its first collective, so one raising on one rank left that
+    rank alone and the others waiting in DCP's collective for good (gloo's 30 min). Now the
+    failing rank raises its own exception and every other rank a `RankError` naming it, and
+    DCP is handed plain state (as `dcp.save` makes it: a shallow copy, `Stateful` values
+    replaced by their state)."""
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    dist, no_dist = _no_dist()
+    taken: dict[str, Any] = {}
+
+    def take() -> None:
+        for key, value in state_dict.items():
+            taken[key] = value.state_dict() if isinstance(value, Stateful) else value
+
+    _on_every_rank(take, dist, process_group, no_dist)
+    return taken
+
+
 def _on_every_rank(
     step: Callable[[], Any], dist: Any, process_group: Any, no_dist: bool
 ) -> list[Any]:
@@ -445,6 +474,7 @@ def _on_every_rank(
 def _load(state_dict: dict[str, Any], path: str, process_group: Any, no_dist: bool) -> None:
     """DCP's own load of the files in `path`, its reader and planner guarded (what they raise
     crosses ranks: `crossing.py`)."""
+    import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import (
         DefaultLoadPlanner,
@@ -452,11 +482,16 @@ def _load(state_dict: dict[str, Any], path: str, process_group: Any, no_dist: bo
         LoadPlanner,
         StorageReader,
     )
+    from torch.distributed.checkpoint.stateful import Stateful
 
+    # As dcp.load does, but each Stateful's state_dict() and load_state_dict() agreed by every
+    # rank (see `_taken_on_every_rank`): DCP calls them before and after its collectives, on
+    # each rank alone.
+    plain = _taken_on_every_rank(state_dict, process_group)
     crossing = _crossing(process_group, no_dist)
     try:
         dcp.load(
-            state_dict,
+            plain,
             storage_reader=crossing.guard(FileSystemReader(path), StorageReader),
             planner=crossing.guard(DefaultLoadPlanner(), LoadPlanner),
             process_group=process_group,
@@ -465,6 +500,15 @@ def _load(state_dict: dict[str, Any], path: str, process_group: Any, no_dist: bo
     except BaseException as exc:
         crossing.blame(exc)
         raise
+
+    def give_back() -> None:
+        for key, value in state_dict.items():
+            if isinstance(value, Stateful):
+                value.load_state_dict(plain[key])
+            else:
+                state_dict[key] = plain[key]
+
+    _on_every_rank(give_back, dist, process_group, no_dist)
 
 
 def _verify_in_place(generation: Generation, dist: Any, process_group: Any, no_dist: bool) -> None:

@@ -16,6 +16,11 @@
                                                    storage raising an odd_errors KIND error
                                                    at its first file ending in SUFFIX: how
                                                    each rank's save or load ended
+    dcp_worker.py RANK WORLD stateful URL STEP HOW KIND FAULTY
+                                                   HOW (save, async, load) of a state holding
+                                                   a Stateful whose state_dict() raises on
+                                                   rank FAULTY (KIND: plain, or odd_errors'):
+                                                   how each rank's save or load ended
     dcp_worker.py RANK WORLD exit URL STEP LEAD    a terminate due in LEAD s, then its save as
                                                    the framework callbacks make it (save_dcp,
                                                    timeout=the guard's): how it ended, when
@@ -132,6 +137,25 @@ def raise_on_check(kind: str, suffix: str, method: str) -> None:
     setattr(Generation, method, failing)
 
 
+class Progress:
+    """A user's Stateful (DCP calls `state_dict()` for it, before its own collectives);
+    `fail` makes `state_dict()` raise an error of that kind (plain, or odd_errors')."""
+
+    def __init__(self, step: int, fail: str | None = None) -> None:
+        self.step = step
+        self.fail = fail
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.fail == "plain":
+            raise RuntimeError("the user's state_dict() failed")
+        if self.fail is not None:
+            raise odd_errors.make(self.fail, "the user's state_dict()")
+        return {"step": torch.tensor(self.step)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+
+
 def say(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
@@ -229,6 +253,33 @@ def main() -> None:
                 if rank == int(faulty):
                     store = CheckpointStore(backend=OddErrors(store.backend, kind, suffix))
                 state = {"model": sharded(expected(step), mesh), "step": step}
+                if how == "async":
+                    async_save_dcp(store, step, state).commit()
+                else:
+                    save_dcp(store, step, state)
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
+            cause = exc.__cause__
+            say(
+                rank=rank,
+                failed=f"{type(exc).__name__}: {exc}",
+                cause=None if cause is None else f"{type(cause).__name__}: {cause}",
+                seconds=time.monotonic() - started,
+            )
+        else:
+            say(rank=rank, ended=how, seconds=time.monotonic() - started)
+    elif mode == "stateful":
+        step = int(sys.argv[5])
+        how, kind, faulty = sys.argv[6:9]
+        fail = kind if rank == int(faulty) else None
+        started = time.monotonic()
+        try:
+            if how == "load":
+                generation = store.latest()
+                assert generation is not None
+                target = sharded(expected(generation.step), mesh)
+                load_dcp(generation, {"model": target, "progress": Progress(-1, fail)})
+            else:
+                state = {"model": sharded(expected(step), mesh), "progress": Progress(step, fail)}
                 if how == "async":
                     async_save_dcp(store, step, state).commit()
                 else:

@@ -58,6 +58,8 @@ CASES = [
     ("save", "unpickle", "1", ".distcp", "data"),
     ("save", "lock", "1", ".distcp", "data"),
     ("save", "huge", "1", ".distcp", "data"),
+    # a class that exists on the raising rank only: rebuilt there, not on rank 0
+    ("save", "rankonly", "1", ".distcp", "data"),
     ("save", "unpickle", "0", ".metadata", "finish"),
     ("save", "lock", "0", ".metadata", "finish"),
     ("async", "unpickle", "1", ".distcp", "data"),
@@ -122,3 +124,36 @@ def _run(
         assert store.latest() is not None and store.latest().step == 3  # type: ignore[union-attr]
     else:
         assert store.latest() is None
+
+
+STATEFUL_CASES = [
+    # how, kind of the error the user's state_dict() raises on rank 1
+    ("save", "plain"),
+    ("save", "lock"),
+    ("async", "plain"),
+    ("load", "plain"),
+]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("how", "kind"), STATEFUL_CASES)
+def test_a_statefuls_state_dict_raising_on_one_rank_fails_every_rank(
+    tmp_path: Path, rank_launcher: RankLauncher, how: str, kind: str
+) -> None:
+    """DCP calls each Stateful's `state_dict()` itself, before its first collective: one
+    raising on rank 1 left rank 1 alone, and rank 0 waited in DCP's collective for good. The
+    faulty rank raises its own exception; the other a `RankError` naming the rank, the class
+    and the words; nothing is committed (a load leaves the store as it was)."""
+    url = str(tmp_path / "store")
+    if how == "load":
+        assert set(run_ranks(rank_launcher, "stateful", url, "3", "save", "none", "-1")) == {0, 1}
+    said = run_ranks(rank_launcher, "stateful", url, "5", how, kind, "1")
+    assert set(said) == {0, 1}, said
+    assert "the user's state_dict()" in said[1]["failed"], said[1]
+    other = said[0]["failed"]
+    assert other.startswith("RankError: rank 1: "), other
+    assert "the user's state_dict()" in other, other
+    kinds = {"plain": "builtins.RuntimeError", "lock": "odd_errors.ErrorHoldingALock"}
+    assert kinds[kind] in other, other
+    latest = CheckpointStore(url).latest()
+    assert (latest and latest.step) == (3 if how == "load" else None), latest
