@@ -10,12 +10,22 @@ default). Any library under the store (botocore, a user's fsspec, an `OSError` s
 user's own class can raise such an exception, so every exception leaving our methods is
 checked, and one that does not cross as it is, or whose pickle is too large to gather, is
 replaced by a `RankError` naming the rank, the class and the message.
+
+"Crosses as it is" is judged by rebuilding the pickle here, which the other ranks would do
+too, except that a class this process alone can find rebuilds here and nowhere else (rank 0
+raised `ModuleNotFoundError` out of DCP's gather, and the raising rank waited for good): a
+class (the exception's, or any value's it holds) in `__main__` (the other ranks' script may
+not define it) or in a module that was made at run time (no spec, nothing another process
+could import) counts as not crossing. A class in a module file that only this machine has
+cannot be told from here.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import pickle
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -37,13 +47,28 @@ def _text(exc: BaseException) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"... ({len(text)} characters)"
 
 
+class _Elsewhere(pickle.Unpickler):
+    """Rebuilds a pickle as another rank would: refuses a class that only this process
+    could find (see the module's words)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        loaded = sys.modules.get(module)
+        # A module not loaded yet is imported by name, as another rank would.
+        if module == "__main__" or (
+            loaded is not None
+            and getattr(getattr(loaded, "__spec__", None), "origin", None) is None
+        ):
+            raise pickle.UnpicklingError(f"{module}.{name} may exist in this process alone")
+        return super().find_class(module, name)
+
+
 def crossable(exc: BaseException, rank: int) -> BaseException:
     """`exc` itself if its pickle can be made, is at most `MAX_PICKLE_BYTES` and rebuilds it;
     else a `RankError` of `rank` naming it, with `exc` as its `__cause__`."""
     try:
         data = pickle.dumps(exc)
         if len(data) <= MAX_PICKLE_BYTES:
-            pickle.loads(data)
+            _Elsewhere(io.BytesIO(data)).load()
             return exc
     except Exception:
         pass  # replaced below; the original stays its cause, with its traceback

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,51 @@ def test_every_method_dcp_calls_on_our_writer_reader_and_planners_is_guarded(
         for name in public:
             assert hasattr(getattr(target, name), "__wrapped__"), (base.__name__, name)
     gen.abort("only looked at")
+
+
+_RUNTIME_MODULE = types.ModuleType("forewarn_test_runtime_errors")  # in sys.modules only
+sys.modules[_RUNTIME_MODULE.__name__] = _RUNTIME_MODULE
+
+
+class _Held:
+    """A value an exception keeps (a response, a request) of a class set below."""
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    base=st.sampled_from([Exception, OSError, ValueError, RuntimeError]),
+    where=st.sampled_from(["runtime module", "__main__", "importable"]),
+    held_where=st.sampled_from(["nothing", "runtime module", "__main__", "importable"]),
+    text=st.text(max_size=200),
+    rank=st.integers(0, 4095),
+)
+def test_a_class_only_this_process_can_find_is_sent_as_a_rank_error(
+    base: type[Exception], where: str, held_where: str, text: str, rank: int
+) -> None:
+    """A class in a module made at run time (in `sys.modules` alone, no file: another rank's
+    unpickle raises `ModuleNotFoundError`) or in `__main__` (another rank's script may not
+    have it), as the exception's own class or a value it holds, rebuilds here but not on
+    rank 0: rank 0 raised out of DCP's gather alone and the raising rank waited for good."""
+
+    def place(cls: type, module_where: str) -> type:
+        module = {
+            "runtime module": _RUNTIME_MODULE,
+            "__main__": sys.modules["__main__"],
+            "importable": sys.modules[__name__],
+        }[module_where]
+        cls.__module__ = module.__name__
+        setattr(module, cls.__name__, cls)
+        return cls
+
+    cls = place(_error_class(base, 0, True, False), where)
+    exc = cls(text)
+    if held_where != "nothing":
+        holder = place(type(f"Held{cls.__name__}", (_Held,), {}), held_where)
+        exc.held = holder()
+    sent = crossable(exc, rank)
+    copy = pickle.loads(pickle.dumps(sent))
+    if where == "importable" and held_where in ("nothing", "importable"):
+        assert sent is exc
+        return
+    assert isinstance(sent, RankError) and sent.__cause__ is exc
+    assert (copy.rank, copy.kind) == (rank, f"{cls.__module__}.{cls.__qualname__}")

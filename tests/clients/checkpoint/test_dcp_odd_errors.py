@@ -114,7 +114,8 @@ def _run(
         # Every rank is told that the faulty rank failed, by what class, with what words.
         assert line.get("failed", "").startswith("CheckpointException"), line
         assert f"ranks:dict_keys([{bad}])" in line["failed"], line
-        assert "odd_errors." in line["failed"] and "the library failed writing" in line["failed"]
+        module = "rank_only_errors." if kind == "rankonly" else "odd_errors."
+        assert module in line["failed"] and "the library failed writing" in line["failed"]
         assert f"rank {bad}" in line["failed"], line
     # The faulty rank keeps the original exception, with its traceback, as the cause.
     cause = said[bad]["cause"]
