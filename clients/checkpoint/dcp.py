@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Future
@@ -33,21 +34,28 @@ from .needs import needs
 from .store import CheckpointStore
 
 PREFIX = "dcp"
+# How long a failed write waits for DCP's other writer threads to end the file each is
+# writing (see `stop`): past it the failure goes on, and a write still with the storage then
+# meets an aborted file.
+STOP_WITHIN = 30.0
 _ROOT = PurePosixPath("/forewarn-generation")
 
 
 class _Telling(io.RawIOBase):
-    """DCP records each item's offset with `tell()`; the store's writers only append."""
+    """DCP records each item's offset with `tell()`; the store's writers only append. Once
+    `stopped` is set (the save failed), what is written is counted and dropped."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, stopped: threading.Event) -> None:
         self._inner = inner
+        self._stopped = stopped
         self._position = 0
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        written: int = self._inner.write(data)
+        stopped = self._stopped.is_set() or self._inner is None
+        written: int = memoryview(data).nbytes if stopped else self._inner.write(data)
         self._position += written
         return written
 
@@ -55,8 +63,11 @@ class _Telling(io.RawIOBase):
         return self._position
 
     def close(self) -> None:
-        if not self.closed:
-            self._inner.close()
+        if not self.closed and self._inner is not None:
+            if self._stopped.is_set():
+                self._inner.abort()  # its bytes were dropped: never a file of the generation
+            else:
+                self._inner.close()
         super().close()
 
 
@@ -70,6 +81,31 @@ def _file_system(gen: GenerationWriter, stable: StableMemory | None) -> Any:
             self.pending: dict[str, bytes] = {}
             # What failed a file, in any of DCP's writer threads (see `storage_writer`).
             self.failed: list[BaseException] = []
+            # Set once this rank's save failed: DCP's other writer threads drop the rest of
+            # their files (see `stop`).
+            self.stopped = threading.Event()
+            self._busy = 0  # files being written now
+            self._idle = threading.Condition()
+
+        def stop(self, within: float) -> None:
+            """Stop DCP's writer threads: DCP raises a failure of its caller's thread without
+            joining its own, and the generation was aborted under them (each died with
+            `write ... after it was closed`). Waits up to `within` s for the files being
+            written to end (a write already with the storage ends first)."""
+            self.stopped.set()
+            with self._idle:
+                self._idle.wait_for(lambda: self._busy == 0, within)
+
+        @contextmanager
+        def _counted(self) -> Generator[None]:
+            with self._idle:
+                self._busy += 1
+            try:
+                yield
+            finally:
+                with self._idle:
+                    self._busy -= 1
+                    self._idle.notify_all()
 
         def _name(self, path: str | os.PathLike[str]) -> str:
             relative = PurePosixPath(os.fspath(path)).relative_to(_ROOT).as_posix()
@@ -86,24 +122,31 @@ def _file_system(gen: GenerationWriter, stable: StableMemory | None) -> Any:
                 yield buffer
                 self.pending[name] = buffer.getvalue()
                 return
-            try:
-                writer = gen.open(name)
-            except BaseException as exc:
-                self.failed.append(exc)
-                raise
-            writer.stable_memory = stable
-            stream = _Telling(writer)
-            try:
-                yield stream
-            except BaseException as exc:
-                self.failed.append(exc)
-                stream._inner.abort()
-                raise
-            try:
-                stream.close()
-            except BaseException as exc:
-                self.failed.append(exc)
-                raise
+            with self._counted():
+                if self.stopped.is_set():  # the save failed: nothing of it is kept
+                    yield _Telling(None, self.stopped)
+                    return
+                try:
+                    writer = gen.open(name)
+                except BaseException as exc:
+                    self.failed.append(exc)
+                    self.stopped.set()
+                    raise
+                writer.stable_memory = stable
+                stream = _Telling(writer, self.stopped)
+                try:
+                    yield stream
+                except BaseException as exc:
+                    self.failed.append(exc)
+                    self.stopped.set()
+                    stream._inner.abort()
+                    raise
+                try:
+                    stream.close()  # DCP closes it first; aborted if the save failed meanwhile
+                except BaseException as exc:
+                    self.failed.append(exc)
+                    self.stopped.set()
+                    raise
 
         def concat_path(self, path: str | os.PathLike[str], suffix: str) -> PurePosixPath:
             return PurePosixPath(os.fspath(path)) / suffix
@@ -167,7 +210,11 @@ def storage_writer(
         # With thread_count > 1 DCP writes files in threads of its own and never looks at
         # how they ended: a file that failed there was left out of DCP's metadata, and the
         # generation committed without it.
-        written = write_data(plan, planner)
+        try:
+            written = write_data(plan, planner)
+        except BaseException:
+            fs.stop(STOP_WITHIN)
+            raise
         if fs.failed:
             raise fs.failed[0]
         return written

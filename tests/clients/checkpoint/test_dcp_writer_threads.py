@@ -48,3 +48,64 @@ def test_a_file_failing_in_dcps_writer_thread_fails_the_save(tmp_path: Path) -> 
     assert backend.refused.is_set()
     assert isinstance(raised.value, OSError) or "CheckpointException" in type(raised.value).__name__
     assert store.latest() is None  # nothing committed without the file
+
+
+class FailsInCallersThread(DelegatingBackend):
+    """Refuses the file the caller's thread opens once DCP's own writer thread is writing
+    one; that thread's next write then waits for its file to be aborted (at most
+    `WAIT_ABORT` s), as a slow upload's would."""
+
+    WAIT_ABORT = 5.0
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.writing = threading.Event()
+        self.aborted = threading.Event()
+
+    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+        if not key.endswith(".distcp"):
+            return super().writer(key, on_done)
+        if "_write_files_from_queue" not in threading.current_thread().name:
+            assert self.writing.wait(60), "DCP's writer thread wrote nothing"
+            raise OSError(f"the disk refused {key}")
+        writer = super().writer(key, on_done)
+        write, abort = writer.write, writer.abort
+
+        def slow_write(data: Any) -> int:
+            self.writing.set()
+            self.aborted.wait(self.WAIT_ABORT)
+            return write(data)
+
+        def noted_abort() -> None:
+            self.aborted.set()
+            abort()
+
+        writer.write = slow_write  # type: ignore[method-assign]
+        writer.abort = noted_abort  # type: ignore[method-assign]
+        return writer
+
+
+@pytest.mark.timeout(120)
+def test_dcps_other_writer_threads_stop_writing_once_the_save_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file failing in the caller's thread: DCP raises at once, without joining its own
+    writer threads, and the store aborted the generation under them: each went on writing
+    into its closed file and died with `ValueError: write to ... after it was closed`
+    (`Exception in thread ...`). Now they discard what is left and end before the save
+    raises; the aborted generation is never what `latest()` gives."""
+    import torch
+    from forewarn.clients.checkpoint.dcp import save_dcp
+
+    died: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(repr(args.exc_value)))
+    store = CheckpointStore(str(tmp_path / "store"))
+    backend = FailsInCallersThread(store.backend)
+    state = {"a": torch.ones(1000), "b": torch.full((1000,), 2.0)}
+    with pytest.raises(BaseException, match="the disk refused"):
+        save_dcp(CheckpointStore(backend=backend), 1, state, thread_count=2)
+    assert backend.writing.is_set()
+    still = [t.name for t in threading.enumerate() if "_write_files_from_queue" in t.name]
+    assert still == [], still  # DCP's threads ended before the save raised
+    assert died == [], died
+    assert store.latest() is None
