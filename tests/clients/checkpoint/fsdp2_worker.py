@@ -4,6 +4,9 @@ path (`save_dcp`, `load_dcp`) as a `Stateful`, as torch's DCP recipe does.
 
     fsdp2_worker.py save URL STEPS FULL   train STEPS steps, save_dcp as generation STEPS;
                                           rank 0 writes the full state to FULL (torch.save)
+    fsdp2_worker.py train URL FULL        train until a SIGTERM (torchrun passes it on); the
+                                          guard's agreed drain saves with save_dcp; rank 0
+                                          writes the full state saved to FULL
     fsdp2_worker.py load URL FULL         load_dcp the newest generation onto this world;
                                           rank 0 says whether the full state equals FULL
 
@@ -95,6 +98,27 @@ def main() -> None:
         if rank == 0:
             torch.save(full, full_path)
         print(json.dumps({"rank": rank, "saved": generation.step}), flush=True)
+    elif mode == "train":
+        from forewarn.clients import CheckpointGuard
+
+        guard = CheckpointGuard(notices=False, flag_file=None, agree_every=1)
+        generator = torch.Generator().manual_seed(100 + rank)
+        step = 0
+        while True:
+            model(torch.randn(4, 8, generator=generator)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+            print(json.dumps({"rank": rank, "step": step}), flush=True)
+            if guard.due(step):
+                save_dcp(store, step, {"app": AppState(model, optimizer), "step": step})
+                if guard.saved(step).exit:
+                    break
+        full = full_state(model, optimizer)
+        if rank == 0:
+            torch.save(full, full_path)
+        print(json.dumps({"rank": rank, "trained": step, "saved": step}), flush=True)
+        guard.close()
     else:
         generation = store.latest()
         assert generation is not None
