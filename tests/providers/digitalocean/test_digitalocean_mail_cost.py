@@ -6,6 +6,7 @@ from __future__ import annotations
 import email
 import email.policy
 import re
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -18,7 +19,7 @@ from forewarn.providers.digitalocean import cancel, deadline
 from forewarn.providers.digitalocean import message as mail_message
 from forewarn.providers.digitalocean.message import read_mail
 from forewarn.providers.digitalocean.written import written_times
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support import examples
 
@@ -244,3 +245,112 @@ def test_a_header_under_the_limit_reads_as_email_reads_it(
     mail = read_mail(raw)
     assert mail.subject == str(plain.get("Subject", "") or "")
     assert mail.sender == mail_message._sender_of(str(plain.get("From", "")))
+
+
+class _SearchCounted:
+    """A pattern that adds up how many characters each search is given."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self._pattern = pattern
+        self.scanned = 0
+
+    def search(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        self.scanned += min(endpos, len(text)) - pos
+        return self._pattern.search(text, pos, endpos)
+
+
+# "New reclaim time: ... (was ...)" repeated on one line: the form of H229's new times.
+NEW_TIMES = "New reclaim time: 17:00 UTC (was 14:30 UTC) for droplet gpu-spot-1, "
+
+
+def test_the_time_a_new_time_replaces_is_looked_for_just_before_each_time() -> None:
+    """Each time of a new time's block was checked for being the old one ("was 14:30 UTC")
+    by searching its whole line up to it: a 250 kB line of such new times took 68 CPU-s to
+    judge (0.6 before the check), during which no later mail was read. The words that can
+    say so are looked for in the few words before the time."""
+    body = "Droplet gpu-spot-1 will be reclaimed.\n" + NEW_TIMES * 200
+    deadline._matches.cache_clear()
+    deadline._dated_in.cache_clear()
+    counted = _SearchCounted(deadline._OLD_TIME)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(deadline, "_OLD_TIME", counted)
+        found = verdict(body)
+    assert found.report is not None
+    assert found.report.detail["deadline_source"] == "text: 17:00 UTC"
+    assert counted.scanned < 2 * len(body), (counted.scanned, len(body))
+
+
+def _old_time_from_line_start(text: str, start: int, words: str) -> bool:
+    """The check as it was: _OLD_TIME searched in the whole line up to the time."""
+    old = deadline._OLD_TIME.search(text[text.rfind("\n", 0, start) + 1 : start])
+    if old is None:
+        return False
+    return not (
+        old.group(0).lower().startswith("from") and re.search(r"\b(?:to|until|and)\b", words)
+    )
+
+
+_OLD_TIME_WORD = st.sampled_from(
+    [
+        "from",
+        "was",
+        "previously",
+        "originally",
+        "instead",
+        "of",
+        "scheduled",
+        "set",
+        "for",
+        "at",
+        "old",
+        "Previous",
+        "reclaim",
+        "reclamation",
+        "time",
+        "window",
+        ":",
+        "(",
+        "((",
+        "x",
+        "14:30UTC",
+        ",",
+        "wasn't",
+        "fromage",
+    ]
+)
+_OLD_TIME_GAP = st.sampled_from([" ", "  ", "\t", "\n", "\u2028", "\u00a0", "(", " ( ", ""])
+# A time's line: words of the old time's forms, with blanks and brackets between them.
+_OLD_TIME_WORDS = st.lists(st.tuples(_OLD_TIME_WORD, _OLD_TIME_GAP), max_size=8).map(
+    lambda pairs: "".join(word + gap for word, gap in pairs)
+)
+# The words of an old time's forms, in their order, each there or not.
+_OLD_TIME_PHRASE = st.tuples(
+    st.sampled_from(["from", "was", "previously", "instead of", "old", "Previous", "x"]),
+    st.sampled_from(["", "reclaim", "scheduled", "set"]),
+    st.sampled_from(["", "for", "at", "time", "window", ":"]),
+    st.sampled_from(["", ":", "("]),
+    st.lists(_OLD_TIME_GAP, min_size=4, max_size=4),
+).map(lambda p: "".join(word + gap for word, gap in zip(p[:4], p[4], strict=True)))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    _OLD_TIME_WORDS,
+    _OLD_TIME_PHRASE,
+    _OLD_TIME_WORDS,
+    st.sampled_from(["17:00 UTC", "14:00 to 16:00 UTC"]),
+    st.data(),
+)
+# The longest forms, of four words, with brackets and blanks after them.
+@example("x ", "instead\u2028of scheduled  for ( (", "", "17:00 UTC", None)
+@example("", "Previous reclaim\ttime :", "", "17:00 UTC", None)
+def test_the_old_time_is_found_as_the_search_from_the_line_start_found_it(
+    before: str, phrase: str, after: str, words: str, data: st.DataObject | None
+) -> None:
+    # A time's line: words and an old time's phrase, then the time (or anywhere else).
+    text = before + phrase + after
+    ends = st.just(len(before + phrase))
+    start = len(text) if data is None else data.draw(ends | st.integers(0, len(text)))
+    assert deadline._is_old_time(text, start, words) == _old_time_from_line_start(
+        text, start, words
+    )
