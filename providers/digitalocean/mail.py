@@ -580,7 +580,9 @@ def judge(
         why += f"; deadline from {source.removeprefix('text: ')}"
     for zone, offsets in AMBIGUOUS_ZONES.items():
         # Said with the mail, so the user can see which reading was taken and why.
-        if source.startswith("text: ") and re.search(rf"\b{zone}\b", source):
+        # Not when the offset is written beside it ("IST (+02:00)"): that one was taken.
+        beside = r"(?![^\S\n]*\([^\S\n]*(?:UTC|GMT)?[^\S\n]*[+-][0-9])"
+        if source.startswith("text: ") and re.search(rf"\b{zone}\b{beside}", source):
             why += f"; {zone} is ambiguous ({offsets}): read as the first, the earliest"
     if mail.unreadable_date is not None:
         since = (

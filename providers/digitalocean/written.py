@@ -178,6 +178,17 @@ _WINDOW = (
 _UNIT_AFTER = r"[^\S\n]*(?:minutes?|mins?|m|hours?|hrs?|h)\b"
 
 
+# The offset a named zone is written with ("17:00 IST (+05:30)", "14:10 CST (UTC+8)"): it
+# says which of the zone's readings is meant. Unread, IST (+02:00), Israel's, was read as
+# India's, 3.5 h early: a time already past, so the next day's, 20.5 h late; CST (+08:00),
+# China's, as US Central, 14 h late.
+OFFSET_BESIDE = (
+    r"(?:[^\S\n]*\([^\S\n]*(?:UTC|GMT)?[^\S\n]*[+-](?:1[0-4]|0?[0-9])(?::?[0-5][0-9])?"
+    r"[^\S\n]*\))?"
+)
+_BESIDE = re.compile(r"\((?:UTC|GMT)?(?P<sign>[+-])(?P<h>[0-9]{1,2}):?(?P<m>[0-9]{2})?\)\Z")
+
+
 def _zone(name: str | None) -> str:
     """A zone written after a time (or a date), as the group `name` (None: no group)."""
     group = f"?P<{name}>" if name else "?:"
@@ -215,15 +226,18 @@ def _zone(name: str | None) -> str:
         rf"|[+-][0-9]{{2}}:?[0-9]{{2}}"
         # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
         # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
-        r"|"
+        r"|(?:"
         + "|".join(sorted(set(_NAMED_ZONES) - _CAPITALS_ONLY, key=len, reverse=True))
         # "ET", "PT": in capitals only, so that French "10h30 et 12h00" is no zone; IST so
         # that German "um 14:10 ist" is none.
         + r"|(?-i:"
         + "|".join((*_US_ZONES, *sorted(_CAPITALS_ONLY)))
+        + r"))"
+        + OFFSET_BESIDE
+        + r"|(?-i:"
         # Zones in words, as people write them ("9am Eastern", "14:00 Coordinated
         # Universal Time"): skipped before, so Date + lead stood in.
-        + r"|(?:Eastern|Central|Mountain|Pacific)(?:\s+(?:Standard|Daylight))?(?:\s+Time)?"
+        + r"(?:Eastern|Central|Mountain|Pacific)(?:\s+(?:Standard|Daylight))?(?:\s+Time)?"
         + r"|(?:Coordinated\s+)?Universal\s+(?:Coordinated\s+)?Time|Greenwich\s+Mean\s+Time"
         # "13:10 Zulu", as aviation and military mail writes UTC: Date + lead stood in. In
         # any case ("13:10 ZULU"): only its capitalised form was read.
@@ -931,6 +945,7 @@ def _read_time(
     if written_zone is None:
         return None
     zone = re.sub(r"^(?:UTC|GMT)|\s", "", written_zone.upper().replace(".", ""))
+    beside = _BESIDE.search(zone)
     words = written_zone.lower().split()
     spelt_utc = words[-1] == "time" and words[0] in ("coordinated", "universal", "greenwich")
     if spelt_utc or words == ["zulu"]:
@@ -943,7 +958,10 @@ def _read_time(
             zone = written_zone[0] + "DT"
     tz: tzinfo
     try:
-        if "/" in written_zone:
+        if beside is not None:
+            offset = timedelta(hours=int(beside["h"]), minutes=int(beside["m"] or 0))
+            tz = timezone(-offset if beside["sign"] == "-" else offset)
+        elif "/" in written_zone:
             tz = ZoneInfo(written_zone)
         elif zone in _NAMED_ZONES:
             tz = timezone(timedelta(hours=_NAMED_ZONES[zone]))

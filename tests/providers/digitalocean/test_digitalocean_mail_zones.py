@@ -57,3 +57,46 @@ def test_ist_in_lowercase_is_no_zone() -> None:
     result = _verdict("Droplet gpu-spot-1 wird um 14:10 ist es soweit reclaimed.")
     assert result.report is not None
     assert result.report.detail["deadline_source"] == "date+lead", result.why
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # Israel's IST: read as India's, 10:40 UTC, already past, so the next day's.
+        ("Droplet gpu-spot-1 will be reclaimed at 16:10 IST (+02:00).", utc(14, 10)),
+        ("Droplet gpu-spot-1 will be reclaimed at 15:10 IST (GMT+1).", utc(14, 10)),
+        ("Droplet gpu-spot-1 will be reclaimed at 19:40 IST (+05:30).", utc(14, 10)),
+        # China's CST: read as US Central's, 14 h late.
+        ("Droplet gpu-spot-1 will be reclaimed at 22:10 CST (UTC+8).", utc(14, 10)),
+        ("Droplet gpu-spot-1 will be reclaimed at 9:10 ET (UTC-05:00).", utc(14, 10)),
+    ],
+)
+def test_the_offset_written_beside_a_zone_is_the_one_read(body: str, expected: datetime) -> None:
+    result = _verdict(body)
+    assert result.report is not None, result.why
+    assert result.report.deadline == expected, result.why
+    assert "ambiguous" not in result.why, result.why
+
+
+@given(
+    hour=st.integers(0, 23),
+    minute=st.integers(0, 59),
+    zone=st.sampled_from(["IST", "CST", "EST", "BST", "MEZ", "PT", "AEST"]),
+    hours=st.integers(-12, 14),
+    minutes=st.sampled_from([0, 30, 45]),
+    form=st.sampled_from(
+        ["({sign}{h:02d}:{m:02d})", "(UTC{sign}{h}:{m:02d})", "( GMT{sign}{h:02d}{m:02d} )"]
+    ),
+)
+def test_any_offset_beside_a_zone_is_read(
+    hour: int, minute: int, zone: str, hours: int, minutes: int, form: str
+) -> None:
+    sign = "-" if hours < 0 else "+"
+    beside = form.format(sign=sign, h=abs(hours), m=minutes)
+    result = _verdict(
+        f"Droplet gpu-spot-1 will be reclaimed at {hour:02d}:{minute:02d} {zone} {beside}."
+    )
+    assert result.report is not None, result.why
+    offset = timedelta(hours=abs(hours), minutes=minutes) * (-1 if hours < 0 else 1)
+    written = result.report.deadline + offset
+    assert (written.hour, written.minute) == (hour, minute), (beside, result.why)
