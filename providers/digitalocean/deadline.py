@@ -727,6 +727,11 @@ def _carries_on(text: str, newline: int, after: int = 0) -> bool:
     while last > after and text[last - 1] in " \t\r":
         last -= 1
     following = text[newline + 1 : newline + 81].lstrip(" \t")
+    if last > after and text[last - 1] == ":":
+        # A label and its time on two lines ("New reclaim time:" then "17:00 UTC"), as
+        # HTML turned to text and quoted-printable's soft breaks leave them: read as two
+        # sentences, the time's was not the reclaim's, and Date + lead stood in.
+        return following[:1] in tuple("0123456789")
     if not (last > after and (text[last - 1].islower() or text[last - 1] == ",")):
         return last > 0 and text[last - 1].isalnum() and _JOINING.match(following) is not None
     return bool(following) and (following[0].islower() or following[0] in "0123456789")

@@ -106,3 +106,38 @@ def test_any_new_time_beside_its_old_one_is_the_deadline(
     result = _verdict(body, "html" if as_html else "plain")
     assert result.report is not None and result.replaces, result.why
     assert result.report.deadline == utc(*new), result.why
+
+
+@pytest.mark.parametrize(
+    ("body", "replaces"),
+    [
+        # Label and time on two lines, as HTML turned to text leaves them: the time's line
+        # was another sentence than the reclaim's, and Date + lead (14:30) stood in.
+        ("Droplet gpu-spot-1 (ID 424242424)\nNew reclaim time:\n17:00 UTC\n", True),
+        ("Droplet gpu-spot-1 (ID 424242424)\r\nNew reclaim time:  \r\n   17:00 UTC\r\n", True),
+        ("Droplet gpu-spot-1 will be reclaimed at:\n17:00 UTC\n", False),
+        ("Droplet gpu-spot-1 has been rescheduled.\nNew time:\n2026-12-01 17:00 UTC\n", True),
+    ],
+)
+def test_a_label_and_its_time_on_two_lines_are_read_together(body: str, replaces: bool) -> None:
+    result = _verdict(body)
+    assert result.report is not None, result.why
+    assert result.report.deadline == utc(17, 0), result.why
+    assert result.replaces == replaces, result.why
+
+
+@given(
+    label=st.sampled_from(["New reclaim time:", "New time:", "Reclaim time:", "Rescheduled to:"]),
+    hour=st.integers(15, 23),
+    minute=st.integers(0, 59),
+    blank=st.sampled_from(["", " ", "\t", "  "]),
+    eol=st.sampled_from(["\n", "\r\n"]),
+)
+def test_any_time_on_the_line_after_its_label_is_the_deadline(
+    label: str, hour: int, minute: int, blank: str, eol: str
+) -> None:
+    time = f"{hour}:{minute:02d} UTC"
+    body = f"Droplet gpu-spot-1 (ID 424242424){eol}{label}{blank}{eol}{blank}{time}{eol}"
+    result = _verdict(body)
+    assert result.report is not None, result.why
+    assert result.report.deadline == utc(hour, minute), (body, result.why)
