@@ -6,6 +6,7 @@ or its line; a forwarded mail (attached, or inline) is read as the one it forwar
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import html
@@ -200,6 +201,8 @@ def _body_text(message: EmailMessage) -> str:
             # droplet's name and the
             # times are ASCII, so decoding as UTF-8 still finds them; refusing lost the mail.
             content = part.get_payload(decode=True)
+        if isinstance(content, str) and "\ufffd" in content and _mislabelled(part):
+            content = _undeclared(part, content)
         text = content if isinstance(content, str) else content.decode("utf-8", "replace")
         if kind == "html":
             text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)
@@ -223,6 +226,27 @@ def _body_text(message: EmailMessage) -> str:
         text = text.translate(_TYPESET_SIGNS)
         texts.append(_zoned_under_heading(_zoned_on_line(_QUOTED_LINE.sub("", text))))
     return "\n".join(texts)
+
+
+def _mislabelled(part: EmailMessage) -> bool:
+    """Whether `part`'s charset is one 8-bit text of another is sent under: none (US-ASCII),
+    US-ASCII or UTF-8. Text under any other was written in it."""
+    return part.get_content_charset() in (None, "us-ascii", "ascii", "utf-8", "utf8")
+
+
+def _undeclared(part: EmailMessage, content: str) -> str:
+    """The text of `part`, decoded to `content` with bytes its charset does not have (each a
+    U+FFFD), in the charset its bytes are in: 8-bit text sent with no charset (US-ASCII) or a
+    wrong one, as older tools and relays send it. A time written with a no-break space
+    ("13:10\\xa0UTC") was no time, and Date + lead stood in, after the reclaim. UTF-8 when
+    its bytes are UTF-8, else Windows-1252 (a superset of ISO-8859-1's printable text)."""
+    raw = part.get_payload(decode=True)
+    if not isinstance(raw, bytes) or "\ufffd".encode() in raw:
+        return content  # a U+FFFD the sender wrote
+    for charset in ("utf-8", "windows-1252"):
+        with contextlib.suppress(UnicodeDecodeError):
+            return raw.decode(charset)
+    return raw.decode("windows-1252", "replace")  # one of its five unassigned bytes
 
 
 # A typeset minus sign (U+2212, as word processors and HTML's &minus; write it) or a fullwidth
