@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from email.headerregistry import BaseHeader, HeaderRegistry
-from email.message import EmailMessage
+from email.message import EmailMessage, MIMEPart
 from email.utils import getaddresses, parsedate_to_datetime
 from typing import Any
 
@@ -228,13 +228,13 @@ def _body_text(message: EmailMessage) -> str:
     return "\n".join(texts)
 
 
-def _mislabelled(part: EmailMessage) -> bool:
+def _mislabelled(part: MIMEPart) -> bool:
     """Whether `part`'s charset is one 8-bit text of another is sent under: none (US-ASCII),
     US-ASCII or UTF-8. Text under any other was written in it."""
     return part.get_content_charset() in (None, "us-ascii", "ascii", "utf-8", "utf8")
 
 
-def _undeclared(part: EmailMessage, content: str) -> str:
+def _undeclared(part: MIMEPart, content: str) -> str:
     """The text of `part`, decoded to `content` with bytes its charset does not have (each a
     U+FFFD), in the charset its bytes are in: 8-bit text sent with no charset (US-ASCII) or a
     wrong one, as older tools and relays send it. A time written with a no-break space
