@@ -466,9 +466,16 @@ def _ask(
     try:
         reply = request(control, payload, timeout, runtime=runtime)
     except TimeoutError:
+        stopped = _stopped_holder(control)
+        why = (
+            "busy, or a slow disk; --timeout waits longer"
+            if stopped is None
+            else f"its pid {stopped} is stopped, by SIGSTOP, Ctrl-Z or a debugger: "
+            f"`kill -CONT {stopped}` resumes it"
+        )
         print(
-            f"forewarn: the agent on {control} has not answered within {timeout:g}s (busy, or "
-            f"a slow disk; --timeout waits longer){unanswered}",
+            f"forewarn: the agent on {control} has not answered within {timeout:g}s "
+            f"({why}){unanswered}",
             file=sys.stderr,
         )
         raise SystemExit(1) from None
@@ -493,6 +500,18 @@ def _lock_holder(control: str) -> str | None:
     lock = path.parent / AGENT_LOCK
     holder = lock_holder(lock)
     return None if holder is None else f"{holder} holds {lock}"
+
+
+def _stopped_holder(control: str) -> int | None:
+    """The pid of the agent holding the lock beside the socket file of `control` when it is
+    stopped: found walking a reclaim as on-call, `status` said "busy, or a slow disk; --timeout
+    waits longer" of an agent under SIGSTOP, which no wait answers."""
+    path = ipc_path(control)
+    if path is None:
+        return None
+    from .rundir import stopped_holder  # the failure path only: not on every command's start
+
+    return stopped_holder(path.parent / AGENT_LOCK)
 
 
 T = TypeVar("T")

@@ -240,6 +240,47 @@ def flock_holder(proc_locks: str, device: int, inode: int) -> int | None:
     return None
 
 
+def stat_state(line: str) -> str | None:
+    """The state letter of a /proc/PID/stat line (`R`, `S`, `T` ...), or None for a line of
+    another shape. The process's name comes before it in parentheses and may hold anything,
+    `) T (` included: the state is the field after the last `)`."""
+    _, close, rest = line.rpartition(")")
+    fields = rest.split()
+    if not close or not fields:
+        return None
+    state = fields[0]
+    return state if len(state) == 1 and state.isascii() and state.isalpha() else None
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of process `pid` in this pid namespace, None when it cannot be read
+    (gone, no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as found:
+            return stat_state(found.read(4096))
+    except OSError:
+        return None
+
+
+def stopped_holder(path: Path) -> int | None:
+    """The pid holding the lock at `path` when that process is stopped (SIGSTOP, Ctrl-Z, a
+    debugger: state `T` or `t`), else None. It takes requests on its sockets (the kernel
+    queues them) and answers none until resumed: no timeout is long enough for it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        # The kernel's pid (/proc/locks) is of this namespace; the one written in the file
+        # may be another container's.
+        pid = _flock_holder(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except OSError:
+        pid = None
+    finally:
+        os.close(fd)
+    return pid if pid is not None and process_state(pid) in {"T", "t"} else None
+
+
 class AgentDirs:
     """The runtime and state directories as one agent holds them: made, checked and locked."""
 
@@ -352,4 +393,7 @@ __all__ = [
     "check_state_dir",
     "flock_holder",
     "lock_holder",
+    "process_state",
+    "stat_state",
+    "stopped_holder",
 ]
