@@ -497,8 +497,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-p95",
         type=_duration,
         metavar="DUR",
-        help="95th percentile of the flush: what a notice must cover (default: the "
-        "telemetry's, else the mean)",
+        help="95th percentile of the flush (with --upload, of the time until durable): what a "
+        "notice must cover (default: the telemetry's, else the mean, plus --upload)",
     )
     job.add_argument(
         "--upload",

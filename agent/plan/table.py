@@ -55,11 +55,12 @@ def _steps(plan: dict[str, Any], key: str) -> str:
     return steps_text(steps)
 
 
-def _p95_source(given: dict[str, Any], used: float) -> str:
+def _p95_source(given: dict[str, Any], used: float, upload: float) -> str:
     """Where the p95 the notice must cover came from. One below the mean is not used (the
     mean is): '10 s (flag)' was shown for --checkpoint-p95 5s, as if the flag had said 10 s."""
     if given["value"] is None:
-        return "(the mean)"
+        # With an upload the notice's save is kept once durable: the stall and the upload.
+        return "(the mean + the upload)" if upload else "(the mean)"
     if given["value"] < used:
         return f"(the mean: above the p95 {seconds_text(given['value'])}, {given['source']})"
     return f"({given['source']})"
@@ -100,7 +101,11 @@ def render(plan: dict[str, Any]) -> str:
         (
             "flush p95 (must fit the notice)",
             seconds_text(plan["flush"]["p95_seconds"]),
-            _p95_source(inputs["checkpoint_p95_seconds"], plan["flush"]["p95_seconds"]),
+            _p95_source(
+                inputs["checkpoint_p95_seconds"],
+                plan["flush"]["p95_seconds"],
+                inputs["upload_seconds"]["value"] or 0.0,
+            ),
         ),
     ]
     # A background save only: the row says where the model counts a roll-back past it.
