@@ -204,6 +204,10 @@ class CheckpointGuard(
         self._pending: dict[str, str | None] = {}  # reason -> notice id
         self._notice_ids: set[str] = set()
         self._handled: set[str] = set()  # drains already flushed for
+        # Notices cleared while a save was asked for them (pending or under way): that save,
+        # once done, is acked but does not mark them handled. It did, and the same id raised
+        # again (AWS keeps a rebalance's noticeTime) asked the job for no save.
+        self._cleared_in_save: set[str] = set()
         # Notices this job received as a drain (until cleared): sent as terminate later (the
         # agent escalates a drain whose deadline came within its margin), it is a terminate
         # raised after the start, whatever its `noticed_at`, and acts at once.
@@ -415,7 +419,8 @@ class CheckpointGuard(
             self._pending = later
             notice_ids = tuple(sorted(self._notice_ids - later_ids))
             self._notice_ids = later_ids
-            self._handled.update(notice_ids)
+            self._handled.update(set(notice_ids) - self._cleared_in_save)
+            self._cleared_in_save.difference_update(notice_ids)
             events = [
                 self._events.pop(notice_id) for notice_id in notice_ids if notice_id in self._events
             ]

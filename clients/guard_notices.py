@@ -58,6 +58,9 @@ class NoticeRequests(GuardState):
             if event.id in self._handled or self._answered_by_flag_save(event):
                 return
             with self._lock:
+                # Raised again after a clear heard during a save: the save under way answers
+                # this occurrence too, as it answers any drain that comes while it runs.
+                self._cleared_in_save.discard(event.id)
                 self._pending["drain"] = event.id
                 self._notice_ids.add(event.id)
                 self._events[event.id] = event
@@ -71,6 +74,9 @@ class NoticeRequests(GuardState):
             with self._lock:
                 self._inherited.pop(event.id, None)
                 self._undecided.pop(event.id, None)
+                if event.id in self._notice_ids:
+                    # Cleared while a save for it is pending or under way (see `_record`).
+                    self._cleared_in_save.add(event.id)
             self._withdraw_exit(event.id, "was withdrawn")
         elif event.action == "terminate":
             if event.id in self._exited_for or self._still_inherited(event):

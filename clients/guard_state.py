@@ -41,6 +41,8 @@ class GuardState:
     # Notices this job received as a drain (until cleared): see CheckpointGuard.__init__.
     _drains_seen: set[str]
     _handled: set[str]  # drains already flushed for
+    # Notices cleared while a save was asked for them: see CheckpointGuard.__init__.
+    _cleared_in_save: set[str]
     _exit: bool
     # What asks for the pending exit: "notice:<id>" per terminate, else the reason.
     _exit_by: set[str]

@@ -217,6 +217,44 @@ def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again
             guard.close()
 
 
+def test_a_rebalance_cleared_mid_flush_and_back_is_flushed_for_again(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """The clear came while the job was saving for the drain: the save, once done, marked the
+    drain handled again, and the rebalance raised again (same id) asked the job for nothing:
+    its new occurrence went unsaved."""
+    sim, server = imds
+    with aws_agent(tmp_path, server) as agent, agent.subscriber() as sub:
+        guard = CheckpointGuard(
+            events=agent.events,
+            control=agent.control_endpoint,
+            flag_file=None,
+            handle_signals=False,
+        )
+        try:
+            eventually(lambda: guard.notices is not None and guard.notices.alive, 10)
+            noticed = {"noticeTime": "2026-11-30T03:00:00Z"}
+            sim.raise_notice("rebalance", noticed)
+            first = next_notice(sub, action="drain")
+            eventually(lambda: guard.due(1), 10)
+            # The save is under way: the rebalance is withdrawn before it ends.
+            sim.withdraw("rebalance")
+            next_notice(sub, action="clear", id=first["id"])
+            eventually(
+                lambda: guard.notices is not None and first["id"] not in guard.notices.active, 10
+            )
+            result = guard.saved(1, 0.1)
+            assert not result.exit
+            sim.raise_notice("rebalance", noticed)
+            assert next_notice(sub, action="drain")["id"] == first["id"]
+            eventually(lambda: guard.due(2), 10, "a save for the drain raised again")
+            again = guard.saved(2, 0.1)
+            assert again.notices == (first["id"],) and not again.exit
+            assert not guard.due(3)
+        finally:
+            guard.close()
+
+
 def test_a_drain_still_shown_across_an_agent_restart_is_not_cleared_nor_flushed_again(
     tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
 ) -> None:
