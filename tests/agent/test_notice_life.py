@@ -144,6 +144,33 @@ def test_a_manual_drain_escalated_and_moved_out_is_a_drain_again(tmp_path: Path)
         assert next_notice(sub, id="local/move")["action"] == "drain"
 
 
+def test_a_drain_escalated_while_its_save_is_under_way_is_answered_by_that_save_once(
+    tmp_path: Path,
+) -> None:
+    """The terminate comes while the drain's save is being written: that save says exit, and
+    no second save is asked for; the agent counts the ack for the terminate."""
+    with _Guarded(
+        AgentProcess(tmp_path, args=("--exit-margin", "60s")), handle_signals=False
+    ) as held:
+        agent = held.agent
+        request = {"op": "notify", "action": "drain", "id": "local/up", "deadline": later(3600)}
+        assert agent.control(request)["notice"]["action"] == "drain"
+        eventually(lambda: held.guard.due(1), 10, "the drain")
+        escalated = agent.control({**request, "deadline": later(30)})
+        assert escalated["notice"]["action"] == "terminate"
+        eventually(lambda: held.guard.should_exit, 10, "the terminate")
+        result = held.guard.saved(1, 0.1)
+        assert result.exit and result.notices == ("local/up",)
+        assert not held.guard.due(2)
+        # Listed acked only for an ack of its action now (a drain's acks are no terminate's).
+        eventually(
+            lambda: "local/up" in (held.notices.agent or {}).get("acked", ()),
+            10,
+            "a heartbeat listing the terminate acked",
+        )
+        assert held.seen == ["drain", "terminate"]
+
+
 def test_a_spot_action_changed_from_terminate_to_stop_is_resent(
     tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
 ) -> None:
