@@ -486,7 +486,7 @@ class CheckpointGuard(
                     watched,
                     metadata=self._exit_metadata(step, None),
                     timeout=self.exit_save_timeout(),
-                    moving=motion.moving,
+                    moving=self._waited_for(motion.moving),
                 )
             except BaseException as error:
                 self.save_failed(step, error)
@@ -614,7 +614,7 @@ class CheckpointGuard(
                     write,
                     metadata=self._exit_metadata(step, metadata),
                     timeout=self.exit_save_timeout(),
-                    moving=motion.moving,
+                    moving=self._waited_for(motion.moving),
                 )
             except BaseException as error:
                 self.save_failed(step, error)
@@ -649,6 +649,21 @@ class CheckpointGuard(
         if _several_ranks():
             return max(left - background.EXIT_SAVE_MARGIN_SECONDS, 0.0)
         return max(left, 0.0) + background.FINAL_SAVE_GRACE_SECONDS
+
+    def _waited_for(self, moving: Callable[[], bool]) -> Callable[[], bool]:
+        """What keeps an exit's save waited for past its `timeout`, which was taken from the
+        terminate's deadline when the save began: its bytes still moving, or that deadline
+        moved later since (re-sent by the agent, AWS's spot time or Azure's NotBefore) and
+        not passed yet. By the old bound alone, a save stalled a moment on its storage was
+        given up there, and the job exited unsaved on a machine that had minutes left."""
+
+        def waited() -> bool:
+            if moving():
+                return True
+            left = self._seconds_left()
+            return left is not None and left > 0
+
+        return waited
 
     def resumed(
         self, step: int, *, restore_seconds: float | None = None, steps_lost: int | None = None

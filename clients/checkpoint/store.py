@@ -605,7 +605,8 @@ class CheckpointStore:
         `timeout` (single-rank saves): raise `CommitTimeout` once that many seconds pass
         without the commit, leaving the save behind on its own thread (see `_flush_within`);
         with `moving`, only once `moving()` also says the save has stopped moving (its bytes
-        no longer going to the storage), with a WARNING at the timeout while it still moves.
+        no longer going to the storage) and is not to be waited for otherwise (the guard's:
+        its terminate's deadline moved later), with a WARNING at the timeout while it is.
         With several ranks no rank can leave its save behind (the commit's collectives):
         `timeout` bounds the save's storage requests instead (`save(requests_within=)`), so
         storage that stopped answering fails the save within it, on every rank.
@@ -664,7 +665,8 @@ class CheckpointStore:
                 told = True
                 log.warning(
                     "forewarn: %s is not committed in %s after its %.1f s, but its upload is "
-                    "still moving: it is not durable yet; waiting on while it moves",
+                    "still moving (or its deadline moved later): it is not durable yet; "
+                    "waiting on",
                     generation_name(step),
                     self.url,
                     timeout,

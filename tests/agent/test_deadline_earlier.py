@@ -246,3 +246,41 @@ def test_a_gcp_window_ongoing_before_its_start_is_a_terminate_now(tmp_path: Path
         assert started["action"] == "terminate", started
         assert parse_time(started["deadline"]) <= utcnow(), started
         assert near(started["deadline"], told_at), (started, told_at)
+
+
+def test_an_exit_save_stalled_past_its_old_deadline_waits_for_the_deadline_moved_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The terminate's deadline moves later while the exit's save waits on storage (no byte
+    moving): the save's bound was taken at its start, so it was given up at the old deadline
+    plus the grace, and the job exited with nothing saved on a machine that had minutes
+    left. The bound follows the deadline the job holds now."""
+    from forewarn.clients.checkpoint import CheckpointStore, background
+
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", 0.5)
+    with AgentProcess(tmp_path) as agent:
+        notices = Notices(agent.events, agent.control_endpoint)
+        store = CheckpointStore(str(tmp_path / "ckpt"))
+        guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False, store=store)
+        request = {"op": "notify", "action": "terminate", "id": "local/later"}
+        try:
+            old = utcnow() + timedelta(seconds=2)
+            agent.control({**request, "deadline": old.isoformat()})
+            eventually(lambda: guard.due(1) and guard.should_exit, 10, "the terminate")
+
+            def write(gen: Any) -> None:
+                agent.control(
+                    {**request, "deadline": (utcnow() + timedelta(seconds=120)).isoformat()}
+                )
+                eventually(
+                    lambda: (guard._seconds_left() or 0) > 60, 10, "the guard to hear it later"
+                )
+                # The storage stalls past the old deadline and its grace.
+                eventually(lambda: utcnow() > old + timedelta(seconds=1.5), 10, "the old bound")
+                gen.write_bytes("w", b"x")
+
+            result = guard.save(1, write)
+            assert result.exit and result.generation is not None
+        finally:
+            guard.close()
+            notices.close()
