@@ -18,6 +18,7 @@ from typing import Any
 from . import _forkserver, workers_guardbyte, workers_lifeline
 from .workers_guardbyte import _GuardByte, _received_guard_byte, _to_send
 from .workers_lifeline import _lifeline_read_end
+from .workers_orphan import end_with_parent
 from .workers_ownhandler import _gate_workers_own_handler
 from .workers_preload import _preload_in_fork_server
 from .workers_protect import _end_spawn_worker_at_once, _protect
@@ -186,9 +187,10 @@ class _PoolInit(_Chained):
         return (_in_pool_worker, (self.then, byte, hangup))
 
     def __call__(self, *initargs: Any) -> None:
-        # Without a lifeline, a pool worker that outlived a SIGHUP ends once its main process
-        # is gone (workers_protect._end_when_orphaned).
+        # Without a lifeline, a pool worker ends once its main process is gone, mid-task or
+        # idle, SIGHUP or not (workers_orphan).
         _protect(None, self.guarded, self.hangup)
+        end_with_parent()
         if self.then is not None:
             self.then(*initargs)
 

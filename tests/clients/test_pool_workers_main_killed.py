@@ -1,0 +1,79 @@
+"""A process pool's workers when only their main process is SIGKILLed (the kernel's OOM killer
+takes the one process, no signal reaches the group): whatever they are doing, mid-task or
+idle, they end within seconds, not at the end of a task of any length on the node the next
+job is given. No SIGHUP here (tests/clients/test_guard_hangup_workers.py walks that)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from contextlib import suppress
+from pathlib import Path
+
+import pytest
+from support import eventually, requires
+
+pytestmark = requires("torch")
+
+SCRIPT = Path(__file__).with_name("hangup_loader_job.py")
+
+
+def _session(sid: int) -> list[str]:
+    """The session's processes still running (not zombies), as `ps` lines."""
+    out = subprocess.run(
+        ["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        line
+        for line in out.splitlines()
+        if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")
+    ]
+
+
+def _steps(record: Path) -> int:
+    try:
+        return sum(line.startswith('{"step"') for line in record.read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("busy", [True, False], ids=["mid-task", "idle"])
+def test_pool_workers_of_a_sigkilled_main_process_end_within_seconds(
+    tmp_path: Path, method: str, busy: bool
+) -> None:
+    """Found walking an OOM kill of a guarded loop whose `Pool(2)` (fork or spawn) ran
+    minute-long tasks: 40 s after the main process's SIGKILL both workers still ran their
+    tasks (and a spawn pool's resource tracker waited on them); idle ones ended."""
+    record = tmp_path / "record"
+    job = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(record), "pool", method],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
+        start_new_session=True,
+    )
+    try:
+        eventually(lambda: _steps(record) >= 3, timeout=120, what="step 3")
+        if busy:
+            (tmp_path / "long-tasks").touch()  # each task from here on takes a minute
+            eventually(
+                lambda: len(list(tmp_path.glob("long-task-*"))) >= 2, timeout=30, what="2 tasks"
+            )
+        os.kill(job.pid, signal.SIGKILL)  # the main process only, as the OOM killer does
+        assert job.wait(30) == -signal.SIGKILL
+        try:
+            eventually(lambda: not _session(job.pid), timeout=10, what="every worker's end")
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}; left: {_session(job.pid)}") from None
+    finally:
+        for line in _session(job.pid):
+            with suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        with suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
