@@ -351,3 +351,21 @@ def test_a_notice_raised_on_a_full_disk_is_saved_in_gcp_notices_from_the_reserve
             saved = json.loads(notices_file.read_text())
             assert saved["maintenance-event"]["id"] == drain["id"], saved
         assert "cannot write" not in agent.output(), agent.output()
+
+
+def test_a_terminate_that_lasted_100_ms_reaches_the_job_and_is_cleared(
+    agent: AgentProcess, sim: GcpSimulator
+) -> None:
+    """A TERMINATE_ON_HOST_MAINTENANCE the server withdrew 100 ms later (the brief's case:
+    flips closer than the agent's work between two long-polls) still reaches the job as a
+    drain, then its clear under the same id: the job checkpointed for nothing, never missed
+    a stop that came back."""
+    with _subscribed(agent) as sub:
+        for _ in range(3):
+            sim.raise_notice("maintenance", {"type": "TERMINATE", "duration": 0.1})
+            drain = sub.notice(10)
+            assert (drain["action"], drain["reason"]) == ("drain", "host-maintenance")
+            assert drain["detail"]["maintenance-event"] == "TERMINATE_ON_HOST_MAINTENANCE"
+            clear = sub.notice(10)
+            assert (clear["action"], clear["id"]) == ("clear", drain["id"])
+    assert agent.control({"op": "status"})["active"] == []
