@@ -230,6 +230,23 @@ def _names_maintenance(document: dict[str, Any]) -> bool:
     )
 
 
+def unknown_upcoming_words(document: dict[str, Any]) -> list[str]:
+    """The `maintenance_status` and `type` values of a window that are not documented
+    (contracts 2.5), e.g. one Google adds later. The window still drains (the safe side);
+    these are for a warning that says the agent guessed. Empty strings and unspecified
+    enums are defaults, not news."""
+    found = []
+    for keys, known in ((_STATUS_KEYS, _MAINTENANCE_STATUSES), (_TYPE_KEYS, _MAINTENANCE_TYPES)):
+        value = next((document[k] for k in keys if k in document), None)
+        if value is None:
+            continue
+        word = value.strip().upper() if isinstance(value, str) else ""
+        if word in known or (isinstance(value, str) and (not word or word.endswith("UNSPECIFIED"))):
+            continue
+        found.append(f"{keys[0]} {quoted(value)}")
+    return found
+
+
 def _window_start(document: dict[str, Any]) -> datetime | None:
     """The window's start; None when the document gives none (no key, null or empty). One
     given that does not read as a time is a ParseError: the answer is unknown, and a window
@@ -687,6 +704,7 @@ class GcpWatcher:
         self.has_gpus: bool | None = None
         self._scheduling_read = asyncio.Event()
         self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
+        self._unknown_upcoming: set[str] = set()  # upcoming status/type values logged so
         # The stop announced by each long-polled key, on the boot clock: its deadline follows
         # a step of the wall clock (`stopclock.py`).
         # A stop restored (this boot's) keeps the boot clock's reading saved with it: a step
@@ -1070,6 +1088,8 @@ class GcpWatcher:
         await self._scheduling_read.wait()
         while True:
             known, window, detail = await self._read_upcoming()
+            if window is not None:
+                self._warn_unknown_upcoming(window)
             if known:
                 report = track.observe(self._upcoming(window), detail)
                 self.active.keep_none_form(UPCOMING_KIND, self._none_by_503)
@@ -1078,6 +1098,20 @@ class GcpWatcher:
                     emit(report)
                 self.active.save()
             await asyncio.sleep(self.settings.upcoming_interval)
+
+    def _warn_unknown_upcoming(self, window: UpcomingWindow) -> None:
+        """Once per value: a window whose status or type this agent does not know is still
+        published as a drain, and the operator is told which value it guessed on."""
+        for word in unknown_upcoming_words(window.document):
+            if word in self._unknown_upcoming:
+                continue
+            self._unknown_upcoming.add(word)
+            log.warning(
+                "gcp: %s has %s, a value this agent does not know: published as a drain %s",
+                UPCOMING_KEY,
+                word,
+                "toward the window's start" if window.start is not None else "without deadline",
+            )
 
     async def _read_upcoming(self) -> tuple[bool, UpcomingWindow | None, dict[str, Any]]:
         """(known, window, detail): a 200 that parses (a window or one of the "nothing

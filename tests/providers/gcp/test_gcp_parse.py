@@ -27,6 +27,7 @@ from forewarn.providers.gcp.watch import (
     parse_preempted,
     parse_upcoming,
     preemption_report,
+    unknown_upcoming_words,
     upcoming_report,
 )
 from hypothesis import given, settings
@@ -611,3 +612,42 @@ def test_a_document_of_defaults_without_a_start_is_no_notice(document: dict[str,
     say nothing is coming: never a drain, which would stand on every VM for good."""
     with pytest.raises(ParseError, match="window_start_time"):
         parse_upcoming(json.dumps(document))
+
+
+_DOCUMENTED = {"maintenance_status": ("PENDING", "ONGOING"), "type": ("SCHEDULED", "UNSCHEDULED")}
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=examples(200))
+@given(
+    status=st.one_of(
+        st.sampled_from(["PENDING", " ongoing ", "", "MAINTENANCE_STATUS_UNSPECIFIED"]), _JSON
+    ),
+    kind=st.one_of(st.sampled_from(["SCHEDULED", "unscheduled", "TYPE_UNSPECIFIED"]), _JSON),
+    present=st.sets(st.sampled_from(["maintenance_status", "type"])),
+)
+def test_unknown_upcoming_words_names_exactly_the_values_not_documented(
+    status: Any, kind: Any, present: set[str]
+) -> None:
+    """Whatever a window document holds (any JSON under the two keys), the words reported are
+    the status and type that are not documented, defaults aside; a documented one in any
+    case and spacing is never reported."""
+    document = {"maintenance_status": status, "type": kind, "window_start_time": "x"}
+    document = {k: v for k, v in document.items() if k in present or k == "window_start_time"}
+    words = unknown_upcoming_words(document)
+    expected = []
+    for key in ("maintenance_status", "type"):
+        if key not in document or document[key] is None:
+            continue
+        value = document[key]
+        if isinstance(value, str):
+            word = value.strip().upper()
+            if word in _DOCUMENTED[key] or not word or word.endswith("UNSPECIFIED"):
+                continue
+        expected.append(key)
+    assert [w.split(" ", 1)[0] for w in words] == expected
+    assert all(len(w) < 200 for w in words)  # a huge value is quoted short

@@ -980,3 +980,33 @@ async def test_how_the_vm_says_nothing_scheduled_is_kept_with_its_window_across_
         await run.until(lambda: sim.requests[reads] >= before + 12, 5.0, "reads past the 503s")
         assert [r.action for r in run.reports if r.action != "drain"] == [], run.reports
         assert {r.id for r in run.reports} <= {drain.id}, run.reports
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("maintenance_status", "RESCHEDULED"), ("type", "EMERGENCY")],
+    ids=["status", "type"],
+)
+async def test_an_upcoming_status_or_type_the_agent_does_not_know_is_named_in_a_warning(
+    server: SimServer,
+    sim: GcpSimulator,
+    caplog: pytest.LogCaptureFixture,
+    field: str,
+    value: str,
+) -> None:
+    """A `maintenance_status` or `type` Google adds later: still a drain toward the window's
+    start (the safe side), and a warning that names the value, once, as for a
+    maintenance-event value not known. It was drained silently: nothing told the operator
+    the agent guessed."""
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("upcoming", {"start_in": 7200, field: value})
+        [drain] = await run.count(1)
+        # More reads of the same answer: one warning, not one per read.
+        health = run.watcher.health
+        await run.until_polling(health.polls - health.errors + 4)
+    assert (drain.action, drain.reason) == ("drain", "scheduled-maintenance")
+    assert drain.deadline is not None and drain.detail[field] == value
+    warnings = [r.getMessage() for r in caplog.records if value in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "does not know" in warnings[0]
