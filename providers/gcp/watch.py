@@ -1277,5 +1277,6 @@ __all__ = [
     "parse_preempted",
     "parse_upcoming",
     "preemption_report",
+    "unknown_upcoming_words",
     "upcoming_report",
 ]
