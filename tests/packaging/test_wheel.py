@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -246,3 +247,40 @@ def test_the_wheel_carries_the_c_subscriber_and_it_builds_from_there(
     assert after == before == ["Makefile", "forewarn_sub.c"]
     usage = subprocess.run([str(binary), "--bogus"], capture_output=True, text=True, timeout=10)
     assert usage.stderr.startswith("usage: forewarn_sub"), usage.stderr
+
+
+# The PEP 517 hook `python -m build` calls for the sdist (docs/operations.md's release block).
+BUILD_SDIST = "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])"
+
+
+def test_the_sdist_holds_the_package_and_no_part_of_the_test_suite(tmp_path: Path) -> None:
+    """found: the release's sdist carried the 30 `tests/test_*.py` at the top of tests/ (a
+    setuptools default), without conftest.py, support.py or any test folder, so not one of
+    them was sure to run from it (16 stopped pytest at collection, `No module named 'support'`). The
+    suite needs the whole checkout (docs, manifests, Dockerfile): the sdist is for installing.
+    Built here from a tree with the test suite in it, as the release block builds it."""
+    tree = tmp_path / "checkout"
+    tree.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
+        (tree / name).write_bytes((ROOT / name).read_bytes())
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "forewarn_sub")
+    for folder in (*FOLDERS, "tests"):
+        shutil.copytree(ROOT / folder, tree / folder, ignore=ignore)
+    if (ROOT / "MANIFEST.in").exists():
+        (tree / "MANIFEST.in").write_bytes((ROOT / "MANIFEST.in").read_bytes())
+    out = tmp_path / "dist"
+    built = subprocess.run(
+        [sys.executable, "-c", BUILD_SDIST, str(out)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    (sdist,) = out.glob("forewarn-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = [name.split("/", 1)[1] for name in archive.getnames() if "/" in name]
+    tests = sorted(name for name in names if name.split("/")[0] == "tests")
+    assert tests == [], f"{len(tests)} files of tests/ in the sdist: {tests[:3]}"
+    assert "agent/cli.py" in names
+    assert "agent/deploy/files/systemd/forewarn-agent.service" in names
