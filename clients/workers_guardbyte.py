@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import weakref
 from typing import Any
 
 from .workers_preload import _preload_in_fork_server
@@ -26,6 +27,11 @@ class _GuardByte:
         if fd is None and hasattr(os, "memfd_create"):
             fd = _memfd()
         self.fd = None if fd == -1 else fd
+        if self.fd is not None:
+            # Closed with the byte: a forked child drops its parent's byte for its own
+            # (_remake_in_child), and held the parent's memfd open until it ended, one more
+            # descriptor at each generation of forks. The mapping closes its own duplicate.
+            weakref.finalize(self, os.close, self.fd)
         # Shared either way: without a memfd, with fork workers only.
         # Two bytes: [0] a guard handles SIGTERM, [1] a guard handles SIGHUP.
         self.map = mmap.mmap(-1 if self.fd is None else self.fd, 2)
