@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -344,23 +345,29 @@ def _about_this_droplet(
     other droplets does not; one naming none is about the droplet named nearest before it
     (else the first after it), and counts only when that is this one.
     """
-    statements: list[re.Match[str]] = []
     subject = next((m for m in in_subject.finditer(text, 0, body_at) if kept_in_subject(m)), None)
-    if subject:
-        statements.append(subject)
-    statements.extend(m for m in in_body.finditer(text, body_at + 1) if kept(m))
+    # Each kept in turn, up to the first about this droplet: judging all of them first (a
+    # 250 kB line of 3,700 new times, each read up to CLAUSE_REACH characters on) took
+    # twice what the whole mail took before that form was a new time.
+    statements = itertools.chain(
+        [subject] if subject else [], (m for m in in_body.finditer(text, body_at + 1) if kept(m))
+    )
     # Found by bisection (mentions do not overlap, so they are sorted by end too): a mail of
     # thousands of statements took seconds on the event loop when each scanned the text.
-    ends = [m.end() for m in SENTENCE_END.finditer(text)]
+    # Each sentence's end found once (searched from each statement to the mail's end, and
+    # its mentions listed, a line of 3,700 new times for another droplet took 16 CPU-s).
+    marks = [m.start() for m in SENTENCE_END.finditer(text)]
+    ends = [mark + 1 for mark in marks]  # a sentence's end is one character
     starts = [start for start, _, _ in mentions]
+    # How many of the mentions before each one are this droplet's.
+    ours_before = list(itertools.accumulate((ours for _, _, ours in mentions), initial=0))
     for statement in statements:
-        begin, end = _sentence(text, statement, ends)
+        after = bisect.bisect_left(marks, statement.end())
+        begin, end = _sentence(text, statement, ends, marks[after] if after < len(marks) else None)
         first, last = bisect.bisect_left(starts, begin), bisect.bisect_left(starts, end)
-        inside = [ours for _, _, ours in mentions[first:last]]
-        if first > 0 and mentions[first - 1][1] > begin:
-            inside.append(mentions[first - 1][2])
-        if inside:
-            if any(inside):
+        straddles = first > 0 and mentions[first - 1][1] > begin
+        if last > first or straddles:
+            if ours_before[last] > ours_before[first] or (straddles and mentions[first - 1][2]):
                 return statement
             continue
         before = mentions[first - 1][2] if first > 0 else None
@@ -371,13 +378,18 @@ def _about_this_droplet(
 
 
 def _sentence(
-    text: str, statement: re.Match[str], ends: list[int] | None = None
+    text: str, statement: re.Match[str], ends: list[int] | None = None, after: int | None = -1
 ) -> tuple[int, int]:
+    """Where the sentence of `statement` begins and ends; `ends`, the ends of the sentences
+    before it, and `after`, where the next sentence end starts (None: there is none), when
+    they are known."""
     if ends is None:
         ends = [m.end() for m in SENTENCE_END.finditer(text, 0, statement.start())]
     before = bisect.bisect_right(ends, statement.start())
-    after = SENTENCE_END.search(text, statement.end())
-    return ends[before - 1] if before else 0, after.start() if after else len(text)
+    if after == -1:
+        found = SENTENCE_END.search(text, statement.end())
+        after = found.start() if found else None
+    return ends[before - 1] if before else 0, len(text) if after is None else after
 
 
 def judge(

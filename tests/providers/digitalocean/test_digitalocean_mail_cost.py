@@ -3,19 +3,21 @@ before the next is read, so a slow one delays the reclaim mail behind it)."""
 
 from __future__ import annotations
 
+import bisect
 import email
 import email.policy
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
 
 import pytest
-from do_support import verdict
+from do_support import RULES, verdict
 from forewarn.providers.digitalocean import cancel, deadline
+from forewarn.providers.digitalocean import mail as mail_module
 from forewarn.providers.digitalocean import message as mail_message
 from forewarn.providers.digitalocean.message import read_mail
 from forewarn.providers.digitalocean.written import written_times
@@ -258,6 +260,10 @@ class _SearchCounted:
         self.scanned += min(endpos, len(text)) - pos
         return self._pattern.search(text, pos, endpos)
 
+    def __getattr__(self, name: str) -> object:
+        # Its other uses (finditer, match) as the pattern's own.
+        return getattr(self._pattern, name)
+
 
 # "New reclaim time: ... (was ...)" repeated on one line: the form of H229's new times.
 NEW_TIMES = "New reclaim time: 17:00 UTC (was 14:30 UTC) for droplet gpu-spot-1, "
@@ -354,3 +360,198 @@ def test_the_old_time_is_found_as_the_search_from_the_line_start_found_it(
     assert deadline._is_old_time(text, start, words) == _old_time_from_line_start(
         text, start, words
     )
+
+
+def test_a_mail_of_new_times_is_judged_only_until_one_is_ours() -> None:
+    """Every new time of a mail was judged (each `moves` reading up to CLAUSE_REACH
+    characters after it) before the first about this droplet was taken: a 250 kB line of
+    'New reclaim time: ... for droplet gpu-spot-1, ' cost 2.0 CPU-s to judge, 0.9 at
+    615b2e25. The first one kept and about this droplet is the same one when they are
+    judged in turn."""
+    body = "Droplet gpu-spot-1 will be reclaimed.\n" + NEW_TIMES * 200
+    judged: list[int] = []
+
+    def counted(text: str, statement: re.Match[str], *args: object) -> bool:
+        judged.append(statement.start())
+        return cancel.moves(text, statement, *args)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mail_module, "moves", counted)
+        found = verdict(body)
+    assert found.report is not None
+    assert found.report.detail["deadline_source"] == "text: 17:00 UTC"
+    assert len(judged) <= 2, len(judged)
+
+
+# The same line for another droplet: each of its new times is judged, and none is ours.
+OTHER_NEW_TIMES = NEW_TIMES.replace("gpu-spot-1", "gpu-spot-7")
+
+
+@pytest.mark.parametrize("name", ["_LONG_PAST", "_CLAUSE_START"])
+def test_the_clause_after_a_new_time_is_read_without_scanning_its_reach(name: str) -> None:
+    """For each new time, the clause after it was searched for its end and for a time long
+    past ("last week") over up to CLAUSE_REACH characters: 2,000 characters for each of the
+    3,700 statements of a 250 kB line. Where a clause can end, and where the long past's
+    words are, are found once for the mail."""
+    body = "Droplet gpu-spot-1 will be reclaimed at 14:30 UTC.\n" + OTHER_NEW_TIMES * 200
+    deadline._matches.cache_clear()
+    deadline._dated_in.cache_clear()
+    counted = _SearchCounted(getattr(cancel, name))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cancel, name, counted)
+        found = verdict(body)
+    assert found.report is not None
+    assert counted.scanned < 2 * len(body), (counted.scanned, len(body))
+
+
+# Pieces of a clause after a new time: ends a clause can have or not ("1.5", ".\n", a
+# wrapped line), each of the long past's words in any case (the long s and Kelvin sign fold
+# to s and k), and their forms whole.
+_CLAUSE_PIECE = st.sampled_from(
+    [
+        " ",
+        "x",
+        "the reclaim",
+        ".",
+        ". ",
+        "1.5",
+        ";",
+        "!",
+        "?\t",
+        "\n",
+        "\n\n",
+        "\n \n",
+        "\nWrapped",
+        "\nwrapped",
+        "\n  (",
+        "last",
+        "LAST week",
+        "la\u017ft night",
+        "yesterday",
+        "ago",
+        "two days ago",
+        "chicago",
+        "in the past",
+        "pa\u017ft",
+        "earlier this month",
+        "before",
+        "before \n",
+        "on previous occasions",
+        "OCCASIONS",
+        "\u212a",
+        "ast",
+    ]
+)
+
+
+def _plain_clause_end(text: str, end: int) -> int:
+    """Where the clause after `end` stops, searched as `moves` searched it before."""
+    reach = min(len(text), end + cancel.CLAUSE_REACH)
+    stop = cancel._CLAUSE_START.search(text, end, reach)
+    return stop.start() if stop else reach
+
+
+@settings(max_examples=examples(600), deadline=None)
+@given(st.lists(_CLAUSE_PIECE, max_size=30).map("".join), st.integers(0, 80), st.data())
+def test_the_clause_after_a_statement_is_read_as_the_plain_search_read_it(
+    text: str, reach: int, data: st.DataObject
+) -> None:
+    end = data.draw(st.integers(0, len(text)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cancel, "CLAUSE_REACH", reach)
+        stop = cancel._clause_end(text, end)
+        assert stop == _plain_clause_end(text, end)
+    upto = data.draw(st.integers(end, len(text)))
+    for clause in ((end, stop), (end, upto), (end, len(text)), (0, len(text))):
+        plain = cancel._LONG_PAST.search(text[clause[0] : clause[1]]) is not None
+        assert cancel._long_past(text, *clause) == plain, clause
+
+
+_KEPT_PIECE = st.sampled_from(
+    [
+        "New reclaim time: 17:00 UTC for droplet gpu-spot-1, ",
+        "New reclaim time: 17:00 UTC for droplet gpu-spot-7, ",
+        "The reclaim has been rescheduled. ",
+        "Droplet gpu-spot-7 was postponed last week. ",
+        "Droplet gpu-spot-1 ",
+        "gpu-spot-7 ",
+        "\n",
+        ". ",
+    ]
+)
+
+
+def _eager_about_this_droplet(
+    text: str,
+    body_at: int,
+    mentions: list[tuple[int, int, bool]],
+    kept: Callable[[re.Match[str]], bool],
+) -> re.Match[str] | None:
+    """mail._about_this_droplet as it was: every statement judged, then the first about this
+    droplet taken."""
+    statements = [m for m in mail_module._RESCHEDULED.finditer(text, 0, body_at) if kept(m)][:1]
+    statements.extend(m for m in mail_module._RESCHEDULED.finditer(text, body_at + 1) if kept(m))
+    ends = [m.end() for m in mail_module.SENTENCE_END.finditer(text)]
+    starts = [start for start, _, _ in mentions]
+    for statement in statements:
+        begin, end = mail_module._sentence(text, statement, ends)
+        first, last = bisect.bisect_left(starts, begin), bisect.bisect_left(starts, end)
+        inside = [ours for _, _, ours in mentions[first:last]]
+        if first > 0 and mentions[first - 1][1] > begin:
+            inside.append(mentions[first - 1][2])
+        if inside:
+            if any(inside):
+                return statement
+            continue
+        before = mentions[first - 1][2] if first > 0 else None
+        later = mentions[last][2] if last < len(mentions) else False
+        if before if before is not None else later:
+            return statement
+    return None
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.lists(_KEPT_PIECE, max_size=3).map("".join),
+    st.lists(_KEPT_PIECE, max_size=12).map("".join),
+    st.data(),
+)
+def test_the_statement_about_this_droplet_is_the_one_judging_all_first_found(
+    subject: str, body: str, data: st.DataObject
+) -> None:
+    # Whatever `moves` or `counts` keeps (drawn here per statement), judging them in turn
+    # takes the statement that judging all of them first took.
+    text = f"{subject}\n{body}"
+    mentions = mail_module._droplet_mentions(text, RULES)
+    drawn: dict[int, bool] = {}
+
+    def kept(statement: re.Match[str]) -> bool:
+        if statement.start() not in drawn:
+            drawn[statement.start()] = data.draw(st.booleans())
+        return drawn[statement.start()]
+
+    eager = _eager_about_this_droplet(text, len(subject), mentions, kept)
+    lazy = mail_module._about_this_droplet(
+        text,
+        len(subject),
+        mentions,
+        mail_module._RESCHEDULED,
+        mail_module._RESCHEDULED,
+        kept,
+        kept,
+    )
+    assert (lazy and lazy.span()) == (eager and eager.span())
+
+
+def test_the_sentence_of_each_statement_is_found_without_scanning_to_the_mail_end() -> None:
+    """The end of each statement's sentence was searched from it to the mail's end: on a
+    250 kB line of 3,700 new times for another droplet, none a sentence's end, that and
+    listing the mentions in each sentence took 16 CPU-s (0.7 at 615b2e25, where that form
+    was not a new time). The sentence ends are found once for the mail."""
+    body = "Droplet gpu-spot-1 will be reclaimed at 14:30 UTC.\n" + OTHER_NEW_TIMES * 200
+    counted = _SearchCounted(mail_module.SENTENCE_END)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mail_module, "SENTENCE_END", counted)
+        found = verdict(body)
+    assert found.report is not None
+    assert counted.scanned < 2 * len(body), (counted.scanned, len(body))
