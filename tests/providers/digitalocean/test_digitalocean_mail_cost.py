@@ -387,12 +387,13 @@ def test_a_mail_of_new_times_is_judged_only_until_one_is_ours() -> None:
 OTHER_NEW_TIMES = NEW_TIMES.replace("gpu-spot-1", "gpu-spot-7")
 
 
-@pytest.mark.parametrize("name", ["_LONG_PAST", "_CLAUSE_START"])
+@pytest.mark.parametrize("name", ["_LONG_PAST", "_CLAUSE_START", "_CONDITIONS"])
 def test_the_clause_after_a_new_time_is_read_without_scanning_its_reach(name: str) -> None:
     """For each new time, the clause after it was searched for its end and for a time long
-    past ("last week") over up to CLAUSE_REACH characters: 2,000 characters for each of the
-    3,700 statements of a 250 kB line. Where a clause can end, and where the long past's
-    words are, are found once for the mail."""
+    past ("last week") over up to CLAUSE_REACH characters, and its clause before it for a
+    condition: 2,000 and 300 characters for each of the 3,700 statements of a 250 kB line.
+    Where a clause can end, and where the long past's and a condition's words are, are found
+    once for the mail."""
     body = "Droplet gpu-spot-1 will be reclaimed at 14:30 UTC.\n" + OTHER_NEW_TIMES * 200
     deadline._matches.cache_clear()
     deadline._dated_in.cache_clear()
@@ -440,6 +441,13 @@ _CLAUSE_PIECE = st.sampled_from(
         "OCCASIONS",
         "\u212a",
         "ast",
+        "if",
+        "IN case",
+        "in rare cases",
+        "whenever",
+        "rumoured",
+        "i",
+        "\u0130f",
     ]
 )
 
@@ -465,6 +473,8 @@ def test_the_clause_after_a_statement_is_read_as_the_plain_search_read_it(
     for clause in ((end, stop), (end, upto), (end, len(text)), (0, len(text))):
         plain = cancel._LONG_PAST.search(text[clause[0] : clause[1]]) is not None
         assert cancel._long_past(text, *clause) == plain, clause
+        plain = cancel._CONDITIONS.search(text, *clause) is not None
+        assert cancel._condition_between(text, *clause) == plain, clause
 
 
 _KEPT_PIECE = st.sampled_from(
