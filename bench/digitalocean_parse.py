@@ -1,10 +1,12 @@
 """What judging one DigitalOcean mail costs, by its size and kind: the parser's own CPU, which
 delays every notice behind the mail (mails are judged one at a time).
 
-Four kinds of mail, each at 10 KB, 100 KB and 1 MB (the watcher fetches 256 KiB of a mail;
+Six kinds of mail, each at 10 KB, 100 KB and 1 MB (the watcher fetches 256 KiB of a mail;
 the 1 MB row shows the growth is linear): plain prose, a hostile mail of one time form
-repeated ("14:00 UTC (-0:30) on December 3, "), one of relative countdowns ("in 0:40 "), and
-one whose Subject is that long ("Spot Droplet reclaim notice " repeated). The baseline is the
+repeated ("14:00 UTC (-0:30) on December 3, "), one of relative countdowns ("in 0:40 "),
+one whose Subject is that long ("Spot Droplet reclaim notice " repeated), and two lines of
+new times ("New reclaim time: 17:00 UTC (was 14:30 UTC) for droplet gpu-spot-1, "), for this
+droplet and for another (gpu-spot-7). The baseline is the
 plain reading, measured in the same run: every time's form read again at each match, RELATIVE
 tried whole at every position, the dated times of the whole mail found and read again after
 those from the droplet's line on, and every header value parsed whole, as before the shortcuts
@@ -50,6 +52,10 @@ KINDS = {
     "margins": "14:00 UTC (-0:30) on December 3, ",
     "countdowns": "in 0:40 ",
     "subject": "Spot Droplet reclaim notice ",
+    # New times on one line, none a sentence's end: each a statement to judge, this
+    # droplet's (the first is taken) and another's (each is judged, none taken).
+    "new-times": "New reclaim time: 17:00 UTC (was 14:30 UTC) for droplet gpu-spot-1, ",
+    "others-new-times": "New reclaim time: 17:00 UTC (was 14:30 UTC) for droplet gpu-spot-7, ",
 }
 # The kinds whose text is the Subject, not the body.
 IN_SUBJECT = {"subject"}
