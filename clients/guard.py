@@ -485,7 +485,7 @@ class CheckpointGuard(
                     step,
                     watched,
                     metadata=self._exit_metadata(step, None),
-                    timeout=self.exit_save_timeout(),
+                    timeout=self._exit_save_limit(),
                     moving=self._waited_for(motion.moving),
                 )
             except BaseException as error:
@@ -613,7 +613,7 @@ class CheckpointGuard(
                     step,
                     write,
                     metadata=self._exit_metadata(step, metadata),
-                    timeout=self.exit_save_timeout(),
+                    timeout=self._exit_save_limit(),
                     moving=self._waited_for(motion.moving),
                 )
             except BaseException as error:
@@ -649,6 +649,32 @@ class CheckpointGuard(
         if _several_ranks():
             return max(left - background.EXIT_SAVE_MARGIN_SECONDS, 0.0)
         return max(left, 0.0) + background.FINAL_SAVE_GRACE_SECONDS
+
+    def _exit_save_limit(self) -> Callable[[], float] | None:
+        """`exit_save_timeout` asked again as the save runs (`flush(timeout=)`'s callable):
+        a terminate's deadline moved earlier during the save bounds it at once. Taken once
+        at its start, the bound stayed minutes out and the SIGKILL at the new deadline cut
+        the save off without the CommitTimeout and ERROR line a timed-out save gives. Where
+        the deadline is no longer known (the notice answered), the first bound runs on; a
+        save begun past its deadline still has the grace."""
+        first = self.exit_save_timeout()
+        if first is None:
+            return None
+        from .checkpoint import background
+
+        began = time.monotonic()
+
+        def limit() -> float:
+            spent = time.monotonic() - began
+            left = self._seconds_left(passed=True)
+            if left is None:
+                return first - spent
+            if _several_ranks():  # resolved once, by `flush`: no save is left behind
+                return max(left - background.EXIT_SAVE_MARGIN_SECONDS, 0.0)
+            grace = background.FINAL_SAVE_GRACE_SECONDS
+            return max(left + grace, grace - spent)
+
+        return limit
 
     def _waited_for(self, moving: Callable[[], bool]) -> Callable[[], bool]:
         """What keeps an exit's save waited for past its `timeout`, which was taken from the

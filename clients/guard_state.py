@@ -90,16 +90,18 @@ class GuardState:
         past the exit's save (by a loop that went on) with nothing new asking for the exit."""
         return not self._exit_answered or bool(self._exit_by)
 
-    def _seconds_left(self) -> float | None:
+    def _seconds_left(self, *, passed: bool = False) -> float | None:
         """Time to the nearest deadline of the terminates asking for this save (None: a
-        signal or a notice without one)."""
+        signal or a notice without one); 0 once it passed, negative with `passed`."""
         with self._lock:
             events = [self._events[i] for i in self._notice_ids if i in self._events]
         left = [
             e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None
         ]
         known = [value for value in left if value is not None]
-        return max(min(known), 0.0) if known else None
+        if not known:
+            return None
+        return min(known) if passed else max(min(known), 0.0)
 
 
 __all__ = ["EXIT_SAVE", "TICK_SECONDS", "GuardState"]

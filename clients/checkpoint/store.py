@@ -592,7 +592,7 @@ class CheckpointStore:
         write: Callable[[GenerationWriter], object],
         *,
         metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
+        timeout: float | Callable[[], float] | None = None,
         moving: Callable[[], bool] | None = None,
         **save_options: Any,
     ) -> FlushResult:
@@ -607,6 +607,8 @@ class CheckpointStore:
         with `moving`, only once `moving()` also says the save has stopped moving (its bytes
         no longer going to the storage) and is not to be waited for otherwise (the guard's:
         its terminate's deadline moved later), with a WARNING at the timeout while it is.
+        `timeout` may be a callable giving the seconds left from now, asked again while the
+        save runs (the guard's: its terminate's deadline may move earlier during the save).
         With several ranks no rank can leave its save behind (the commit's collectives):
         `timeout` bounds the save's storage requests instead (`save(requests_within=)`), so
         storage that stopped answering fails the save within it, on every rank.
@@ -617,12 +619,13 @@ class CheckpointStore:
             )
             if ranks.world_size == 1:
                 return self._flush_within(timeout, step, write, metadata, save_options, moving)
-            save_options = {**save_options, "requests_within": timeout}
+            within = timeout() if callable(timeout) else timeout
+            save_options = {**save_options, "requests_within": within}
         return self._flush(step, write, metadata, save_options)
 
     def _flush_within(
         self,
-        timeout: float,
+        timeout: float | Callable[[], float],
         step: int,
         write: Callable[[GenerationWriter], object],
         metadata: Mapping[str, Any] | None,
@@ -637,12 +640,18 @@ class CheckpointStore:
         # writes were all done and the storage answers.
         gave_up = threading.Event()
         outcome: list[FlushResult | BaseException] = []
+        began = time.monotonic()
+        # A callable bound is asked again while the save runs: a terminate's deadline moved
+        # earlier during an exit's save left the bound of its start (minutes), and the
+        # SIGKILL at the new deadline cut the save off without the CommitTimeout saying so.
+        left = timeout if callable(timeout) else (lambda: timeout - (time.monotonic() - began))
 
         def guarded(gen: GenerationWriter) -> object:
             gen.retention = False  # its time is the caller's (see `_skip_retention`)
             written = write(gen)
             if gave_up.is_set():
-                raise CommitTimeout(f"{gen.name} was given up after {timeout:.1f} s")
+                spent = time.monotonic() - began
+                raise CommitTimeout(f"{gen.name} was given up after {spent:.1f} s")
             return written
 
         def run() -> None:
@@ -655,7 +664,9 @@ class CheckpointStore:
             target=run, name=f"forewarn-save-{generation_name(step)}", daemon=True
         )
         thread.start()
-        thread.join(max(timeout, 0.0))
+        while not outcome and (remaining := left()) > 0:
+            thread.join(min(remaining, _MOVING_TICK) if callable(timeout) else remaining)
+        bound = time.monotonic() - began
         # A save still moving at its timeout is a slow link, not a hung one: given up, it
         # was lost with its bytes flowing (a terminate's final save, on a machine that often
         # stays past its deadline). It is waited for while it moves, saying so once.
@@ -669,14 +680,14 @@ class CheckpointStore:
                     "waiting on",
                     generation_name(step),
                     self.url,
-                    timeout,
+                    bound,
                 )
             thread.join(_MOVING_TICK)
         if not outcome:
             gave_up.set()
             still = " moves nothing and" if told else ""
             raise CommitTimeout(
-                f"{generation_name(step)} was not committed in {self.url} within {timeout:.1f} s: "
+                f"{generation_name(step)} was not committed in {self.url} within {bound:.1f} s: "
                 f"the save{still} is still waiting on the storage (a hung mount, or a service "
                 "that stopped answering?); it is left behind and commits only if its files "
                 "were all written and the storage answers"

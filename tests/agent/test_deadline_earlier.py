@@ -10,6 +10,7 @@ is covered per provider in test_notice_life, test_gcp_agent and test_azure_agent
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -282,5 +283,46 @@ def test_an_exit_save_stalled_past_its_old_deadline_waits_for_the_deadline_moved
             result = guard.save(1, write)
             assert result.exit and result.generation is not None
         finally:
+            guard.close()
+            notices.close()
+
+
+def test_an_exit_save_hung_when_its_deadline_moves_earlier_times_out_at_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The terminate's deadline moves earlier while the exit's save waits on storage that
+    stopped answering: the save's bound was taken at its start (minutes out), so the SIGKILL
+    at the new deadline cut it off without the CommitTimeout and ERROR line a timed-out save
+    gives. The bound follows the deadline the job holds now."""
+    from forewarn.clients.checkpoint import CheckpointStore, CommitTimeout, background
+
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", 0.5)
+    hung = threading.Event()  # the storage answers only once the test is over
+    with AgentProcess(tmp_path) as agent:
+        notices = Notices(agent.events, agent.control_endpoint)
+        store = CheckpointStore(str(tmp_path / "ckpt"))
+        guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False, store=store)
+        request = {"op": "notify", "action": "terminate", "id": "local/earlier"}
+        try:
+            agent.control({**request, "deadline": (utcnow() + timedelta(seconds=120)).isoformat()})
+            eventually(lambda: guard.due(1) and guard.should_exit, 10, "the terminate")
+
+            def write(gen: Any) -> None:
+                agent.control(
+                    {**request, "deadline": (utcnow() + timedelta(seconds=2)).isoformat()}
+                )
+                eventually(
+                    lambda: (guard._seconds_left() or 99) < 5, 10, "the guard to hear it earlier"
+                )
+                hung.wait(60)  # the storage stopped answering
+                gen.write_bytes("w", b"x")
+
+            started = time.monotonic()
+            with pytest.raises(CommitTimeout, match="was not committed"):
+                guard.save(1, write)
+            assert time.monotonic() - started < 20
+            assert guard.exit_code == 1
+        finally:
+            hung.set()
             guard.close()
             notices.close()
