@@ -7,14 +7,18 @@ active ids with `acked`, `acked_by` and `exit_margin`; replays to a late joiner 
 subscriber gets them); messages lost on the way (`seq` gaps) and the replay a client asks for by
 subscribing again; an agent restarted with a new id, a `seq` from its reserved mark, the
 notices of its state file replayed, and for its first 5 s only those listed (one published the
-instant before the kill is missing until its watcher answers). Between these the job trains:
-`due`, then `saved` when it says so, until a save answers an exit.
+instant before the kill is missing until its watcher answers); deadlines moved. Between these
+the job trains: `due`, and later `saved` when it said so (separate steps: notices are raised,
+cleared, escalated, moved and raised again while a save is written), until a save answers an
+exit.
 
 After every step the client is held to the model: a clear (the agent's or one `Notices` makes
 for an id the heartbeats no longer list) is never heard for a notice still in force; a drain
-is saved for once per occurrence; and, once the client has had its heartbeats and the 10 s
-between replay asks, it holds every notice as the agent last sent it (a lost message was
-recovered by a replay), and every terminate in force that is this job's asks it to exit.
+is saved for once per occurrence at most; a job exits once at most. Once the client has had
+its heartbeats and the 10 s between replay asks, it holds every notice as the agent last sent
+it (a lost message was recovered by a replay), every terminate in force that is this job's
+asks it to exit and the loop's next save ends the job, and every drain occurrence in force has
+had a save (one the client could not tell from the last, its clear lost, excepted).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support import examples
 
 IDS = ["aws/spot/a", "gcp/maint/b", "local/manual/c"]
 # Deadlines far enough that no inherited exit comes due on the wall clock during a run.
@@ -109,6 +114,15 @@ class ClientModel(RuleBasedStateMachine):
         # Notices heard as terminate since the job last saved for them: a save answering one
         # (sent as a drain again before it) is the terminate's, made as the guard says.
         self.terminate_unsaved: set[str] = set()
+        # The step `due` said to save at, until `saved` records it: notices are raised,
+        # cleared, escalated and moved between the two, as they are while a job writes.
+        self.saving: int | None = None
+        # Occurrences a save answered (as a drain or as a terminate), and those whose clear
+        # the client could not hear (lost, the id raised again before any heartbeat left it
+        # out): to the client the same notice, already saved for.
+        self.saved_for: set[tuple[str, int]] = set()
+        self.unheard_clear: set[tuple[str, int]] = set()
+        self.exits = 0
         self._heartbeat()  # a client that connects hears one within the second
 
     def teardown(self) -> None:
@@ -195,12 +209,18 @@ class ClientModel(RuleBasedStateMachine):
             self.listed.add(notice_id)
             self._send(notice_id, content)
 
+    @staticmethod
+    def _pick(ids: list[str], index: int) -> str:
+        """The `index`th of `ids` (wrapping): a rule acts on a notice it can act on, so
+        Hypothesis spends no step on an id absent or present."""
+        return ids[index % len(ids)]
+
     def _settled(self) -> bool:
         return self.restarted_at is None
 
     # The agent's rules.
 
-    @precondition(lambda self: self._settled())
+    @precondition(lambda self: self._settled() and len(self.active) < len(IDS))
     @rule(
         index=st.integers(0, len(IDS) - 1),
         action=st.sampled_from(["drain", "terminate"]),
@@ -208,9 +228,9 @@ class ClientModel(RuleBasedStateMachine):
         lost=LOST,
     )
     def raise_notice(self, index: int, action: str, deadline: int | None, lost: bool) -> None:
-        notice_id = IDS[index]
-        if notice_id in self.active:
-            return
+        notice_id = self._pick([i for i in IDS if i not in self.active], index)
+        if notice_id in self.notices.active:
+            self.unheard_clear.add((notice_id, self.occurrence[notice_id]))
         self.lose_next = int(lost)
         now = utcnow()
         # Before the job started: a notice in force when it starts (inherited).
@@ -228,35 +248,45 @@ class ClientModel(RuleBasedStateMachine):
             },
         )
 
-    @precondition(lambda self: self._settled())
-    @rule(index=st.integers(0, len(IDS) - 1), to=st.sampled_from(["drain", "terminate"]), lost=LOST)
-    def escalate_or_back(self, index: int, to: str, lost: bool) -> None:
+    @precondition(lambda self: self._settled() and bool(self.active))
+    @rule(index=st.integers(0, len(IDS) - 1), lost=LOST)
+    def escalate_or_back(self, index: int, lost: bool) -> None:
         """A drain sent as terminate (its deadline within the margin), or a terminate sent as a
         drain again (its deadline moved out of it): same id."""
-        notice_id = IDS[index]
-        known = self.active.get(notice_id)
-        if known is None or known["action"] == to:
-            return
+        notice_id = self._pick(sorted(self.active), index)
+        known = self.active[notice_id]
         self.lose_next = int(lost)
+        to = "terminate" if known["action"] == "drain" else "drain"
         self._publish(notice_id, {**known, "action": to})
 
-    @precondition(lambda self: self._settled())
+    @precondition(lambda self: self._settled() and bool(self.active))
+    @rule(
+        index=st.integers(0, len(IDS) - 1), deadline=st.sampled_from([None, 3600, 7200]), lost=LOST
+    )
+    def move_deadline(self, index: int, deadline: int | None, lost: bool) -> None:
+        """The provider moved the notice's deadline (earlier or later, still outside the
+        margin, or unknown now): same id, same action."""
+        notice_id = self._pick(sorted(self.active), index)
+        known = self.active[notice_id]
+        self.lose_next = int(lost)
+        moved = None if deadline is None else format_time(utcnow() + timedelta(seconds=deadline))
+        self._publish(notice_id, {**known, "deadline": moved})
+
+    @precondition(lambda self: self._settled() and bool(self.active))
     @rule(index=st.integers(0, len(IDS) - 1), lost=LOST)
     def change_detail(self, index: int, lost: bool) -> None:
-        notice_id = IDS[index]
-        known = self.active.get(notice_id)
-        if known is not None:
-            self.lose_next = int(lost)
-            self._publish(notice_id, {**known, "detail": {"n": known["detail"]["n"] + 1}})
+        notice_id = self._pick(sorted(self.active), index)
+        known = self.active[notice_id]
+        self.lose_next = int(lost)
+        self._publish(notice_id, {**known, "detail": {"n": known["detail"]["n"] + 1}})
 
-    @precondition(lambda self: self._settled())
+    @precondition(lambda self: self._settled() and bool(self.active))
     @rule(index=st.integers(0, len(IDS) - 1), expired=st.booleans(), lost=LOST)
     def clear(self, index: int, expired: bool, lost: bool) -> None:
         """Withdrawn by its provider, or expired (cleared with a reason)."""
-        notice_id = IDS[index]
-        if notice_id in self.active:
-            self.lose_next = int(lost)
-            self._publish(notice_id, None, {"expired": "overdue by 2m"} if expired else None)
+        notice_id = self._pick(sorted(self.active), index)
+        self.lose_next = int(lost)
+        self._publish(notice_id, None, {"expired": "overdue by 2m"} if expired else None)
 
     @rule(lost=LOST)
     def heartbeat(self, lost: bool) -> None:
@@ -312,17 +342,32 @@ class ClientModel(RuleBasedStateMachine):
         self.guard._stop.set()  # its ticker's checks are made here, on the test's clock
         self.guard._ticker.join()
 
-    @precondition(lambda self: self.guard is not None and not self.job_done)
-    @rule()
     def train_step(self) -> None:
+        """One step of the loop: `due`, and `saved` at once when it says so."""
+        self.due()
+        if self.saving is not None:
+            self.saved()
+
+    @precondition(lambda self: self.guard is not None and not self.job_done and self.saving is None)
+    @rule()
+    def due(self) -> None:
         assert self.guard is not None
         self.step += 1
-        if not self.guard.due(self.step):
-            return
+        if self.guard.due(self.step):
+            self.saving = self.step
+
+    @precondition(lambda self: self.saving is not None)
+    @rule()
+    def saved(self) -> None:
+        """The save `due` asked for is written: whatever came while it was, it answers."""
+        assert self.guard is not None and self.saving is not None
         held = dict(self.notices.active)
-        result = self.guard.saved(self.step, 1.0)
+        result = self.guard.saved(self.saving, 1.0)
+        self.saving = None
         for notice_id in result.notices:
             event = held.get(notice_id)
+            if event is not None:
+                self.saved_for.add((notice_id, self.occurrence_sent[event.seq]))
             if notice_id in self.terminate_unsaved:
                 self.terminate_unsaved.discard(notice_id)
             elif event is not None and event.action == "drain":
@@ -330,6 +375,7 @@ class ClientModel(RuleBasedStateMachine):
                 self.drain_saves[key] = self.drain_saves.get(key, 0) + 1
                 assert self.drain_saves[key] == 1, f"drain {key} saved for again"
         if result.exit:
+            self.exits += 1
             self.job_done = True
 
     @rule()
@@ -357,13 +403,33 @@ class ClientModel(RuleBasedStateMachine):
             if inherited and notice_id in guard._inherited:
                 continue  # acted on by an earlier client: planned for its deadline
             assert guard.should_exit, f"terminate {notice_id} in force, and the job trains on"
+        # The loop goes on: the save under way ends, and whatever is pending is saved for.
+        if self.saving is not None:
+            self.saved()
+        if not self.job_done:
+            self.due()
+            if self.saving is not None:
+                self.saved()
+        if guard.should_exit or self.job_done:
+            assert self.job_done and self.exits == 1, "an exit asked for, and no save ended it"
+            return
+        for notice_id, content in self.active.items():
+            key = (notice_id, self.occurrence[notice_id])
+            if content["action"] == "drain" and key not in self.unheard_clear:
+                assert key in self.saved_for, f"drain {key} in force, never saved for"
 
     @invariant()
     def no_clear_is_heard_for_a_notice_in_force(self) -> None:
         assert self.invented == []
 
+    @invariant()
+    def one_exit_at_most(self) -> None:
+        assert self.exits <= 1
 
-ClientModel.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+
+ClientModel.TestCase.settings = settings(
+    max_examples=examples(100), stateful_step_count=50, deadline=None
+)
 test_client_model = ClientModel.TestCase
 
 
@@ -376,7 +442,7 @@ def test_an_escalation_lost_with_a_restarted_agents_replay_of_it_is_asked_for_ag
         machine.job_starts()
         machine.raise_notice(index=0, action="drain", deadline=7200, lost=False)
         machine.train_step()
-        machine.escalate_or_back(index=0, to="terminate", lost=True)
+        machine.escalate_or_back(index=0, lost=True)
         machine.restart_agent(killed_at_once=False, lost=1, beat_first=False)
         machine.settle()
         assert machine.notices.active[IDS[0]].action == "terminate"
@@ -425,3 +491,21 @@ def test_a_message_lost_before_the_first_heartbeat_read_is_asked_for() -> None:
     beat = {"v": 1, "seq": 7, "agent": "node/1/a", "active": ["aws/spot/a"], "sent_at": sent}
     notices._message([b"heartbeat", json.dumps(beat).encode()])
     assert notices._replay_wanted
+
+
+def test_a_drain_cleared_during_its_save_and_raised_again_is_saved_for_again() -> None:
+    """833b6399 as the model's steps: `due`, the drain cleared, the save written, the same id
+    raised again. The save marked the cleared drain handled, and the occurrence raised again
+    asked the job for no save."""
+    machine = ClientModel()
+    try:
+        machine.job_starts()
+        machine.raise_notice(index=0, action="drain", deadline=7200, lost=False)
+        machine.due()
+        machine.clear(index=0, expired=False, lost=False)
+        machine.saved()
+        machine.raise_notice(index=0, action="drain", deadline=7200, lost=False)
+        machine.settle()
+        assert (IDS[0], 1) in machine.saved_for
+    finally:
+        machine.teardown()
