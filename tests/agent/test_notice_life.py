@@ -209,9 +209,15 @@ def test_a_subscriber_sees_the_spot_action_change_from_terminate_to_stop(
             notices.close()
 
 
-def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again(
+REBALANCE = {"noticeTime": "2026-11-30T03:00:00Z"}
+
+
+@contextlib.contextmanager
+def rebalance_due(
     tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
-) -> None:
+) -> Iterator[tuple[ImdsSimulator, Subscriber, CheckpointGuard, dict[str, Any]]]:
+    """An AWS agent, a subscriber and a guard (no signal handlers), a rebalance raised and
+    its drain due at step 1: the simulator, the subscriber, the guard and the drain's event."""
     sim, server = imds
     with aws_agent(tmp_path, server) as agent, agent.subscriber() as sub:
         guard = CheckpointGuard(
@@ -222,26 +228,32 @@ def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again
         )
         try:
             eventually(lambda: guard.notices is not None and guard.notices.alive, 10)
-            noticed = {"noticeTime": "2026-11-30T03:00:00Z"}
-            sim.raise_notice("rebalance", noticed)
+            sim.raise_notice("rebalance", REBALANCE)
             first = next_notice(sub, action="drain")
             eventually(lambda: guard.due(1), 10)
-            assert not guard.saved(1, 0.1).exit
-            sim.withdraw("rebalance")
-            next_notice(sub, action="clear", id=first["id"])
-            # The guard's subscriber thread takes the clear (its listeners run before it
-            # reads the next notice, the drain raised again).
-            eventually(
-                lambda: guard.notices is not None and first["id"] not in guard.notices.active, 10
-            )
-            sim.raise_notice("rebalance", noticed)
-            second = next_notice(sub, action="drain")
-            assert second["id"] == first["id"]
-            eventually(lambda: guard.due(2), 10)
-            result = guard.saved(2, 0.1)
-            assert result.notices == (first["id"],) and not result.exit
+            yield sim, sub, guard, first
         finally:
             guard.close()
+
+
+def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    with rebalance_due(tmp_path, imds) as (sim, sub, guard, first):
+        assert not guard.saved(1, 0.1).exit
+        sim.withdraw("rebalance")
+        next_notice(sub, action="clear", id=first["id"])
+        # The guard's subscriber thread takes the clear (its listeners run before it
+        # reads the next notice, the drain raised again).
+        eventually(
+            lambda: guard.notices is not None and first["id"] not in guard.notices.active, 10
+        )
+        sim.raise_notice("rebalance", REBALANCE)
+        second = next_notice(sub, action="drain")
+        assert second["id"] == first["id"]
+        eventually(lambda: guard.due(2), 10)
+        result = guard.saved(2, 0.1)
+        assert result.notices == (first["id"],) and not result.exit
 
 
 def test_a_rebalance_cleared_mid_flush_and_back_is_flushed_for_again(
@@ -250,36 +262,21 @@ def test_a_rebalance_cleared_mid_flush_and_back_is_flushed_for_again(
     """The clear came while the job was saving for the drain: the save, once done, marked the
     drain handled again, and the rebalance raised again (same id) asked the job for nothing:
     its new occurrence went unsaved."""
-    sim, server = imds
-    with aws_agent(tmp_path, server) as agent, agent.subscriber() as sub:
-        guard = CheckpointGuard(
-            events=agent.events,
-            control=agent.control_endpoint,
-            flag_file=None,
-            handle_signals=False,
+    with rebalance_due(tmp_path, imds) as (sim, sub, guard, first):
+        # The save is under way: the rebalance is withdrawn before it ends.
+        sim.withdraw("rebalance")
+        next_notice(sub, action="clear", id=first["id"])
+        eventually(
+            lambda: guard.notices is not None and first["id"] not in guard.notices.active, 10
         )
-        try:
-            eventually(lambda: guard.notices is not None and guard.notices.alive, 10)
-            noticed = {"noticeTime": "2026-11-30T03:00:00Z"}
-            sim.raise_notice("rebalance", noticed)
-            first = next_notice(sub, action="drain")
-            eventually(lambda: guard.due(1), 10)
-            # The save is under way: the rebalance is withdrawn before it ends.
-            sim.withdraw("rebalance")
-            next_notice(sub, action="clear", id=first["id"])
-            eventually(
-                lambda: guard.notices is not None and first["id"] not in guard.notices.active, 10
-            )
-            result = guard.saved(1, 0.1)
-            assert not result.exit
-            sim.raise_notice("rebalance", noticed)
-            assert next_notice(sub, action="drain")["id"] == first["id"]
-            eventually(lambda: guard.due(2), 10, "a save for the drain raised again")
-            again = guard.saved(2, 0.1)
-            assert again.notices == (first["id"],) and not again.exit
-            assert not guard.due(3)
-        finally:
-            guard.close()
+        result = guard.saved(1, 0.1)
+        assert not result.exit
+        sim.raise_notice("rebalance", REBALANCE)
+        assert next_notice(sub, action="drain")["id"] == first["id"]
+        eventually(lambda: guard.due(2), 10, "a save for the drain raised again")
+        again = guard.saved(2, 0.1)
+        assert again.notices == (first["id"],) and not again.exit
+        assert not guard.due(3)
 
 
 def test_a_drain_still_shown_across_an_agent_restart_is_not_cleared_nor_flushed_again(

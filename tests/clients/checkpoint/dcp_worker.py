@@ -167,6 +167,17 @@ def say(**fields: object) -> None:
 TRAIN_COLLECTIVE_TIMEOUT = timedelta(seconds=60)
 
 
+def say_failed(rank: int, exc: BaseException, started: float) -> None:
+    """What ended this rank's DCP call with `exc`, its cause, and after how long."""
+    cause = exc.__cause__
+    say(
+        rank=rank,
+        failed=f"{type(exc).__name__}: {exc}",
+        cause=None if cause is None else f"{type(cause).__name__}: {cause}",
+        seconds=time.monotonic() - started,
+    )
+
+
 def main() -> None:
     rank, world, mode, url = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     if mode == "train":
@@ -258,13 +269,7 @@ def main() -> None:
                 else:
                     save_dcp(store, step, state)
         except BaseException as exc:  # DCP's CheckpointException is a BaseException
-            cause = exc.__cause__
-            say(
-                rank=rank,
-                failed=f"{type(exc).__name__}: {exc}",
-                cause=None if cause is None else f"{type(cause).__name__}: {cause}",
-                seconds=time.monotonic() - started,
-            )
+            say_failed(rank, exc, started)
         else:
             say(rank=rank, ended=how, seconds=time.monotonic() - started)
     elif mode == "stateful":
@@ -285,13 +290,7 @@ def main() -> None:
                 else:
                     save_dcp(store, step, state)
         except BaseException as exc:  # DCP's CheckpointException is a BaseException
-            cause = exc.__cause__
-            say(
-                rank=rank,
-                failed=f"{type(exc).__name__}: {exc}",
-                cause=None if cause is None else f"{type(cause).__name__}: {cause}",
-                seconds=time.monotonic() - started,
-            )
+            say_failed(rank, exc, started)
         else:
             say(rank=rank, ended=how, seconds=time.monotonic() - started)
     elif mode == "train":

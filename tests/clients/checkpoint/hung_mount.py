@@ -7,7 +7,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
 from forewarn.clients.checkpoint import ObjectWriter
+from forewarn.clients.checkpoint.background import BackgroundSaveError
 from forewarn.clients.checkpoint.testing import DelegatingBackend
 
 
@@ -38,3 +40,14 @@ class HungMount(DelegatingBackend):
 def stuck_saves() -> list[threading.Thread]:
     """The background saves' threads still running (each holds a copy of the state)."""
     return [t for t in threading.enumerate() if t.name.startswith("forewarn-background-save-")]
+
+
+def two_saves_stuck(guard: Any, state: Any) -> None:
+    """Two background saves left stuck in their writes on the hung mount, each given up as
+    stalled by the save after it (the third is refused while they hold their copies)."""
+    guard.save_state(1, state)
+    with pytest.raises(BackgroundSaveError):
+        guard.save_state(2, state)
+    guard.save_state(2, state)
+    with pytest.raises(BackgroundSaveError):
+        guard.save_state(3, state)

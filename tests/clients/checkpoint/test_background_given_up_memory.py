@@ -11,7 +11,7 @@ import forewarn.clients.checkpoint.background as background_module
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
 from forewarn.clients.checkpoint.background import BackgroundSaveError, BackgroundSaver, load_state
-from hung_mount import HungMount, stuck_saves
+from hung_mount import HungMount, stuck_saves, two_saves_stuck
 from support import LazyModule, eventually, requires
 
 pytestmark = requires("torch")
@@ -233,12 +233,7 @@ def test_a_refusal_backed_off_for_long_still_saves_at_the_first_step_a_stuck_sav
     state = {"w": torch.zeros(64, 64)}
     caplog.set_level(logging.ERROR, logger="forewarn.clients")
     try:
-        guard.save_state(1, state)
-        with pytest.raises(BackgroundSaveError):
-            guard.save_state(2, state)
-        guard.save_state(2, state)
-        with pytest.raises(BackgroundSaveError):
-            guard.save_state(3, state)
+        two_saves_stuck(guard, state)
         with pytest.raises(BackgroundSaveError, match="still stuck in their writes"):
             guard.save_state(3, state)
         assert "tried again in 120 s at the earliest" in caplog.text, caplog.text

@@ -14,7 +14,7 @@ import forewarn.clients.checkpoint.background as background_module
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
 from forewarn.clients.checkpoint.background import BackgroundSaveError
-from hung_mount import HungMount, stuck_saves
+from hung_mount import HungMount, stuck_saves, two_saves_stuck
 from support import AgentProcess, LazyModule, agent_env, eventually, requires
 
 pytestmark = [requires("torch"), pytest.mark.usefixtures("forked_agents")]
@@ -71,12 +71,7 @@ def test_a_drain_whose_save_is_refused_for_stuck_copies_is_acked_failed_then_sav
     with AgentProcess(tmp_path, env=env) as agent:
         guard = _guard(store, agent)
         # Two saves stuck in their writes, each given up as stalled by the save after it.
-        guard.save_state(1, state)
-        with pytest.raises(BackgroundSaveError):
-            guard.save_state(2, state)
-        guard.save_state(2, state)
-        with pytest.raises(BackgroundSaveError):
-            guard.save_state(3, state)
+        two_saves_stuck(guard, state)
         assert len(stuck_saves()) == 2
         before = len(_acks(agent.env))
         notice = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
@@ -201,12 +196,7 @@ def test_a_drain_then_a_terminate_a_second_later_exits_on_a_generation_of_its_ow
 
 def _two_stuck_saves(guard: Any, state: Any) -> None:
     """Two saves stuck in their writes, each given up as stalled by the save after it."""
-    guard.save_state(1, state)
-    with pytest.raises(BackgroundSaveError):
-        guard.save_state(2, state)
-    guard.save_state(2, state)
-    with pytest.raises(BackgroundSaveError):
-        guard.save_state(3, state)
+    two_saves_stuck(guard, state)
     assert len(stuck_saves()) == 2
 
 
