@@ -684,12 +684,14 @@ class CheckpointGuard(
         given up there, and the job exited unsaved on a machine that had minutes left."""
 
         def waited() -> bool:
-            if moving():
-                return True
-            left = self._seconds_left()
-            return left is not None and left > 0
+            return moving() or self._deadline_ahead()
 
         return waited
+
+    def _deadline_ahead(self) -> bool:
+        """Whether the terminate's deadline is known and not passed yet."""
+        left = self._seconds_left()
+        return left is not None and left > 0
 
     def resumed(
         self, step: int, *, restore_seconds: float | None = None, steps_lost: int | None = None

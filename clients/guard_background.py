@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +111,10 @@ class BackgroundSaves(ExitReporting):
         ) -> None: ...
 
         def _flag_saved(self, durable: bool) -> None: ...
+
+        def _exit_save_limit(self) -> Callable[[], float] | None: ...
+
+        def _deadline_ahead(self) -> bool: ...
 
     def _init_background(self, background: bool | BackgroundSaver) -> None:
         """Background saves (save_state): the loop waits for a snapshot in host memory only.
@@ -398,8 +402,16 @@ class BackgroundSaves(ExitReporting):
         with self._lock:
             self._exit_saving = step
         try:
+            # Bounded by the deadline as it stands while the save runs, as a synchronous
+            # exit's save is: taken once here, a deadline moved later gave the save up at the
+            # old one plus the grace, and one moved earlier left it to the SIGKILL unsaid.
             final = saver.final(
-                step, state, seconds_left, metadata=self._exit_metadata(step, metadata)
+                step,
+                state,
+                seconds_left,
+                metadata=self._exit_metadata(step, metadata),
+                timeout=self._exit_save_limit(),
+                waited=self._deadline_ahead,
             )
         except BaseException as error:
             with self._lock:

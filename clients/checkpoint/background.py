@@ -666,12 +666,23 @@ class BackgroundSaver:
         seconds_left: float | None,
         *,
         metadata: Mapping[str, Any] | None = None,
+        timeout: float | Callable[[], float] | None = None,
+        waited: Callable[[], bool] | None = None,
     ) -> FinalSave:
         """The terminate path: finish or cancel the in-flight save, then save `step`
-        synchronously. `seconds_left` is the time until the deadline (None: unknown)."""
+        synchronously. `seconds_left` is the time until the deadline (None: unknown).
+
+        The synchronous save is given up (`CommitTimeout`) a grace past that deadline, once
+        its bytes have also stopped moving. `timeout` replaces that bound, in seconds from
+        this call or as a callable giving the seconds left from now, asked again while the
+        save runs (the guard's: the terminate's deadline may move earlier during the save);
+        `waited()` true keeps the save waited for past it even with no byte moving (the
+        guard's: the deadline moved later and has not passed). Taken once from
+        `seconds_left`, a deadline moved later gave the save up at the old one plus the
+        grace, and one moved earlier left it to the SIGKILL with no CommitTimeout."""
         self._in_final = True
         try:
-            return self._final(step, state, seconds_left, metadata)
+            return self._final(step, state, seconds_left, metadata, timeout, waited)
         finally:
             self._in_final = False
 
@@ -719,6 +730,8 @@ class BackgroundSaver:
         state: Mapping[str, Any],
         seconds_left: float | None,
         metadata: Mapping[str, Any] | None,
+        limit: float | Callable[[], float] | None = None,
+        waited: Callable[[], bool] | None = None,
     ) -> FinalSave:
         started = time.monotonic()
         deadline = None if seconds_left is None else started + seconds_left
@@ -906,8 +919,12 @@ class BackgroundSaver:
         snapshot = self._plan(state, copies, at_write)
         self._copy(copies, None)
         job = _Job(step, started, None, self._stable(copies), at_write=at_write)
-        timeout = None
-        if seconds_left is not None:
+        timeout: float | Callable[[], float] | None = None
+        if callable(limit):
+            timeout = limit
+        elif limit is not None:
+            timeout = max(limit - (time.monotonic() - started), 0.0)
+        elif seconds_left is not None:
             # Storage that stopped answering held the final save past the deadline, where the
             # SIGKILL said nothing: it fails a grace after the deadline instead, saying why;
             # but only once it has also moved nothing for that grace (see `SaveMotion`).
@@ -924,6 +941,7 @@ class BackgroundSaver:
                 threading.Event(),
                 timeout=timeout,
                 motion=motion,
+                waited=waited,
             )
         finally:
             self._final_motion = None
@@ -1270,8 +1288,9 @@ class BackgroundSaver:
         metadata: dict[str, Any],
         cancel: threading.Event,
         *,
-        timeout: float | None = None,
+        timeout: float | Callable[[], float] | None = None,
         motion: SaveMotion | None = None,
+        waited: Callable[[], bool] | None = None,
     ) -> Generation:
         torch = _torch()
         started = time.monotonic()
@@ -1334,7 +1353,7 @@ class BackgroundSaver:
                 write,
                 metadata=metadata,
                 timeout=timeout,
-                moving=None if motion is None else motion.moving,
+                moving=None if motion is None else _either(motion.moving, waited),
             )
         except CommitTimeout:
             # The save goes on on its own thread, hashing these buffers in place: they are
@@ -1371,6 +1390,13 @@ class BackgroundSaver:
             self._stuck.append((self._in_flight, thread, held))
             self._buffers = {}
         self._thread = None
+
+
+def _either(moving: Callable[[], bool], waited: Callable[[], bool] | None) -> Callable[[], bool]:
+    """What keeps a final save waited for past its timeout: its bytes moving, or `waited()`."""
+    if waited is None:
+        return moving
+    return lambda: moving() or waited()
 
 
 def _storage(value: Any) -> tuple[int, int] | None:
