@@ -133,3 +133,39 @@ def test_a_background_exit_save_hung_when_its_deadline_moves_earlier_times_out_a
             guard.close()
             assert guard.notices is not None
             guard.notices.close()
+
+
+def test_final_s_timeout_replaces_the_bound_of_seconds_left_and_waited_keeps_it_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`final(timeout=)` in seconds bounds the final save in place of `seconds_left` plus the
+    grace; `waited()` true keeps a save that moves nothing waited for past it."""
+    from forewarn.clients.checkpoint import CommitTimeout, background
+
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", 0.5)
+    hung = threading.Event()
+    answered = threading.Event()
+
+    def held() -> None:
+        hung.wait(45)
+        answered.set()
+
+    inner = CheckpointStore(str(tmp_path / "ckpt")).backend
+    saver = background.BackgroundSaver(CheckpointStore(backend=HeldStorage(inner, held)))
+    try:
+        with pytest.raises(CommitTimeout, match="was not committed"):
+            saver.final(1, {"w": torch.arange(16.0)}, 3600.0, timeout=0.5)
+        assert not answered.is_set()  # given up at its 0.5 s, not an hour and a grace out
+    finally:
+        hung.set()
+    eventually(answered.is_set, 10, "the given-up save to end")
+
+    saver.close()
+    # The storage holds the next final save 2 s, past its 0.1 s and the grace with no byte
+    # moving: `waited()` (the guard's: a deadline moved later, not passed) keeps it waited for.
+    release = threading.Timer(2.0, lambda: None)
+    release.start()
+    saver = background.BackgroundSaver(CheckpointStore(backend=HeldStorage(inner, release.join)))
+    final = saver.final(2, {"w": torch.arange(16.0)}, 3600.0, timeout=0.1, waited=lambda: True)
+    assert final.generation.step == 2
+    saver.close()
