@@ -16,6 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
+from job_session import session_processes
 from support import as_in_a_terminal, eventually, sighup_as_in_a_terminal
 
 SCRIPT = Path(__file__).with_name("hangup_loader_job.py")
@@ -30,18 +31,6 @@ def records(path: Path) -> list[dict[str, int]]:
 
 def steps(path: Path) -> int:
     return max((r.get("step", 0) for r in records(path)), default=0)
-
-
-def session_processes(sid: int) -> list[str]:
-    """The session's processes still running (not zombies)."""
-    out = subprocess.run(
-        ["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True, check=True
-    ).stdout
-    return [
-        line
-        for line in out.splitlines()
-        if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")
-    ]
 
 
 def end_session(job: subprocess.Popen[str]) -> None:

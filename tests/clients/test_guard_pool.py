@@ -13,23 +13,10 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
+from job_session import session_processes
 from support import eventually
 
 SCRIPT = Path(__file__).with_name("pool_job.py")
-
-
-def session_processes(sid: int) -> list[str]:
-    """The session's processes still running: not a zombie, one that ended as the job's
-    orphan (a spawn or forkserver start's resource tracker and fork server end once the job
-    has exited) and that init has not reaped yet."""
-    out = subprocess.run(
-        ["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True, check=True
-    ).stdout
-    return [
-        line
-        for line in out.splitlines()
-        if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")
-    ]
 
 
 @pytest.mark.parametrize(

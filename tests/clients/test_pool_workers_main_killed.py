@@ -13,23 +13,12 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
+from job_session import session_processes
 from support import eventually, requires
 
 pytestmark = requires("torch")
 
 SCRIPT = Path(__file__).with_name("hangup_loader_job.py")
-
-
-def _session(sid: int) -> list[str]:
-    """The session's processes still running (not zombies), as `ps` lines."""
-    out = subprocess.run(
-        ["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True, check=True
-    ).stdout
-    return [
-        line
-        for line in out.splitlines()
-        if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")
-    ]
 
 
 def _steps(record: Path) -> int:
@@ -67,11 +56,13 @@ def test_pool_workers_of_a_sigkilled_main_process_end_within_seconds(
         os.kill(job.pid, signal.SIGKILL)  # the main process only, as the OOM killer does
         assert job.wait(30) == -signal.SIGKILL
         try:
-            eventually(lambda: not _session(job.pid), timeout=10, what="every worker's end")
+            eventually(
+                lambda: not session_processes(job.pid), timeout=10, what="every worker's end"
+            )
         except AssertionError as timed_out:
-            raise AssertionError(f"{timed_out}; left: {_session(job.pid)}") from None
+            raise AssertionError(f"{timed_out}; left: {session_processes(job.pid)}") from None
     finally:
-        for line in _session(job.pid):
+        for line in session_processes(job.pid):
             with suppress(ProcessLookupError):
                 os.kill(int(line.split()[0]), signal.SIGKILL)
         with suppress(ProcessLookupError):
