@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from forewarn.protocol.errors import ForewarnError
+
 __all__ = ["MOST_DIGITS", "FramingError", "chunk_size", "content_length"]
 
 _HEXDIG = re.compile(rb"[0-9A-Fa-f]+")
@@ -20,7 +22,7 @@ MOST_DIGITS = 18
 _QUOTED = 40
 
 
-class FramingError(ValueError):
+class FramingError(ForewarnError, ValueError):
     """A chunk size or Content-Length that is not one: a protocol error of the peer."""
 
 
