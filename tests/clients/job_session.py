@@ -3,7 +3,13 @@ process and check that nothing it started is left on the node for the next job."
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+from contextlib import suppress
+from pathlib import Path
+
+from support import eventually
 
 
 def session_processes(sid: int) -> list[str]:
@@ -18,3 +24,39 @@ def session_processes(sid: int) -> list[str]:
         for line in out.splitlines()
         if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")
     ]
+
+
+def end_session(job: subprocess.Popen[str]) -> None:
+    """Kill what is left of the job's session (a worker the test found still running) and reap
+    the job."""
+    for line in session_processes(job.pid):
+        with suppress(ProcessLookupError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    with suppress(ProcessLookupError):
+        os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+
+
+def left_behind(sid: int) -> list[str]:
+    """What each process of the session still running is doing: its parent, its signals
+    pending, blocked and caught, and where each of its threads waits in the kernel (a rare
+    leftover worker seen in two clean-clone runs, not found again by hand)."""
+    said = []
+    for line in session_processes(sid):
+        pid = line.split()[0]
+        with suppress(OSError):
+            status = Path(f"/proc/{pid}/status").read_text()
+            fields = dict(row.split(":", 1) for row in status.splitlines() if ":" in row)
+            kept = {k: fields[k].strip() for k in ("PPid", "SigPnd", "ShdPnd", "SigBlk", "SigCgt")}
+            waits = [(task / "wchan").read_text() for task in Path(f"/proc/{pid}/task").iterdir()]
+            said.append(f"{line.strip()} {kept} threads waiting in {waits}")
+    return said
+
+
+def every_worker_ends(sid: int, timeout: float) -> None:
+    """Wait for every process of the session to end; past `timeout`, fail saying what each
+    one left is doing (`left_behind`)."""
+    try:
+        eventually(lambda: not session_processes(sid), timeout=timeout, what="every worker's end")
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}; left: {left_behind(sid)}") from None

@@ -16,7 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from job_session import session_processes
+from job_session import end_session, every_worker_ends, session_processes
 from support import as_in_a_terminal, eventually, sighup_as_in_a_terminal
 
 SCRIPT = Path(__file__).with_name("hangup_loader_job.py")
@@ -31,33 +31,6 @@ def records(path: Path) -> list[dict[str, int]]:
 
 def steps(path: Path) -> int:
     return max((r.get("step", 0) for r in records(path)), default=0)
-
-
-def end_session(job: subprocess.Popen[str]) -> None:
-    """Kill what is left of the job's session (a worker the test found still running) and reap
-    the job."""
-    for line in session_processes(job.pid):
-        with suppress(ProcessLookupError):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-    with suppress(ProcessLookupError):
-        os.killpg(job.pid, signal.SIGKILL)
-    job.wait()
-
-
-def left_behind(sid: int) -> list[str]:
-    """What each process of the session still running is doing: its parent, its signals
-    pending, blocked and caught, and where each of its threads waits in the kernel (a rare
-    leftover worker seen in two clean-clone runs, not found again by hand)."""
-    said = []
-    for line in session_processes(sid):
-        pid = line.split()[0]
-        with suppress(OSError):
-            status = Path(f"/proc/{pid}/status").read_text()
-            fields = dict(row.split(":", 1) for row in status.splitlines() if ":" in row)
-            kept = {k: fields[k].strip() for k in ("PPid", "SigPnd", "ShdPnd", "SigBlk", "SigCgt")}
-            waits = [(task / "wchan").read_text() for task in Path(f"/proc/{pid}/task").iterdir()]
-            said.append(f"{line.strip()} {kept} threads waiting in {waits}")
-    return said
 
 
 def drain(master: int) -> bool:
@@ -217,12 +190,7 @@ def test_pool_workers_that_outlived_a_sighup_end_when_the_main_process_dies(
         eventually(lambda: steps(record) >= after + 5, timeout=60, what="5 more steps")
         os.kill(job.pid, signal.SIGKILL)  # the main process dies before any save
         job.wait()
-        try:
-            eventually(
-                lambda: not session_processes(job.pid), timeout=30, what="every worker's end"
-            )
-        except AssertionError as timed_out:
-            raise AssertionError(f"{timed_out}; left: {left_behind(job.pid)}") from None
+        every_worker_ends(job.pid, timeout=30)
     finally:
         end_session(job)
 
@@ -252,7 +220,7 @@ def test_pool_workers_sent_a_sighup_after_the_main_process_died_end_mid_task(
         for pid in workers:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGHUP)  # the group's SIGHUP, come just after
-        eventually(lambda: not session_processes(job.pid), timeout=10, what="every worker's end")
+        every_worker_ends(job.pid, timeout=10)
     finally:
         end_session(job)
 
@@ -281,12 +249,7 @@ def test_a_spawn_pool_worker_still_starting_when_the_main_process_dies_ends(
         os.kill(job.pid, signal.SIGKILL)  # the main process dies before any save
         job.wait()
         (tmp_path / "release").touch()  # the held worker goes on to its protection
-        try:
-            eventually(
-                lambda: not session_processes(job.pid), timeout=30, what="every worker's end"
-            )
-        except AssertionError as timed_out:
-            raise AssertionError(f"{timed_out}; left: {left_behind(job.pid)}") from None
+        every_worker_ends(job.pid, timeout=30)
     finally:
         end_session(job)
 

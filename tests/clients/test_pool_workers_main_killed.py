@@ -9,11 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from job_session import session_processes
+from job_session import end_session, every_worker_ends
 from support import eventually, requires
 
 pytestmark = requires("torch")
@@ -55,16 +54,6 @@ def test_pool_workers_of_a_sigkilled_main_process_end_within_seconds(
             )
         os.kill(job.pid, signal.SIGKILL)  # the main process only, as the OOM killer does
         assert job.wait(30) == -signal.SIGKILL
-        try:
-            eventually(
-                lambda: not session_processes(job.pid), timeout=10, what="every worker's end"
-            )
-        except AssertionError as timed_out:
-            raise AssertionError(f"{timed_out}; left: {session_processes(job.pid)}") from None
+        every_worker_ends(job.pid, timeout=10)
     finally:
-        for line in session_processes(job.pid):
-            with suppress(ProcessLookupError):
-                os.kill(int(line.split()[0]), signal.SIGKILL)
-        with suppress(ProcessLookupError):
-            os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        end_session(job)
