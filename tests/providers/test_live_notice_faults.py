@@ -10,6 +10,7 @@ exponential backoff when it throttles; Azure by its Retry-After cap)."""
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -39,7 +40,7 @@ FAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class Rig:
+class Rig(ABC):
     """One provider: its simulator, where its notices are read, and how a notice is raised."""
 
     path: str
@@ -48,17 +49,21 @@ class Rig:
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
 
+    @abstractmethod
     def raise_live(self) -> set[str]:
-        raise NotImplementedError
+        """Raise the provider's notices that stay live through the fault: their kinds."""
 
+    @abstractmethod
     def raise_new(self) -> str:
-        raise NotImplementedError
+        """Raise one more notice during the fault: its id or event id."""
 
+    @abstractmethod
     def throttled_wait(self) -> float:
-        raise NotImplementedError
+        """The longest a 429 may hold the next poll back (the watcher's own backoff)."""
 
+    @abstractmethod
     def watching(self, url: str) -> Any:
-        raise NotImplementedError
+        """The provider's watcher running against `url`, as an async context manager."""
 
 
 class AwsRig(Rig):
