@@ -12,6 +12,21 @@ from pathlib import Path
 from support import eventually
 
 
+def start_in_session(tmp_path: Path, argv: list[str]) -> subprocess.Popen[str]:
+    """`argv` started in a session of its own, as a job of its own: its output dropped, its
+    errors kept for the failure, its runtime directory `tmp_path` (its guard's flag file
+    there, never the machine's)."""
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
+        start_new_session=True,
+    )
+
+
 def session_processes(sid: int) -> list[str]:
     """The session's processes still running, as `ps` lines (pid, sid, state, command): not a
     zombie, which is gone in all but its parent's table (a spawn or forkserver start's resource

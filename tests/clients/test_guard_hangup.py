@@ -12,6 +12,7 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
+from job_session import start_in_session
 from support import as_in_a_terminal, eventually, sighup_as_in_a_terminal
 
 SCRIPT = Path(__file__).with_name("hangup_job.py")
@@ -72,15 +73,7 @@ def test_a_job_started_under_nohup_trains_on_through_a_sighup(tmp_path: Path) ->
     """`nohup python train.py &`: the job starts with SIGHUP ignored, and the guard leaves it
     so (as a background job's ignored SIGINT): the terminal's end is not the job's."""
     record = tmp_path / "record"
-    job = subprocess.Popen(
-        ["nohup", sys.executable, str(SCRIPT), str(record)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
-        start_new_session=True,
-    )
+    job = start_in_session(tmp_path, ["nohup", sys.executable, str(SCRIPT), str(record)])
     try:
         eventually(lambda: steps(record) >= 3, timeout=60, what="step 3")
         os.killpg(job.pid, signal.SIGHUP)

@@ -16,7 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from job_session import end_session, every_worker_ends, session_processes
+from job_session import end_session, every_worker_ends, session_processes, start_in_session
 from support import as_in_a_terminal, eventually, sighup_as_in_a_terminal
 
 SCRIPT = Path(__file__).with_name("hangup_loader_job.py")
@@ -126,15 +126,7 @@ def closed_terminal(tmp_path: Path, job: list[str], output_to_terminal: bool = F
 def start_job(tmp_path: Path, kind: str, method: str, nohup: bool = False) -> subprocess.Popen[str]:
     record = tmp_path / "record"
     command = [sys.executable, str(SCRIPT), str(record), kind, method]
-    return subprocess.Popen(
-        ["nohup", *command] if nohup else as_in_a_terminal(command),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
-        start_new_session=True,
-    )
+    return start_in_session(tmp_path, ["nohup", *command] if nohup else as_in_a_terminal(command))
 
 
 def children(pid: int) -> list[int]:

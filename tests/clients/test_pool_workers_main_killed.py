@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from job_session import end_session, every_worker_ends
+from job_session import end_session, every_worker_ends, start_in_session
 from support import eventually, requires
 
 pytestmark = requires("torch")
@@ -36,15 +35,7 @@ def test_pool_workers_of_a_sigkilled_main_process_end_within_seconds(
     minute-long tasks: 40 s after the main process's SIGKILL both workers still ran their
     tasks (and a spawn pool's resource tracker waited on them); idle ones ended."""
     record = tmp_path / "record"
-    job = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(record), "pool", method],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path)),
-        start_new_session=True,
-    )
+    job = start_in_session(tmp_path, [sys.executable, str(SCRIPT), str(record), "pool", method])
     try:
         eventually(lambda: _steps(record) >= 3, timeout=120, what="step 3")
         if busy:

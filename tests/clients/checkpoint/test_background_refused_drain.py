@@ -7,6 +7,7 @@ of a reclaim on that store: two during one upload, a terminate a second after a 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,27 @@ def _acks(env: dict[str, str]) -> list[dict[str, Any]]:
 
     path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
     return [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
+
+
+def _wait_saved_ack(env: dict[str, str], notice: str, step: int) -> None:
+    """Wait for the agent's record of the drain `notice` acked `saved` at `step`."""
+    eventually(
+        lambda: (
+            (notice, step, "saved")
+            in [(a["notice_id"], a["step"], a["outcome"]) for a in _acks(env)]
+        ),
+        what="the drain's saved ack",
+    )
+
+
+def _terminate_in(agent: AgentProcess, seconds: float) -> str:
+    """A terminate notified through the agent's control socket, its deadline `seconds` on:
+    its id."""
+    deadline = (datetime.now(timezone.utc) + timedelta(seconds=seconds)).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
+    notice = agent.control({"op": "notify", "action": "terminate", "deadline": deadline})
+    return str(notice["notice"]["id"])
 
 
 def _guard(store: CheckpointStore, agent: AgentProcess) -> Any:
@@ -103,13 +125,7 @@ def test_a_drain_whose_save_is_refused_for_stuck_copies_is_acked_failed_then_sav
         assert notice in saved.notices, saved
         assert guard.saver.wait() is not None
         guard.close()
-        eventually(
-            lambda: (
-                (notice, 5, "saved")
-                in [(a["notice_id"], a["step"], a["outcome"]) for a in _acks(env)]
-            ),
-            what="the drain's saved ack",
-        )
+        _wait_saved_ack(env, notice, 5)
     store.close()
 
 
@@ -154,8 +170,6 @@ def test_a_drain_then_a_terminate_a_second_later_exits_on_a_generation_of_its_ow
     deadline 30 s off: the exit's save cancels that upload, commits a generation of its own
     that the store's latest names, and the drain and the terminate are both acked `saved` by
     it; the drain's cancelled generation is never committed (a real agent subprocess)."""
-    from datetime import datetime, timedelta, timezone
-
     from forewarn.clients.checkpoint.manifest import generation_name
 
     hung_mount.only = generation_name(1)
@@ -167,12 +181,7 @@ def test_a_drain_then_a_terminate_a_second_later_exits_on_a_generation_of_its_ow
         drain = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
         eventually(lambda: guard.due(1), what="the drain")
         assert guard.save_state(1, state).notices == (drain,)
-        deadline = (datetime.now(timezone.utc) + timedelta(seconds=30)).strftime(
-            "%Y-%m-%dT%H:%M:%S.%fZ"
-        )
-        terminate = agent.control({"op": "notify", "action": "terminate", "deadline": deadline})[
-            "notice"
-        ]["id"]
+        terminate = _terminate_in(agent, 30)
         eventually(lambda: guard.due(2), what="the terminate")
         final = guard.save_state(2, state)
         assert final.exit and final.generation is not None and final.generation.step == 2
@@ -275,13 +284,7 @@ def test_a_drain_on_a_mount_that_stays_hung_is_refused_once_per_back_off_not_eve
         assert set(saved.notices) == {notice, second}, saved
         assert guard.saver.wait() is not None
         guard.close()
-        eventually(
-            lambda: (
-                (notice, 206, "saved")
-                in [(a["notice_id"], a["step"], a["outcome"]) for a in _acks(env)]
-            ),
-            what="the drain's saved ack",
-        )
+        _wait_saved_ack(env, notice, 206)
         acks = [(a["notice_id"], a["step"], a["outcome"]) for a in _acks(env) if a["step"] >= 3]
         assert sorted(acks, key=str) == sorted(
             [
@@ -300,7 +303,6 @@ def test_a_terminate_while_refusals_are_held_back_gets_its_exit_save(
 ) -> None:
     """A drain refused and held back on a hung mount, then a terminate: its step is due at
     once, and the exit's save is made (never refused), answering both (a real agent)."""
-    from datetime import datetime, timedelta, timezone
 
     monkeypatch.setattr(background_module, "EXIT_STALL_SECONDS", STALL_BOUND)
     store = CheckpointStore(backend=hung_mount)
@@ -315,12 +317,7 @@ def test_a_terminate_while_refusals_are_held_back_gets_its_exit_save(
             guard.save_state(3, state)
         assert not guard.due(4), "the drain is held back for the refusal's back-off"
         hung_mount.only = "nothing"  # the exit's own generation writes; the stuck ones stay
-        deadline = (datetime.now(timezone.utc) + timedelta(seconds=30)).strftime(
-            "%Y-%m-%dT%H:%M:%S.%fZ"
-        )
-        terminate = agent.control({"op": "notify", "action": "terminate", "deadline": deadline})[
-            "notice"
-        ]["id"]
+        terminate = _terminate_in(agent, 30)
         eventually(lambda: guard.due(5), what="the terminate, not held back")
         final = guard.save_state(5, state)
         assert final.exit and final.generation is not None and final.generation.step == 5
