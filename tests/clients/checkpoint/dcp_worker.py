@@ -157,7 +157,10 @@ class Progress:
 
 
 def say(**fields: object) -> None:
-    print(json.dumps(fields), flush=True)
+    """One JSON line on stdout in one write: the ranks share its pipe, and a print (text,
+    then newline) could let another rank's line in between."""
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
 
 
 # In `train`, a collective that waits this long is the hang the mode looks for (DCP's

@@ -53,6 +53,14 @@ class AppState(Stateful):
         )
 
 
+def say(line: dict[str, Any]) -> None:
+    """One JSON line on stdout in one write: the ranks share torchrun's stdout, and a print
+    (its text, then its newline, two writes unbuffered) let the other rank's line in between
+    (check 50c: `{"rank": 0, …}{"rank": 1, …}` on one line)."""
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
 def build() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -97,7 +105,7 @@ def main() -> None:
         full = full_state(model, optimizer)
         if rank == 0:
             torch.save(full, full_path)
-        print(json.dumps({"rank": rank, "saved": generation.step}), flush=True)
+        say({"rank": rank, "saved": generation.step})
     elif mode == "train":
         from forewarn.clients import CheckpointGuard
 
@@ -109,7 +117,7 @@ def main() -> None:
             optimizer.step()
             optimizer.zero_grad()
             step += 1
-            print(json.dumps({"rank": rank, "step": step}), flush=True)
+            say({"rank": rank, "step": step})
             if guard.due(step):
                 save_dcp(store, step, {"app": AppState(model, optimizer), "step": step})
                 if guard.saved(step).exit:
@@ -117,7 +125,7 @@ def main() -> None:
         full = full_state(model, optimizer)
         if rank == 0:
             torch.save(full, full_path)
-        print(json.dumps({"rank": rank, "trained": step, "saved": step}), flush=True)
+        say({"rank": rank, "trained": step, "saved": step})
         guard.close()
     else:
         generation = store.latest()
@@ -127,7 +135,7 @@ def main() -> None:
         full = full_state(model, optimizer)
         equal = same(full, torch.load(full_path)) if rank == 0 else None
         line = {"rank": rank, "world": world, "loaded": state["step"], "equal": equal}
-        print(json.dumps(line), flush=True)
+        say(line)
     dist.barrier()
     dist.destroy_process_group()
 
