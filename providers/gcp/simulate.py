@@ -16,9 +16,12 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`):
 - `upcoming` `{"start_in": S, "window": S, "maintenance_status": ..., "type": ...,
   "document": {...}}` → `instance/upcoming-maintenance` (id `upcoming-maintenance`);
 
-`DELETE /_sim/notices/<id>` withdraws any of them. Faults are the shared vocabulary
-(`POST /_sim/faults`), answered with the metadata server's own headers and error texts; a
-long-poll that ends while a `status` or `throttle` fault is in force answers with the fault.
+`DELETE /_sim/notices/<id>` withdraws any of them. `POST /_sim/restart` restarts the
+metadata server as far as a watcher can tell: the ETags it gave are forgotten and start
+again from their boot values, the values stay (`GcpSimulator.restart`). Faults are the
+shared vocabulary (`POST /_sim/faults`), answered with the metadata server's own headers
+and error texts; a long-poll that ends while a `status` or `throttle` fault is in force
+answers with the fault.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from forewarn.protocol.timefmt import duration_arg, format_time, parse_time
 
 from ..sim_cli import Scripted, SimulatorCommand
 from ..simulator import (
+    CONTROL_PREFIX,
     MAX_LEAD,
     SimError,
     SimRequest,
@@ -180,6 +184,7 @@ class GcpSimulator(Simulator):
         self.upcoming_none = upcoming_none
         self.tokens_issued = 0
         self.id_tokens_issued = 0
+        self.restarts = 0  # `restart()` calls
 
     # The metadata tree.
 
@@ -221,7 +226,25 @@ class GcpSimulator(Simulator):
                 generations.append(("upcoming", self.generations.get("upcoming", 0)))
             return _etag(prefix, self._node(prefix), generations)
 
+    def restart(self) -> None:
+        """The metadata server restarted (or another replica answers): it forgets the ETags
+        it gave, its change counters start again from zero, so each key's ETag goes back to
+        the one it had at boot for its value. A `last_etag` from before is unknown to it: a
+        long-poll waiting with one, or sent with one after, answers at once with the current
+        value and its new ETag. The values stay (a notice in force is still in force)."""
+        with self.changed:
+            self.generations.clear()
+            self.restarts += 1
+            self.changed.notify_all()
+
     # Control API.
+
+    def control(self, request: SimRequest) -> SimResponse:
+        """The shared control API, and `POST /_sim/restart` (`restart`)."""
+        if request.path == CONTROL_PREFIX + "/restart" and request.method == "POST":
+            self.restart()
+            return SimResponse.json({"restarts": self.restarts})
+        return super().control(request)
 
     def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
         if kind in NOTICE_FIELDS:
@@ -283,6 +306,7 @@ class GcpSimulator(Simulator):
                 key: self.etag(key) for key in ("instance/preempted", "instance/maintenance-event")
             },
             "tokens_issued": self.tokens_issued,
+            "restarts": self.restarts,
             "id_tokens_issued": self.id_tokens_issued,
         }
 

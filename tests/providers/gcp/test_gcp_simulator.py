@@ -149,6 +149,27 @@ def test_a_value_set_back_gets_a_new_etag(client: httpx.Client, sim: GcpSimulato
     assert after.text == "NONE" and after.headers["ETag"] != before
 
 
+def test_a_restart_forgets_the_etags_and_answers_a_waiting_long_poll_at_once(
+    server: SimServer, client: httpx.Client, sim: GcpSimulator
+) -> None:
+    """`POST /_sim/restart`: each key's ETag goes back to its boot one for its value, the
+    values stay; a long-poll waiting with an ETag from before answers at once."""
+    boot = client.get("instance/maintenance-event").headers["ETag"]
+    sim.raise_notice("maintenance", {"type": "MIGRATE"})
+    sim.withdraw("maintenance-event")
+    held = client.get("instance/maintenance-event").headers["ETag"]
+    assert held != boot
+    threading.Timer(0.2, httpx.post, (server.url + "/_sim/restart",)).start()
+    started = time.monotonic()
+    answer = client.get(
+        "instance/maintenance-event",
+        params={"wait_for_change": "true", "last_etag": held, "timeout_sec": "30"},
+    )
+    assert time.monotonic() - started < 5
+    assert (answer.text, answer.headers["ETag"]) == ("NONE", boot)
+    assert httpx.get(server.url + "/_sim/state").json()["restarts"] == 1
+
+
 def test_bad_timeout_sec_is_refused(client: httpx.Client) -> None:
     params = {"wait_for_change": "true", "timeout_sec": "1.5"}
     assert client.get("instance/preempted", params=params).status_code == 400
