@@ -369,3 +369,26 @@ def test_a_terminate_that_lasted_100_ms_reaches_the_job_and_is_cleared(
             clear = sub.notice(10)
             assert (clear["action"], clear["id"]) == ("clear", drain["id"])
     assert agent.control({"op": "status"})["active"] == []
+
+
+def test_a_metadata_server_restart_reaches_the_job_as_nothing(
+    agent: AgentProcess, sim: GcpSimulator
+) -> None:
+    """The metadata server restarts under a standing TERMINATE_ON_HOST_MAINTENANCE drain and
+    forgets the ETag the agent's long-poll waits with: the job hears no clear and no second
+    notice, the agent sends no stream of requests, and the end of the maintenance is
+    heard at once, cleared under the drain's id."""
+    long_poll = "GET /computeMetadata/v1/instance/maintenance-event"
+    with _subscribed(agent) as sub:
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        drain = sub.notice(10)
+        asked = sim.requests[long_poll]
+        sim.restart()
+        eventually(lambda: sim.requests[long_poll] > asked, what="the long-poll answered")
+        assert sub.drain(quiet=1.0) == []
+        # The answer at once, then one long-poll waiting (two at most: a value under a new
+        # ETag is asked again once before pacing); a loop sends hundreds in that second.
+        assert sim.requests[long_poll] - asked <= 2, sim.requests
+        sim.withdraw("maintenance-event")
+        clear = sub.notice(4)  # within the 5 s timeout_sec: the change woke the long-poll
+    assert (clear["action"], clear["id"]) == ("clear", drain["id"])

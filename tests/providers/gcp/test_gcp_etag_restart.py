@@ -5,7 +5,14 @@ clear nothing, and still see the next change at once."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from datetime import timedelta
+from pathlib import Path
+
 import httpx
+import pytest
+from forewarn.providers.gcp.active import ACTIVE_FILE
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
 from gcp_support import watching
@@ -118,3 +125,34 @@ async def test_a_change_under_an_etag_the_watcher_holds_is_seen_within_one_long_
             assert answer.text == "NONE" and answer.headers["ETag"] == sim.pinned
             _, clear = await run.count(2, timeout=2 + 2 + 5)
     assert (clear.action, clear.id) == ("clear", drain.id)
+
+
+@pytest.mark.parametrize("kind", ["TERMINATE", "MIGRATE"])
+async def test_a_notice_kept_across_an_agent_and_a_metadata_server_restart_stands_as_saved(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path, kind: str
+) -> None:
+    """Both restart (a host event): the notice saved with its ETag is shown under another
+    (the server's boot one). Taken for an event ended and come again while the agent was
+    down, a TERMINATE's stop would be counted again from the restart, an hour on; it keeps
+    its id, first-seen time and deadline."""
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": kind})
+        [before] = await run.count(1)
+    saved = json.loads((tmp_path / ACTIVE_FILE).read_text())
+    sim.restart()
+    await asyncio.sleep(1.1)  # a restart later: a new notice would get a later deadline
+    async with watching(server.url, tmp_path) as run:
+        [after] = await run.count(1)
+        await run.until_polling()
+        await run.settle()
+        assert run.reports == [after]
+    assert json.dumps(saved).find(sim.etag("instance/maintenance-event")) == -1  # not the same
+    assert (after.id, after.action, after.detail) == (before.id, "drain", before.detail)
+    # Saved with milliseconds, as the wire keeps them.
+    assert abs(after.noticed_at - before.noticed_at) < timedelta(milliseconds=1)
+    if kind == "TERMINATE":
+        assert after.deadline is not None and before.deadline is not None
+        assert abs(after.deadline - before.deadline) < timedelta(milliseconds=1)
+    else:
+        assert after.deadline is None
