@@ -133,6 +133,14 @@ class GcpSimulator(Simulator):
             raise ValueError(
                 f"on_host_maintenance must be MIGRATE or TERMINATE, got {on_host_maintenance!r}"
             )
+        if preemptible and on_host_maintenance != "TERMINATE":
+            # Compute Engine creates no such VM ("Set the host maintenance policy": Spot and
+            # preemptible VMs can only stop for host maintenance); served, the watcher took
+            # it for one that keeps running through a maintenance window.
+            raise ValueError(
+                "a Spot (preemptible) VM cannot live-migrate: its on_host_maintenance is "
+                f"TERMINATE, got {on_host_maintenance!r}"
+            )
         if upcoming_none not in UPCOMING_NONE_FORMS:
             raise ValueError(
                 f"upcoming_none must be one of {', '.join(UPCOMING_NONE_FORMS)}, "
@@ -718,7 +726,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "TERMINATE_ON_HOST_MAINTENANCE an hour; a type without GPUs, e.g. n2-standard-8, 60s)",
     )
     parser.add_argument(
-        "--preemptible", action="store_true", help="a Spot VM: scheduling/preemptible TRUE"
+        "--preemptible",
+        action="store_true",
+        help="a Spot VM: scheduling/preemptible TRUE (its on-host-maintenance is TERMINATE)",
     )
     parser.add_argument(
         "--on-host-maintenance",

@@ -387,6 +387,25 @@ def test_bad_flags_are_refused() -> None:
         GcpSimulator(on_host_maintenance="REBOOT")
 
 
+def test_a_spot_vm_that_live_migrates_is_refused(env: dict[str, str]) -> None:
+    """Compute Engine has no such VM: a Spot or preemptible VM can only stop for host
+    maintenance (onHostMaintenance TERMINATE, automaticRestart FALSE). Served, it had
+    `instance/scheduling/` say MIGRATE beside preemptible TRUE, and the watcher gave its
+    upcoming windows no deadline, as for a VM that keeps running through them."""
+    with pytest.raises(ValueError, match="Spot"):
+        GcpSimulator(preemptible=True, on_host_maintenance="MIGRATE")
+    done = subprocess.run(
+        forewarn_cmd("simulate", "gcp", "--preemptible", "--on-host-maintenance", "MIGRATE"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("forewarn: simulate gcp: ") and "TERMINATE" in done.stderr
+    assert done.stdout == ""
+
+
 def test_forewarn_simulate_gcp_command(env: dict[str, str]) -> None:
     proc = subprocess.Popen(
         forewarn_cmd("simulate", "gcp", "--port", "0", "--preempt-after", "0.2"),
