@@ -15,6 +15,8 @@ from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.gcp import simulate
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import SimControl, forewarn_cmd
 
 FLAVOR = {"Metadata-Flavor": "Google"}
@@ -168,6 +170,33 @@ def test_a_restart_forgets_the_etags_and_answers_a_waiting_long_poll_at_once(
     assert time.monotonic() - started < 5
     assert (answer.text, answer.headers["ETag"]) == ("NONE", boot)
     assert httpx.get(server.url + "/_sim/state").json()["restarts"] == 1
+
+
+_ROUTES = ("/_sim/restart", "/_sim/restart/", "/_sim/restar", "/_sim/restart/x")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    method=st.sampled_from(["POST", "GET", "PUT", "PATCH", "DELETE"]),
+    route=st.sampled_from(_ROUTES),
+    body=st.binary(max_size=64),
+)
+def test_the_restart_route_takes_any_request_without_a_500(
+    method: str, route: str, body: bytes
+) -> None:
+    """`POST /_sim/restart` ignores its body and restarts; anything else there is the
+    control API's 404 (or its 405), never a 500, and restarts nothing. The values stay."""
+    sim = GcpSimulator()
+    sim.raise_notice("maintenance", {"type": "TERMINATE"})
+    with SimServer(sim) as server:
+        answer = httpx.request(method, server.url + route, content=body, trust_env=False)
+    restarts = 1 if (method, route) == ("POST", "/_sim/restart") else 0
+    if restarts:
+        assert (answer.status_code, answer.json()) == (200, {"restarts": 1})
+    else:
+        assert 400 <= answer.status_code < 500 and "error" in answer.json(), answer.text
+    assert sim.restarts == restarts
+    assert sim.value("instance/maintenance-event") == "TERMINATE_ON_HOST_MAINTENANCE"
 
 
 def test_bad_timeout_sec_is_refused(client: httpx.Client) -> None:
