@@ -269,6 +269,31 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# torch 2.13's torchrun (its c10d rendezvous, as its static one) shares its TCPStore with the
+# ranks and keeps it across a `--max-restarts` restart, no key telling one attempt from the
+# next: restarted gloo ranks read the first attempt's addresses and fail in connectFullMesh
+# (`Connection refused`; static: they hang). Without the shared store (this variable, heeded
+# by the c10d rendezvous alone) rank 0 serves a fresh store each attempt.
+RESTARTABLE_TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def _rendezvous(max_restarts: int) -> list[str]:
+    """torchrun's rendezvous options: the c10d rendezvous on 127.0.0.1 for a job torchrun
+    restarts (with `RESTARTABLE_TORCHRUN_ENV`), else the static one on a fixed port."""
+    port = str(_free_port())
+    if max_restarts:
+        endpoint = f"127.0.0.1:{port}"
+        return [
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            endpoint,
+            "--max-restarts",
+            str(max_restarts),
+        ]
+    return ["--master-addr", "127.0.0.1", "--master-port", port]
+
+
 class Job:
     """One torchrun job: its own session (a platform signals it, not the terminal), rank 0's
     JSON lines read on a thread. Start it on the main thread: the kernel's signal to a
@@ -294,6 +319,7 @@ class Job:
         flush_delay: float = 0.0,
         steps: int = 1_000_000,
         every_steps: int | None = EVERY_STEPS,
+        max_restarts: int = 0,
     ) -> None:
         argv = [
             sys.executable,
@@ -303,10 +329,7 @@ class Job:
             "1",
             "--nproc-per-node",
             "2",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(_free_port()),
+            *_rendezvous(max_restarts),
             "--shutdown-timeout",
             str(max(1, round(shutdown_timeout))),
             "-m",
@@ -321,6 +344,8 @@ class Job:
         if every_steps:
             argv += ["--every-steps", str(every_steps)]
         job_env = dict(env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        if max_restarts:
+            job_env.update(RESTARTABLE_TORCHRUN_ENV)
         self.log = log.open("w")
         # Tethered, as the drill's agents are: a drill killed outright (kill -9) left the job
         # training until rank 0's next line broke its pipe, which a rank still importing torch
