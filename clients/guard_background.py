@@ -405,6 +405,9 @@ class BackgroundSaves(ExitReporting):
             # Bounded by the deadline as it stands while the save runs, as a synchronous
             # exit's save is: taken once here, a deadline moved later gave the save up at the
             # old one plus the grace, and one moved earlier left it to the SIGKILL unsaid.
+            # So is the wait for an upload already in flight (`left`): taken once, it gave
+            # the upload up at the old deadline although minutes remained, or waited past a
+            # deadline moved earlier, the exit's own save then cut off by the SIGKILL.
             final = saver.final(
                 step,
                 state,
@@ -412,6 +415,7 @@ class BackgroundSaves(ExitReporting):
                 metadata=self._exit_metadata(step, metadata),
                 timeout=self._exit_save_limit(),
                 waited=self._deadline_ahead,
+                left=lambda: self._seconds_left(passed=True),
             )
         except BaseException as error:
             with self._lock:

@@ -38,6 +38,7 @@ from typing import Any
 from forewarn.protocol.errors import ForewarnError
 
 from .errors import CheckpointError, CommitTimeout, InvalidNameError
+from .final_deadline import FinalDeadline, deadline_words
 from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
 from .manifest import check_file_name
@@ -136,9 +137,9 @@ def _size(count: int) -> str:
 class _WaitNews:
     """What `final()` says while it waits for the save in flight: that it waits, and why,
     when it starts; every PROGRESS_LOG_SECONDS how far the save is and the time left to the
-    deadline (`deadline` on the monotonic clock, None unknown)."""
+    deadline as it stands (a deadline moved since `final()` began is the one it says)."""
 
-    def __init__(self, saver: BackgroundSaver, step: int, in_flight: int, deadline: float | None):
+    def __init__(self, saver: BackgroundSaver, step: int, in_flight: int, deadline: FinalDeadline):
         self._saver = saver
         self._step = step
         self._in_flight = in_flight
@@ -155,7 +156,7 @@ class _WaitNews:
             "" if self._in_flight == self._step else " first",
             why,
             self._saver.progress_words(),
-            _deadline_words(self._deadline),
+            deadline_words(self._deadline.at()),
         )
 
     def tick(self) -> None:
@@ -170,18 +171,8 @@ class _WaitNews:
             self._in_flight,
             now - self.began,
             self._saver.progress_words(),
-            _deadline_words(self._deadline),
+            deadline_words(self._deadline.at()),
         )
-
-
-def _deadline_words(deadline: float | None) -> str:
-    """The time left to `deadline` (monotonic; None: unknown), for a log line."""
-    if deadline is None:
-        return "the deadline is unknown"
-    left = deadline - time.monotonic()
-    if left >= 0:
-        return f"{left:.1f} s to the deadline"
-    return f"the deadline passed {-left:.1f} s ago"
 
 
 class _Cancelled(ForewarnError):
@@ -668,9 +659,17 @@ class BackgroundSaver:
         metadata: Mapping[str, Any] | None = None,
         timeout: float | Callable[[], float] | None = None,
         waited: Callable[[], bool] | None = None,
+        left: Callable[[], float | None] | None = None,
     ) -> FinalSave:
         """The terminate path: finish or cancel the in-flight save, then save `step`
         synchronously. `seconds_left` is the time until the deadline (None: unknown).
+
+        The wait for a save in flight, chosen by `seconds_left`, ends at the deadline as
+        `left()` gives it while the wait runs (seconds to it from now; None: no longer
+        known, the last seen holds), when given (the guard's: the agent moves a notice's
+        deadline). Taken once, a deadline moved later gave the upload up at the old one
+        although minutes remained, and one moved earlier kept the wait going past the new
+        one, the final save then cut off by the SIGKILL with no line saying so.
 
         The synchronous save is given up (`CommitTimeout`) a grace past that deadline, once
         its bytes have also stopped moving. `timeout` replaces that bound, in seconds from
@@ -682,21 +681,26 @@ class BackgroundSaver:
         grace, and one moved earlier left it to the SIGKILL with no CommitTimeout."""
         self._in_final = True
         try:
-            return self._final(step, state, seconds_left, metadata, timeout, waited)
+            deadline = FinalDeadline(time.monotonic(), seconds_left, left)
+            return self._final(step, state, deadline, metadata, timeout, waited)
         finally:
             self._in_final = False
 
     def _wait_to_deadline(
-        self, step: int, in_flight: int, started: float, seconds_left: float, reason: str
+        self, step: int, in_flight: int, deadline: FinalDeadline, reason: str
     ) -> tuple[str, str]:
         """Wait for the save in flight, in place of a final save the time left is too short
-        for, up to the deadline and then while its last parts move; cancel it if it is still
-        going then. Returns `final()`'s choice and reason, `reason` saying why it waited."""
+        for, up to the deadline as it stands and then while its last parts move; cancel it
+        if it is still going then. Returns `final()`'s choice and reason, `reason` saying
+        why it waited."""
         choice = "waited"
-        news = _WaitNews(self, step, in_flight, started + seconds_left)
+        news = _WaitNews(self, step, in_flight, deadline)
         news.start(reason)
-        while self.in_flight is not None and time.monotonic() < started + seconds_left:
-            self.wait(min(_WAIT_TICK_SECONDS, started + seconds_left - time.monotonic()))
+        while self.in_flight is not None:
+            left = (deadline.at() or 0.0) - time.monotonic()
+            if left <= 0:
+                break
+            self.wait(min(_WAIT_TICK_SECONDS, left))
             news.tick()
         # Only its last parts still going, bytes flowing: cut at the deadline (once the
         # cancel could stop them) the step nearly durable was lost for a final save the time
@@ -707,6 +711,9 @@ class BackgroundSaver:
         while self.in_flight is not None and self._moving_tail(quiet):
             self.wait(_WAIT_TICK_SECONDS)
             news.tick()
+        moved = deadline.words()
+        if moved:
+            reason = f"{reason}; {moved}"
         if self.in_flight is not None:
             choice = "cancelled"
             reason = f"{reason}, which was still uploading when the deadline came: cancelled it"
@@ -728,13 +735,13 @@ class BackgroundSaver:
         self,
         step: int,
         state: Mapping[str, Any],
-        seconds_left: float | None,
+        deadline: FinalDeadline,
         metadata: Mapping[str, Any] | None,
         limit: float | Callable[[], float] | None = None,
         waited: Callable[[], bool] | None = None,
     ) -> FinalSave:
-        started = time.monotonic()
-        deadline = None if seconds_left is None else started + seconds_left
+        started = deadline.started
+        seconds_left = None if deadline.first is None else deadline.first - started
         in_flight = self.in_flight
         final_estimate = self._durable_estimate
         durable_before = self.last_durable
@@ -756,13 +763,16 @@ class BackgroundSaver:
                     self.check()
                 self.wait(_WAIT_TICK_SECONDS)
                 news.tick()
-                late = seconds_left is not None and time.monotonic() - started > seconds_left
-                if late and not told and self.in_flight == step:
+                # The deadline as it stands: one moved earlier passed, unsaid, while this
+                # waited for the old one.
+                at = deadline.at()
+                late = at is not None and time.monotonic() > at
+                if late and at is not None and not told and self.in_flight == step:
                     told = True
                     _log.warning(
                         "forewarn: the deadline passed (%.1f s) and the background save of step "
                         "%d, the final one, is still uploading: it is not durable yet; waiting on",
-                        seconds_left,
+                        at - started,
                         step,
                     )
             durable = self.last_durable
@@ -809,8 +819,7 @@ class BackgroundSaver:
             choice, reason = self._wait_to_deadline(
                 step,
                 in_flight,
-                started,
-                seconds_left,
+                deadline,
                 f"no save has been timed yet, but step {in_flight} has been uploading for "
                 f"{started - self._started:.1f} s, longer than the {seconds_left:.1f} s left, "
                 "so a final save of the same state does not fit either: waited for step "
@@ -828,11 +837,15 @@ class BackgroundSaver:
                 )
                 # The figures are estimates: an upload that stalls past the moment the final
                 # save (and a stuck write's cancel grace) must start would hold it until the
-                # deadline's SIGKILL, losing both. One on its estimate is never cut short.
-                latest_start = seconds_left - final_estimate - CANCEL_GRACE_SECONDS
+                # deadline's SIGKILL, losing both. One on its estimate is never cut short,
+                # unless the deadline moved so early that its estimate no longer fits.
+                start_by = _start_by(deadline, started + remaining, final_estimate)
                 news = _WaitNews(self, step, in_flight, deadline)
                 news.start(reason)
-                stopped = self._wait_while_moving(max(latest_start, remaining), news)
+                stopped = self._wait_while_moving(start_by, news)
+                moved = deadline.words()
+                if moved:
+                    reason = f"{reason}; {moved}"
                 if stopped is not None:
                     choice = "cancelled"
                     reason = (
@@ -846,8 +859,9 @@ class BackgroundSaver:
                     reason = (
                         f"step {in_flight} was expected to need about {remaining:.1f} s more "
                         f"but was still uploading after {time.monotonic() - started:.1f} s, when "
-                        f"the final save (about {final_estimate:.1f} s) had to start to fit in "
-                        f"{seconds_left:.1f} s: cancelled it"
+                        f"the final save (about {final_estimate:.1f} s) had to start to fit "
+                        + (f"before it: {moved}" if moved else f"in {seconds_left:.1f} s")
+                        + ": cancelled it"
                     )
                     self._cancel_in_flight()
             elif remaining <= seconds_left < final_estimate:
@@ -859,8 +873,7 @@ class BackgroundSaver:
                 choice, reason = self._wait_to_deadline(
                     step,
                     in_flight,
-                    started,
-                    seconds_left,
+                    deadline,
                     f"step {in_flight} needed about {remaining:.1f} s more and the final save "
                     f"alone about {final_estimate:.1f} s, more than the {seconds_left:.1f} s "
                     f"left: waited for step {in_flight} first",
@@ -904,7 +917,7 @@ class BackgroundSaver:
                 step,
                 reason,
                 time.monotonic() - started,
-                _deadline_words(deadline),
+                deadline_words(deadline.at()),
             )
         self._error = None  # a cancelled or failed older save is superseded by this one
         copies: list[tuple[Any, Any]] = []
@@ -930,6 +943,8 @@ class BackgroundSaver:
             # but only once it has also moved nothing for that grace (see `SaveMotion`).
             left = max(seconds_left - (time.monotonic() - started), 0.0)
             timeout = max(left + FINAL_SAVE_GRACE_SECONDS, CANCEL_GRACE_SECONDS)
+            if deadline.follows:
+                timeout = _grace_past(deadline)
         motion = SaveMotion()
         self._final_motion = motion
         self._final_writing_since, self._final_estimate = time.monotonic(), final_estimate
@@ -951,8 +966,9 @@ class BackgroundSaver:
         self.last = SaveTiming(step, seconds, seconds)
         return FinalSave(choice, reason, generation, seconds, seconds)
 
-    def _wait_while_moving(self, seconds: float, news: _WaitNews) -> float | None:
-        """Wait up to `seconds` for the save in flight while it moves; how long it had
+    def _wait_while_moving(self, until: Callable[[], float], news: _WaitNews) -> float | None:
+        """Wait until `until()` (monotonic, asked at each tick: the deadline may move) for
+        the save in flight while it moves; how long it had
         moved nothing when the wait stopped for that (`TAIL_QUIET_SECONDS`, on the wall clock
         and as a watcher counts it), else None. Waited for whole, an upload stalled by storage
         that stopped answering held the final save until the last moment its estimate
@@ -961,7 +977,7 @@ class BackgroundSaver:
         start = time.monotonic()
         quiet = QuietTime(self._moved, _WAIT_TICK_SECONDS, start)
         while self.in_flight is not None:
-            left = seconds - (time.monotonic() - start)
+            left = until() - time.monotonic()
             if left <= 0:
                 return None
             self.wait(min(_WAIT_TICK_SECONDS, left))
@@ -1390,6 +1406,40 @@ class BackgroundSaver:
             self._stuck.append((self._in_flight, thread, held))
             self._buffers = {}
         self._thread = None
+
+
+def _start_by(
+    deadline: FinalDeadline, on_estimate: float, final_estimate: float
+) -> Callable[[], float]:
+    """When the final save must start (monotonic) for the deadline as it stands: the
+    deadline less the final save's estimate and a stuck write's cancel grace, but not before
+    `on_estimate`, the upload's own estimated end, while that still leaves the final save
+    its estimate before the deadline."""
+
+    def start_by() -> float:
+        at = deadline.at()
+        if at is None:  # never here: `final()` waits only for a known deadline
+            return on_estimate
+        latest = at - final_estimate - CANCEL_GRACE_SECONDS
+        if on_estimate + final_estimate <= at:
+            return max(latest, on_estimate)
+        return latest
+
+    return start_by
+
+
+def _grace_past(deadline: FinalDeadline) -> Callable[[], float]:
+    """The final save's bound as `flush(timeout=)` asks it, seconds from now: a grace past
+    the deadline as it stands (at least a cancel's grace from the write's start)."""
+    began = time.monotonic()
+
+    def bound() -> float:
+        now = time.monotonic()
+        at = deadline.at()
+        left = FINAL_SAVE_GRACE_SECONDS if at is None else at - now + FINAL_SAVE_GRACE_SECONDS
+        return max(left, CANCEL_GRACE_SECONDS - (now - began))
+
+    return bound
 
 
 def _either(moving: Callable[[], bool], waited: Callable[[], bool] | None) -> Callable[[], bool]:
