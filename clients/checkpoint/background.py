@@ -711,9 +711,6 @@ class BackgroundSaver:
         while self.in_flight is not None and self._moving_tail(quiet):
             self.wait(_WAIT_TICK_SECONDS)
             news.tick()
-        moved = deadline.words()
-        if moved:
-            reason = f"{reason}; {moved}"
         if self.in_flight is not None:
             choice = "cancelled"
             reason = f"{reason}, which was still uploading when the deadline came: cancelled it"
@@ -724,6 +721,9 @@ class BackgroundSaver:
                 f"came: waited {time.monotonic() - tail:.1f} s more while they moved "
                 "and it committed"
             )
+        moved = deadline.words()
+        if moved:
+            reason = f"{reason}; {moved}"
         return choice, reason
 
     @property
