@@ -34,6 +34,8 @@ torch = LazyModule("torch")
 FLOATS = (MIN_PART + MIN_PART // 2) // 4
 # The link as the periodic saves find it: the larger part takes 3 s (the saves' estimate).
 RATE = MIN_PART / 3
+# The link once the exit waits: step 2, about a third sent, needs ~25 s more.
+CRAWL = RATE / 12
 
 
 @pytest.fixture
@@ -136,23 +138,24 @@ def _exit_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[float, str]]:
 def test_an_upload_in_flight_is_waited_for_to_a_deadline_moved_later(
     tmp_path: Path, link: SlowLink, bucket: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The exit finds step 2 uploading with 10 s left: it fits, so the exit waits. The link
-    then slows to an eighth and the spot time moves 2 min out: step 2 now needs ~15 s more,
-    past the old deadline but well within the new one. Bounded by the old deadline, it was
-    cancelled at ~5 s and step 2's upload lost while minutes remained."""
+    """The exit finds step 2 uploading with 15 s left: it and the exit's save (~4 s) fit, so
+    the exit waits. The link then crawls and the spot time moves 2 min out: step 2 now needs
+    ~25 s more, past the old deadline but well within the new one. Bounded by the old
+    deadline, it was cancelled ~10 s in and step 2's upload lost while minutes remained."""
 
     def later(walk: Walk) -> None:
-        link.rate = RATE / 8
+        link.rate = CRAWL
         walk.spot(utcnow() + timedelta(minutes=2))
         # The exit's own save of step 3 need not crawl too once the wait ends.
         _wait_ends(walk)
 
     with caplog.at_level(logging.WARNING, logger="forewarn.clients"):
-        walk, store, raised = _walk(tmp_path, link, bucket, timedelta(seconds=10), later)
+        walk, store, raised = _walk(tmp_path, link, bucket, timedelta(seconds=15), later)
     assert raised is None, raised
     lines = _exit_lines(caplog)
     chose = [line for _at, line in lines if "writing it now" in line]
     assert chose and "cancelled" not in chose[0], lines
+    assert "deadline moved later" in chose[0], chose
     assert [g.step for g in store.generations()] == [1, 2, 3], lines
     assert walk.guard.exit_code == 143
     store.close()
@@ -165,16 +168,16 @@ def test_the_wait_for_an_upload_in_flight_stops_for_a_deadline_moved_earlier(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The exit finds step 2 uploading with 2 min left and waits. The link slows to an
-    eighth (step 2 needs ~15 s more) and the spot time moves 8 s out: the exit's save (3 s
-    by its estimate) has to start by ~4 s from then. Bounded by the old deadline, the wait
+    """The exit finds step 2 uploading with 2 min left and waits. The link crawls (step 2
+    needs ~25 s more) and the spot time moves 8 s out: the exit's save (~4 s by its
+    estimate) has to start by ~3 s from then. Bounded by the old deadline, the wait
     went on until step 2 committed, past the new deadline, where the SIGKILL would have cut
     the exit's save off with no line saying so."""
     moved: list[float] = []
     monkeypatch.setattr(background, "PROGRESS_LOG_SECONDS", 0.5)
 
     def earlier(walk: Walk) -> None:
-        link.rate = RATE / 8
+        link.rate = CRAWL
         walk.spot(utcnow() + timedelta(seconds=8))
         moved.append(time.time())  # heard by the guard
         # The link fast again once the wait ends (step 2 cancelled, or committed): the
@@ -188,7 +191,7 @@ def test_the_wait_for_an_upload_in_flight_stops_for_a_deadline_moved_earlier(
     chose = [(at, line) for at, line in lines if "writing it now" in line]
     assert chose and moved, lines
     at, line = chose[0]
-    # Stopped by the new deadline less the exit's save's estimate (8 - 3 - 1 s, give or
+    # Stopped by the new deadline less the exit's save's estimate (8 - 4 - 1 s, give or
     # take the second the spot time is rounded to and the watcher's poll), not step 2's end.
     assert at - moved[0] < 7.0, (at - moved[0], lines)
     assert "cancelled" in line and "deadline moved earlier" in line, line
