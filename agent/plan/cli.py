@@ -498,7 +498,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_duration,
         metavar="DUR",
         help="95th percentile of the flush (with --upload, of the time until durable): what a "
-        "notice must cover (default: the telemetry's, else the mean, plus --upload)",
+        "notice must cover, never below the mean plus --upload (default: the telemetry's, "
+        "else the mean, plus --upload)",
     )
     job.add_argument(
         "--upload",

@@ -342,6 +342,9 @@ def warnings(
             f"on, so checkpoints come every {timing.upload_seconds:.4g} s, as the overhead "
             "counts them"
         )
+    given_p95 = timing.checkpoint_p95_seconds
+    if given_p95 is not None and given_p95 < timing.flush_floor:
+        found.append(_p95_below_the_floor(timing, given_p95))
     if timing.mtbi_seconds is not None:
         found += _beyond_the_useful_time(timing, chosen)
         found += _notice_not_worth_it(timing)
@@ -353,6 +356,24 @@ def warnings(
             "would not finish, so interruptions with notice still lose work"
         )
     return found
+
+
+def _p95_below_the_floor(timing: Timing, given: float) -> str:
+    """A flush p95 below the save's own mean: both figures, and the one used."""
+    floor = timing.flush_floor
+    if timing.upload_seconds:
+        what = (
+            f"the {timing.checkpoint_seconds:.4g} s stall + the {timing.upload_seconds:.4g} s "
+            f"upload ({floor:.4g} s)"
+        )
+        hint = "with an upload it is the p95 of the time until durable, not of the stall"
+    else:
+        what = f"the mean flush ({floor:.4g} s)"
+        hint = "a 95th percentile is not below the mean"
+    return (
+        f"the flush p95 ({given:.4g} s) is below {what}: {floor:.4g} s is used for what a "
+        f"notice must cover ({hint})"
+    )
 
 
 def _notice_not_worth_it(timing: Timing) -> list[str]:

@@ -62,7 +62,8 @@ def _p95_source(given: dict[str, Any], used: float, upload: float) -> str:
         # With an upload the notice's save is kept once durable: the stall and the upload.
         return "(the mean + the upload)" if upload else "(the mean)"
     if given["value"] < used:
-        return f"(the mean: above the p95 {seconds_text(given['value'])}, {given['source']})"
+        floor = "the stall + the upload" if upload else "the mean"
+        return f"({floor}: above the p95 {seconds_text(given['value'])}, {given['source']})"
     return f"({given['source']})"
 
 

@@ -1737,3 +1737,20 @@ def test_the_plot_says_an_overhead_off_the_chart_in_few_digits_within_the_figure
         assert box.x0 >= 0 and box.x1 <= figure.bbox.width, (box, figure.bbox)
     finally:
         plt.close(figure)
+
+
+def test_a_p95_below_the_stall_and_the_upload_uses_both_and_warns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--checkpoint 2s --upload 25s --checkpoint-p95 10s was used as given: a 30 s notice
+    was taken to cover a save durable only 27 s after its stall began (5 + 10 s < 30 s), and
+    the plan read 'usable'. The save's own floor, C + W, is used, and a warning names both."""
+    argv = ["--checkpoint", "2s", "--upload", "25s", "--checkpoint-p95", "10s"]
+    argv += ["--notice-lead", "30s", "--interruptions-per-day", "24", "--detection", "5s"]
+    plan = plan_json(capsys, *argv)
+    assert plan["flush"]["p95_seconds"] == 27
+    assert plan["notice"]["usable"] is False
+    assert any("10 s" in line and "27 s" in line for line in plan["warnings"]), plan["warnings"]
+    assert plan_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "27 s  (the stall + the upload: above the p95 10 s, flag)" in out

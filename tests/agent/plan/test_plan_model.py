@@ -25,6 +25,7 @@ from forewarn.agent.plan import (
     warnings,
     young_interval,
 )
+from forewarn.agent.plan.model import Intervals
 from forewarn.agent.plan.sizes import SizeEstimate, parse_bandwidth, parse_count, parse_size
 from hypothesis import given
 from hypothesis import strategies as st
@@ -794,3 +795,25 @@ def test_a_lead_and_what_it_must_cover_are_printed_alike() -> None:
     assert "notice lead 0.057 s covers the 0.057 s" in notice(timing).why
     short = Timing(**{**timing.__dict__, "notice_lead_seconds": 0.0312345})
     assert "notice lead 0.03123 s is shorter than the 0.057 s" in notice(short).why
+
+
+@given(
+    stall=st.floats(0.0, 1e6),
+    upload=st.floats(0.0, 1e6),
+    p95=st.one_of(st.none(), st.floats(0.0, 2e6)),
+)
+def test_the_p95_a_notice_must_cover_is_never_below_the_stall_and_the_upload(
+    stall: float, upload: float, p95: float | None
+) -> None:
+    """A p95 below C + W was used as given (10 s for a 2 s stall and a 25 s upload); the
+    floor is used, and a warning names both figures exactly when the given one is below."""
+    timing = Timing(
+        checkpoint_seconds=stall,
+        checkpoint_p95_seconds=p95,
+        upload_seconds=upload,
+    )
+    assert timing.flush_p95 >= stall + upload
+    assert timing.flush_p95 == (stall + upload if p95 is None else max(p95, stall + upload))
+    chosen = Intervals(None, None, None, None, DAY, "given")
+    below = [line for line in warnings(timing, chosen) if line.startswith("the flush p95")]
+    assert bool(below) == (p95 is not None and p95 < stall + upload)
