@@ -44,7 +44,7 @@ def test_a_short_lead_cell_passes_when_the_loss_is_the_plans_prediction() -> Non
     cell = short_cell(91, 0.249709)
     assert cell.ok and not cell.lead_is_enough
     outcome = cell.outcome()
-    assert outcome.startswith("9 steps lost: lead 0.3s < 2 x flush 1.50s")
+    assert outcome.startswith("9 steps lost: lead 0.3s < detection 0.25s + flush 1.50s")
     # The prediction uses the values the printed command gives, so the two agree.
     assert "as `forewarn plan` predicts: 9 steps lost" in outcome
     assert "(detection 0.25 s + flush p95 1.5 s)" in outcome
@@ -284,7 +284,7 @@ def test_a_cell_whose_loss_is_not_known_is_not_summed_as_nothing_lost(
     assert drill_reclaim.run_reclaim_drill(args, tmp_path, {}) == 1  # type: ignore[arg-type]
     out = capsys.readouterr().out.splitlines()
     assert out[-2] == (
-        "steps lost where the lead was at least twice the flush: at least 0; not known in "
+        "steps lost where the lead covered detection and the flush: at least 0; not known in "
         "cloud/mid-step (the outcome says why)"
     )
     assert out[-1] == "cells failed: 1 of 2"
@@ -412,3 +412,31 @@ def test_a_job_whose_process_ended_unreaped_is_not_alive(tmp_path: Path) -> None
     eventually(lambda: _stat(job.proc.pid) in (None, ("Z", os.getpid())), 30, "it ended")
     assert not job.alive()
     assert job.proc.returncode == 0
+
+
+def test_the_lead_is_enough_by_the_plans_rule_not_twice_the_flush() -> None:
+    """A 4 s lead, a 1.5 s flush begun 3 s after the notice: twice the flush (3 s) fits the
+    lead, so 9 steps lost read 'FAILED ... although the lead was enough', while the
+    `forewarn plan` command the drill prints says the notice (3 + 1.5 s) is not usable and
+    predicts those 9 steps. One rule, the plan's, decides both."""
+    cell = CellResult(
+        Cell("cloud", "mid-eval", 4.0, 1.5),
+        started_step=91,
+        last_step=100,
+        resumed_step=91,
+        flush=1.5,
+        flush_mean=1.5,
+        detection=3.0,
+        checkpoint_step=91,
+        state_match=True,
+    )
+    assert not cell.lead_is_enough
+    assert cell.ok, cell.outcome()
+    assert "as `forewarn plan` predicts: 9 steps lost" in cell.outcome()
+    # And the other way: a 2.5 s lead covers 0.25 s of detection and a 1.5 s flush, though
+    # not twice the flush; a lost step there is a failure, not excused by a short lead.
+    covered = short_cell(91, 0.25)
+    covered = CellResult(**{**covered.__dict__, "cell": Cell("cloud", "mid-eval", 2.5, 1.5)})
+    assert covered.lead_is_enough
+    assert not covered.ok
+    assert covered.outcome().startswith("FAILED: 9 steps lost although the lead")
