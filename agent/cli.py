@@ -64,6 +64,15 @@ from forewarn.protocol.wire import (
 )
 
 from .argtypes import choice_as_written, path_arg, word_as_written
+from .drill_limits import (
+    MAX_DEADLINE,
+    MAX_STEP_TIME,
+    MAX_STEPS,
+    MAX_UPLOAD_DELAY,
+    count_within,
+    seconds_within,
+    written_bound,
+)
 from .eventlines import ReplayTracker, describe
 from .holders import ancestors, pid_namespace, process_exists, process_group, process_start
 from .limits import (
@@ -1765,9 +1774,6 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
         raise UsageError(
             "drill local: --background runs the quick scenario with the local notice source"
         )
-    if args.background and (args.upload_delay <= 0 or args.deadline <= 0):
-        flag = "--upload-delay" if args.upload_delay <= 0 else "--deadline"
-        raise UsageError(f"drill local: {flag}: must be more than 0 seconds")
     if args.scenario == "quick":
         if not steps_given:
             # A slow --upload-delay spaces the periodic saves out past the default run: the
@@ -1775,10 +1781,6 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
             least = minimum_steps(args.step_time, args.background, args.upload_delay)
             args.steps = max(args.steps, least)
         check_steps(args.steps, args.step_time, args.background, args.upload_delay)
-    # A lead of 0 s sent every notice with its deadline already past: the agent refused each,
-    # and the drill ran its cells on without one.
-    if args.scenario != "quick" and args.lead <= 0:
-        raise UsageError("drill local: --lead: must be more than 0 seconds")
     if args.dir is not None:
         try:
             args.dir.mkdir(parents=True, exist_ok=True)
@@ -2163,15 +2165,16 @@ def build_parser(
     )
     local.add_argument(
         "--steps",
-        type=_positive_int,
+        type=count_within(1, MAX_STEPS),
         default=None,
-        help="steps of the demo run (default 400; at least 100, more with --background)",
+        help=f"steps of the demo run (default 400; at least 100, more with --background; at "
+        f"most {MAX_STEPS})",
     )
     local.add_argument(
         "--step-time",
-        type=_duration("--step-time"),
+        type=seconds_within(MAX_STEP_TIME, zero=True),
         default=None,
-        help="seconds per demo step (default 0.02)",
+        help=f"seconds per demo step (default 0.02; 0 to {written_bound(MAX_STEP_TIME)})",
     )
     local.add_argument(
         "--background",
@@ -2180,15 +2183,17 @@ def build_parser(
     )
     local.add_argument(
         "--upload-delay",
-        type=_duration("--upload-delay"),
+        type=seconds_within(MAX_UPLOAD_DELAY, zero=False),
         default=None,
-        help="with --background: seconds each checkpoint upload takes (default 1.5)",
+        help="with --background: seconds each checkpoint upload takes (default 1.5; more than "
+        f"0 and at most {written_bound(MAX_UPLOAD_DELAY)})",
     )
     local.add_argument(
         "--deadline",
-        type=_duration("--deadline"),
+        type=seconds_within(MAX_DEADLINE, zero=False),
         default=None,
-        help="with --background: the terminate's deadline, seconds after it is sent (default 20)",
+        help="with --background: the terminate's deadline, seconds after it is sent (default "
+        f"20; more than 0 and at most {written_bound(MAX_DEADLINE)})",
     )
     local.add_argument("--dir", type=_path, help="work directory (default: a temporary one)")
     local.add_argument(

@@ -35,6 +35,7 @@ from forewarn.protocol.errors import DrillError, UsageError
 from forewarn.protocol.timefmt import format_time
 from forewarn.protocol.wire import IPC_PATH_MAX, request
 
+from .drill_limits import MAX_STEPS
 from .tethered import tethered
 
 READY_TIMEOUT = 60.0  # a loaded machine starts Python slowly; a live agent answers long before
@@ -71,6 +72,15 @@ def minimum_steps(step_time: float, background: bool, upload_delay: float) -> in
 def check_steps(steps: int, step_time: float, background: bool, upload_delay: float) -> None:
     """Refuse, before anything starts, a --steps too few for the drill to send its notices."""
     least = minimum_steps(step_time, background, upload_delay)
+    if least > MAX_STEPS:
+        # Each flag within its range, together past the most steps: an hour's upload at
+        # --step-time 0 spaced the periodic saves 7.2e6 steps apart, and the drill ran on.
+        raise UsageError(
+            f"drill local: --steps: this drill needs at least {least} (a periodic save every "
+            f"{periodic_every(step_time, upload_delay)} steps: --upload-delay {upload_delay:g}s "
+            f"at --step-time {step_time:g}s), more than the most, {MAX_STEPS}: give a shorter "
+            "--upload-delay or a longer --step-time"
+        )
     if steps >= least:
         return
     if background:

@@ -42,11 +42,10 @@ from typing import Any
 
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.notifydeadline import for_an_older_agent, seconds_fields
-from forewarn.protocol.timefmt import duration_arg
-from forewarn.protocol.wholenumber import whole_number
 from forewarn.protocol.wire import request
 
 from .argtypes import word_as_written
+from .drill_limits import MAX_LEAD, MAX_SEED, count_within, seconds_within, written_bound
 from .drill_local import Machine, json_objects
 from .plan import ReclaimLoss, Timing, notice, reclaim_loss
 from .reclaim_procs import JobTree, become_subreaper
@@ -72,14 +71,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "torchrun: that reclaim at each notice moment), matrix (all four, plus short leads), "
         "or ci (a reduced matrix)",
     )
+    # A lead of 0 s sent every notice with its deadline already past: the agent refused each,
+    # and the drill ran its cells on without one.
     parser.add_argument(
         "--lead",
-        type=duration_arg,
+        type=seconds_within(MAX_LEAD, zero=False),
         default=None,  # 8 s; None tells `drill local` the flag was not given
-        help="time from notice to SIGKILL in the realistic scenarios, e.g. 8s (default 8s)",
+        help="time from notice to SIGKILL in the realistic scenarios, e.g. 8s (default 8s; "
+        f"more than 0 and at most {written_bound(MAX_LEAD)})",
     )
     parser.add_argument(
-        "--seed", type=whole_number(), default=None, help="seed of the random moments"
+        "--seed",
+        type=count_within(0, MAX_SEED),
+        default=None,
+        help=f"seed of the random moments (0 to {MAX_SEED}; default: a random one, printed)",
     )
     parser.add_argument(
         "--handler",

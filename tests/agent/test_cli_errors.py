@@ -210,7 +210,34 @@ CASES = [
     # Their --timeout has a default: leaving it out is not "no limit".
     (["status", "--timeout", "0"], {}, "(leave --timeout out for the default 30s)"),
     (["notify", "drain", "--timeout", "0s"], {}, "(leave --timeout out for the default 30s)"),
-    (["drill", "local", "--steps", "-1"], {}, "drill local: --steps: must be 1 or more"),
+    (["drill", "local", "--steps", "-1"], {}, "drill local: --steps: must be from 1 to 1000000"),
+    # Accepted: the drain was due at step 2e19, and the drill ran on at 50 steps a second.
+    (
+        ["drill", "local", "--steps", "100000000000000000000"],
+        {},
+        "drill local: --steps: must be from 1 to 1000000, got 100000000000000000000",
+    ),
+    (["drill", "local", "--step-time", "1e300"], {}, "drill local: --step-time: must be from 0s"),
+    (
+        ["drill", "local", "--background", "--upload-delay", "1e9"],
+        {},
+        "drill local: --upload-delay: must be more than 0s and at most 1h, got '1e9'",
+    ),
+    (["drill", "local", "--background", "--deadline", "30d"], {}, "--deadline: must be more than"),
+    (
+        ["drill", "local", "--scenario", "cloud", "--lead", "1e300"],
+        {},
+        "drill local: --lead: must be more than 0s and at most 2h, got '1e300'",
+    ),
+    # -5 and 5 seeded the same moments.
+    (["drill", "local", "--scenario", "cloud", "--seed", "-5"], {}, "--seed: must be from 0 to"),
+    # Each within its range, together past the most steps: the periodic save every 7.2e6
+    # steps.
+    (
+        ["drill", "local", "--background", "--upload-delay", "1h", "--step-time", "0"],
+        {},
+        "drill local: --steps: this drill needs at least",
+    ),
     (["drill", "local", "--steps", "1"], {}, "drill local: --steps: at least 100"),
     (["drill", "local", "--background", "--steps", "150"], {}, "--steps: at least 287"),
     (["drill", "local", "--lead", "-3"], {}, "drill local: --lead: not a duration"),
