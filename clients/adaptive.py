@@ -226,13 +226,19 @@ class AdaptiveInterval:
     def save_p95_seconds(self) -> float | None:
         """What a notice's save takes until it is kept: the flushes' 95th percentile, plus
         the uploads' (or the given `upload_seconds`) for a background save, which is kept
-        once durable. None before any flush."""
+        once durable, and at least the mean stall plus upload. None before any flush."""
         p95 = self.flush_p95_seconds
-        if p95 is None:
+        cost = self.flush_seconds
+        if p95 is None or cost is None:
             return None
         if self._fixed_upload is not None:
-            return p95 + self._fixed_upload
-        return p95 + (quantile(self._uploads, 0.95) if self._uploads else 0.0)
+            p95 += self._fixed_upload
+        else:
+            p95 += quantile(self._uploads, 0.95) if self._uploads else 0.0
+        # Never below the mean stall and upload, as the plan takes it (`Timing.flush_p95`):
+        # one slow flush in 40 puts the robust mean above the p95, and a lead between the
+        # two read usable here and not in the plan.
+        return max(p95, cost + self.upload_seconds)
 
     @property
     def scenario(self) -> Scenario | None:
