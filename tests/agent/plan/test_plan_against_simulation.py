@@ -344,3 +344,31 @@ def test_the_plans_overhead_is_the_simulated_one(
     job: Job, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert_the_overhead_agrees(job, capsys)
+
+
+# Jobs whose upload alone makes the notice unusable (the stall and detection fit the lead,
+# the upload does not): where the saves finished in the lead decide what is kept.
+upload_outlasts = st.builds(
+    lambda checkpoint, mtbi, restart, lead, no_notice, beyond: Job(
+        checkpoint, mtbi, restart, lead, no_notice, upload=lead - DETECTION - checkpoint + beyond
+    ),
+    checkpoint=st.floats(1.0, 20.0),
+    mtbi=st.floats(3600.0, 2 * DAY),
+    restart=st.floats(0.0, 600.0),
+    lead=st.sampled_from([PROVIDERS["aws"], PROVIDERS["gcp"]]),
+    no_notice=st.floats(0.0, 0.9),
+    beyond=st.floats(0.5, 600.0),
+)
+
+
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(job=upload_outlasts)
+def test_the_overhead_is_the_simulated_one_wherever_the_upload_outlasts_the_lead(
+    job: Job, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert_the_overhead_agrees(job, capsys)
