@@ -11,9 +11,10 @@ uncalled, as people write it) or worker_init_fn() (the README's spelling). `prin
 DataLoader worker prints a line for each item it loads (a dataset's own progress or warnings).
 Once a file `long-tasks` is in the working directory, each pool task takes a minute, and
 first leaves a file `long-task-<its worker's pid>` there. Given a file `hold-a-start` there, a
-spawn pool worker other than the first to start is held as it imports this module (before its
-protection, its signals still blocked) until a file `release` is there, first leaving a file
-`held-<its pid>`.
+spawn or forkserver worker (a pool's or the DataLoader's) other than the first to start is held
+as it imports this module (before its protection, its signals still blocked), first leaving a
+file `held-<its pid>`: it reads the FIFO `release` there until the test closes its end
+(job_session.HeldStart).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def square(x: int) -> int:
 
 
 def hold_a_later_start() -> None:
-    """The test's: a spawn worker that is not the first to start waits here, in its import of
-    the main module, as one still importing torch does on a loaded machine."""
+    """The test's: a spawn or forkserver worker that is not the first to start waits here, in
+    its import of the main module, as one still importing torch does on a loaded machine."""
     try:
         with open("first-start", "x"):
             return
@@ -64,8 +65,8 @@ def hold_a_later_start() -> None:
         pass
     with open(f"held-{os.getpid()}", "w"):
         pass
-    while not os.path.exists("release"):
-        time.sleep(0.05)
+    with open("release", "rb") as release:
+        release.read()  # the end of the FIFO: once the test closes its write end
 
 
 if __name__ == "__mp_main__" and os.path.exists("hold-a-start"):

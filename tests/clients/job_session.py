@@ -75,3 +75,27 @@ def every_worker_ends(sid: int, timeout: float) -> None:
         eventually(lambda: not session_processes(sid), timeout=timeout, what="every worker's end")
     except AssertionError as timed_out:
         raise AssertionError(f"{timed_out}; left: {left_behind(sid)}") from None
+
+
+class HeldStart:
+    """Has the job (hangup_loader_job.py) hold a spawn or forkserver worker other than the
+    first as it imports the main module, as one still importing torch is on a loaded machine:
+    it blocks reading the FIFO `release` in the job's directory, whose only writer is this
+    test, until `release()` closes that end (or the test's process ends). Not a timed wait:
+    the worker goes on exactly when the test says."""
+
+    def __init__(self, directory: Path) -> None:
+        fifo = directory / "release"
+        os.mkfifo(fifo)
+        # A reader for a moment, so that the write end opens at once; not inheritable, so the
+        # job's processes never hold the write end and keep the held worker waiting.
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self._writer: int | None = os.open(fifo, os.O_WRONLY)
+        os.close(reader)
+        (directory / "hold-a-start").touch()
+
+    def release(self) -> None:
+        """The held worker reads the end of the FIFO and goes on with its start."""
+        if self._writer is not None:
+            os.close(self._writer)
+            self._writer = None

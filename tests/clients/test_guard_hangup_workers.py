@@ -16,7 +16,13 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from job_session import end_session, every_worker_ends, session_processes, start_in_session
+from job_session import (
+    HeldStart,
+    end_session,
+    every_worker_ends,
+    session_processes,
+    start_in_session,
+)
 from support import as_in_a_terminal, eventually, sighup_as_in_a_terminal
 
 SCRIPT = Path(__file__).with_name("hangup_loader_job.py")
@@ -230,7 +236,7 @@ def test_a_spawn_pool_worker_still_starting_when_the_main_process_dies_ends(
     write end (a Pool's closes its copy, and may read the queue's end), so it stays every
     time here."""
     record = tmp_path / "record"
-    (tmp_path / "hold-a-start").touch()
+    held = HeldStart(tmp_path)
     job = start_job(tmp_path, "executor", "spawn")
     try:
         eventually(lambda: steps(record) >= 3, timeout=60, what="step 3")
@@ -240,7 +246,7 @@ def test_a_spawn_pool_worker_still_starting_when_the_main_process_dies_ends(
                 os.kill(pid, signal.SIGHUP)  # the group's SIGHUP, as the workers get it
         os.kill(job.pid, signal.SIGKILL)  # the main process dies before any save
         job.wait()
-        (tmp_path / "release").touch()  # the held worker goes on to its protection
+        held.release()  # the held worker goes on to its protection
         every_worker_ends(job.pid, timeout=30)
     finally:
         end_session(job)

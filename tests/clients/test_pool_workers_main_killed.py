@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from job_session import end_session, every_worker_ends, start_in_session
+from job_session import HeldStart, end_session, every_worker_ends, start_in_session
 from support import eventually, requires
 
 pytestmark = requires("torch")
@@ -47,4 +47,28 @@ def test_pool_workers_of_a_sigkilled_main_process_end_within_seconds(
         assert job.wait(30) == -signal.SIGKILL
         every_worker_ends(job.pid, timeout=10)
     finally:
+        end_session(job)
+
+
+@pytest.mark.parametrize("kind", ["pool", "executor", "loader"])
+def test_a_forkserver_worker_still_starting_when_the_main_process_is_killed_ends(
+    tmp_path: Path, kind: str
+) -> None:
+    """The forkserver start's variant of a worker still importing the main module (torch,
+    seconds on a loaded node) when its main process alone is SIGKILLed: its parent is the fork
+    server, which ends with the main process, so the worker is handed to the reaper before its
+    init has read which process to watch. It ends once its start goes on, as a fork or spawn
+    one does, and nothing of the job is left on the node."""
+    record = tmp_path / "record"
+    held = HeldStart(tmp_path)
+    job = start_in_session(tmp_path, [sys.executable, str(SCRIPT), str(record), kind, "forkserver"])
+    try:
+        # Not a step: a DataLoader whose first worker is the one held waits for its batch.
+        eventually(lambda: list(tmp_path.glob("held-*")), timeout=90, what="a held start")
+        os.kill(job.pid, signal.SIGKILL)  # the main process only, as the OOM killer does
+        assert job.wait(30) == -signal.SIGKILL
+        held.release()  # its import done, the held worker goes on with its start
+        every_worker_ends(job.pid, timeout=30)
+    finally:
+        held.release()
         end_session(job)
