@@ -99,7 +99,6 @@ from .workers_spawn import _with_jobs_sys_path as _with_jobs_sys_path
 # it lives at each access, so that `workers._guard_handles_sigterm_here` is this process's now.
 _REBOUND_STATE = {
     "_guards_handling_sigterm": workers_guardbyte,
-    "_guard_handles_sigterm_here": workers_guardbyte,
     "_lifeline": workers_lifeline,
     "_lifeline_lock": workers_lifeline,
     "_fork_lifeline": workers_lifeline,
@@ -108,6 +107,8 @@ _REBOUND_STATE = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "_guard_handles_sigterm_here":
+        return workers_guardbyte._here()  # made as a forked child first uses it
     module = _REBOUND_STATE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -64,11 +64,12 @@ def _after_fork_in_parent() -> None:
 def _forking_process() -> tuple[Any, Any] | None:
     """The process multiprocessing's fork start (popen_fork's `_launch`) is forking, and its
     Popen, if this fork is one."""
-    try:
-        from multiprocessing import popen_fork
-    except ImportError:  # no fork on this platform
+    # Not imported: no fork start has run, and this fork is not one. Every other fork (one
+    # with torch's DataLoader forked anew at each epoch) was walking its whole stack.
+    popen_fork = sys.modules.get("multiprocessing.popen_fork")
+    if popen_fork is None:
         return None
-    launch = popen_fork.Popen._launch.__code__  # type: ignore[attr-defined]
+    launch = popen_fork.Popen._launch.__code__
     frame = sys._getframe(1)
     while frame is not None and frame.f_code is not launch:
         frame = frame.f_back  # type: ignore[assignment]

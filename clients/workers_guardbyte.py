@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -55,11 +56,34 @@ def _memfd() -> int | None:
 
 
 # How many CheckpointGuards handle SIGTERM in this process now, and that count's truth (1 or
-# 0) where this process's fork workers read it (`guard_handles_sigterm`).
+# 0) where this process's fork workers read it (`guard_handles_sigterm`): this process's byte,
+# None in a forked child until it first uses one (`_here`).
 _guards_handling_sigterm = 0
-_guard_handles_sigterm_here = _GuardByte()
+_guard_handles_sigterm_here: _GuardByte | None = _GuardByte()
 # How many handle SIGHUP (a terminal's hangup), kept in the byte's second place.
 _guards_handling_sighup = 0
+# Makes the byte once when two threads of a forked child first use it together.
+_making = threading.Lock()
+
+
+def _here() -> _GuardByte:
+    """This process's guard byte, made as a forked child first uses it: made at each fork
+    (`_remake_in_child`), it cost every fork ~0.3 ms of the child's CPU, memfd_create,
+    ftruncate, mmap and a finalizer, for a byte most children never read (a DataLoader's fork
+    worker is given its main process's, and the pool's fork workers are forked anew at each
+    epoch)."""
+    global _guard_handles_sigterm_here
+    byte = _guard_handles_sigterm_here
+    if byte is not None:
+        return byte
+    with _making:
+        if _guard_handles_sigterm_here is None:
+            byte = _GuardByte()
+            # The guards it inherited count among its own (workers_fork).
+            byte.map[0] = 1 if _guards_handling_sigterm else 0
+            byte.map[1] = 1 if _guards_handling_sighup else 0
+            _guard_handles_sigterm_here = byte
+        return _guard_handles_sigterm_here
 
 
 def guard_handles_sigterm(handles: bool) -> None:
@@ -74,7 +98,7 @@ def guard_handles_sigterm(handles: bool) -> None:
     without forewarn."""
     global _guards_handling_sigterm
     _guards_handling_sigterm = max(0, _guards_handling_sigterm + (1 if handles else -1))
-    _guard_handles_sigterm_here.map[0] = 1 if _guards_handling_sigterm else 0
+    _here().map[0] = 1 if _guards_handling_sigterm else 0
     if handles:
         # A fork server started from now on is kept alive through a job-wide SIGTERM too:
         # its end would end every forkserver worker.
@@ -90,7 +114,7 @@ def guard_handles_sighup(handles: bool) -> None:
     SIGHUP, a worker ends on it as it did without forewarn, and so does the job."""
     global _guards_handling_sighup
     _guards_handling_sighup = max(0, _guards_handling_sighup + (1 if handles else -1))
-    _guard_handles_sigterm_here.map[1] = 1 if _guards_handling_sighup else 0
+    _here().map[1] = 1 if _guards_handling_sighup else 0
 
 
 def _guard_saves_on_hangup(hangup: _GuardByte | None) -> bool:
@@ -126,8 +150,9 @@ def _received_guard_byte(guarded: Any, index: int = 0) -> _GuardByte | None:
 
 def _remake_in_child() -> None:
     # A forked child shares no guard byte with its parent: its own guards say whether its own
-    # workers outlive a SIGTERM, those it inherited counted among them (workers_fork).
-    global _guard_handles_sigterm_here
-    _guard_handles_sigterm_here = _GuardByte()
-    _guard_handles_sigterm_here.map[0] = 1 if _guards_handling_sigterm else 0
-    _guard_handles_sigterm_here.map[1] = 1 if _guards_handling_sighup else 0
+    # workers outlive a SIGTERM, those it inherited counted among them (workers_fork). The
+    # parent's is let go of here (its finalizer closes the memfd, unless a fork worker's init
+    # holds it); the child's own is made as it first uses one (_here).
+    global _guard_handles_sigterm_here, _making
+    _making = threading.Lock()  # another thread may have held it at the fork
+    _guard_handles_sigterm_here = None

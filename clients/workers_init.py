@@ -98,7 +98,7 @@ def _hangup_to_send(guarded: _GuardByte | None) -> Any:
     """The main process's byte, for whether a guard handles SIGHUP, as a spawn or forkserver
     worker is sent it: None when it is `guarded`'s file, sent already (a file passed twice to
     a spawn worker's start made it fail: `ValueError: bad value(s) in fds_to_keep`)."""
-    byte = workers_guardbyte._guard_handles_sigterm_here
+    byte = workers_guardbyte._here()
     if guarded is byte and byte.fd is not None:
         return None
     return _to_send(byte, 1)
@@ -147,7 +147,7 @@ def _chain_torch_worker_init(process: Any) -> None:
     init = args[index]
     if isinstance(init, _Chained):
         # Given worker_init_fn(): a fork worker reads whether a guard handles SIGHUP here.
-        init.hangup = workers_guardbyte._guard_handles_sigterm_here
+        init.hangup = workers_guardbyte._here()
         return
     if init is worker_init_fn:
         return  # this module's factory given uncalled: its worker raises the TypeError
@@ -158,14 +158,14 @@ def _chain_torch_worker_init(process: Any) -> None:
         # loop raised `DataLoader worker (pid …) is killed by signal: Hangup` before the save.
         # It is `worker_init_fn()`'s, with the hangup byte and a lifeline.
         chained = _Chained(None)
-        chained.hangup = workers_guardbyte._guard_handles_sigterm_here
+        chained.hangup = workers_guardbyte._here()
         args[index] = chained
         process._args = tuple(args)
         return
     if init is not None and not callable(init):
         return  # not an init torch could call either: its own error stands
     chained = _Chained(init)
-    chained.guarded = chained.hangup = workers_guardbyte._guard_handles_sigterm_here
+    chained.guarded = chained.hangup = workers_guardbyte._here()
     args[index] = chained
     process._args = tuple(args)
 
@@ -225,19 +225,19 @@ def _chain_pool_worker_init(process: Any) -> None:
     if len(args) <= POOL_INITIALIZER:
         return
     if isinstance(args[POOL_INITIALIZER], _Chained):
-        args[POOL_INITIALIZER].hangup = workers_guardbyte._guard_handles_sigterm_here
+        args[POOL_INITIALIZER].hangup = workers_guardbyte._here()
         return
     init = args[POOL_INITIALIZER]
     if init is not None and not callable(init):
         return  # not an initializer the pool could call either: its own error stands
     chained = _PoolInit(init)
-    chained.hangup = workers_guardbyte._guard_handles_sigterm_here
+    chained.hangup = workers_guardbyte._here()
     if init is not ignore_job_signals:
         # Given ignore_job_signals, the worker outlives a SIGTERM from outside with or without
         # a guard, as asked. A fork worker then has two threads reading its SIGTERMs, this
         # init's and ignore_job_signals'; given the byte, this init's took one while no guard
         # handled SIGTERM, and ended the worker.
-        chained.guarded = workers_guardbyte._guard_handles_sigterm_here
+        chained.guarded = workers_guardbyte._here()
     args[POOL_INITIALIZER] = chained
     process._args = tuple(args)
 
