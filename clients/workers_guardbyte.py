@@ -29,9 +29,10 @@ class _GuardByte:
             fd = _memfd()
         self.fd = None if fd == -1 else fd
         if self.fd is not None:
-            # Closed with the byte: a forked child drops its parent's byte for its own
-            # (_remake_in_child), and held the parent's memfd open until it ended, one more
-            # descriptor at each generation of forks. The mapping closes its own duplicate.
+            # Closed with the byte: a forked child drops its parent's byte (_remake_in_child;
+            # it makes its own as it first uses one, _here), and held the parent's memfd open
+            # until it ended, one more descriptor at each generation of forks. The mapping
+            # closes its own duplicate.
             weakref.finalize(self, os.close, self.fd)
         # Shared either way: without a memfd, with fork workers only.
         # Two bytes: [0] a guard handles SIGTERM, [1] a guard handles SIGHUP.
@@ -40,9 +41,9 @@ class _GuardByte:
 
 def _memfd() -> int | None:
     # Refused where a seccomp filter or an older kernel has no memfd_create: made at import
-    # and in every forked child, it raised there, and `import forewarn.clients` with it. Then
-    # only fork workers share the byte; spawn and forkserver workers are sent its value as
-    # they start.
+    # (and in a forked child that uses one), it raised there, and `import forewarn.clients`
+    # with it. Then only fork workers share the byte; spawn and forkserver workers are sent
+    # its value as they start.
     try:
         fd = os.memfd_create("forewarn-guard", os.MFD_CLOEXEC)
     except OSError:

@@ -8,8 +8,8 @@ import sys
 
 
 def test_forewarn_clients_imports_where_memfd_create_is_refused() -> None:
-    """Its guard byte is a memfd, made at import and in every forked child: where the call is
-    refused, `import forewarn.clients` raised OSError and the job could not start."""
+    """Its guard byte is a memfd, made at import and in a forked child that uses one: where the
+    call is refused, `import forewarn.clients` raised OSError and the job could not start."""
     script = """
 import errno, os, sys
 from multiprocessing import context
