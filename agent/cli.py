@@ -452,48 +452,113 @@ def _ask(
     unanswered: str = "",
     refusals: bool = False,
     command: str = "",
+    as_json: bool = False,
 ) -> dict[str, Any]:
-    """The agent's reply; exit 1 with one line when nothing listens on `control` (at once) or
-    when the agent there does not answer within `timeout` (then `unanswered` is added). A
-    refusal is a UsageError (its text after `command: ` when given), or with `refusals` the
-    reply itself, for the caller to read."""
+    """The agent's reply; exit 1 with one line when nothing listens on `control` (at once),
+    when the agent there is stopped (within STOPPED_CONFIRM_SECONDS) or when it does not
+    answer within `timeout` (then `unanswered` is added). With `as_json` that exit also
+    prints a JSON object on stdout saying why (`_no_reply`). A refusal is a UsageError (its
+    text after `command: ` when given), or with `refusals` the reply itself, for the caller
+    to read."""
     why = unreachable(control)
     if why is not None:
         holder = None if why.startswith(DENIED) else _lock_holder(control)
         if why.startswith(DENIED):
             line = f"cannot reach the agent on {control} ({why}; run as its user or group)"
-        elif holder is not None:
+            _no_reply(control, "denied", line, as_json)
+        if holder is not None:
             line = (
                 f"the agent on {control} is starting or stopping: {holder}, and no socket is "
                 f"there to answer ({why}); try again in a moment (if it stays so, the agent "
                 "serves another --control)"
             )
-        else:
-            line = f"no agent runs on {control} ({why}; is `forewarn agent` running?)"
-        print(f"forewarn: {line}", file=sys.stderr)
-        raise SystemExit(1)
+            _no_reply(control, "starting-or-stopping", line, as_json, holder=holder)
+        line = f"no agent runs on {control} ({why}; is `forewarn agent` running?)"
+        _no_reply(control, "not-running", line, as_json)
+    stopped = _Stopped(control)
     try:
-        reply = request(control, payload, timeout, runtime=runtime)
+        reply = request(control, payload, timeout, runtime=runtime, give_up=stopped)
+    except ReplyError as error:
+        if not as_json:
+            raise
+        _no_reply(control, "unreadable-reply", str(error), as_json)
     except TimeoutError:
-        stopped = _stopped_holder(control)
-        why = (
-            "busy, or a slow disk; --timeout waits longer"
-            if stopped is None
-            else f"its pid {stopped} is stopped, by SIGSTOP, Ctrl-Z or a debugger: "
-            f"`kill -CONT {stopped}` resumes it"
+        # Given up as stopped, or stopped at the end of a --timeout shorter than the look.
+        pid = stopped.confirmed or _stopped_holder(control)
+        if pid is not None:
+            line = (
+                f"the agent on {control} has not answered: its pid {pid} is stopped, by "
+                "SIGSTOP, Ctrl-Z or a debugger, and answers nothing until resumed: "
+                f"`kill -CONT {pid}` resumes it{unanswered}"
+            )
+            _no_reply(control, "stopped", line, as_json, pid=pid)
+        line = (
+            f"the agent on {control} has not answered within {timeout:g}s "
+            f"(busy, or a slow disk; --timeout waits longer){unanswered}"
         )
-        print(
-            f"forewarn: the agent on {control} has not answered within {timeout:g}s "
-            f"({why}){unanswered}",
-            file=sys.stderr,
-        )
-        raise SystemExit(1) from None
+        _no_reply(control, "timed-out", line, as_json, timeout_seconds=timeout)
+    if not isinstance(reply.get("ok"), bool):
+        # The agent's every reply says `ok`: `{}` was read as a refusal ("the agent refused:
+        # None", exit 2), and `status --json` printed it as if the agent had sent it.
+        unread = f"the agent on {control} sent a reply without `ok`: {json.dumps(reply)[:60]}"
+        if not as_json:
+            raise ReplyError(unread)
+        _no_reply(control, "unreadable-reply", unread, as_json)
     if reply.get("ok") is not True and not refusals:
         # A refusal (no control token, a request out of bounds) is for the caller to fix, for
         # `status` as for `notify`: `status` read the missing fields of the refusal as a crash.
         said = f"the agent refused: {reply.get('error')}"
+        if as_json:  # the agent's own words, for the script reading stdout
+            print(json.dumps(reply, indent=2), flush=True)
         raise UsageError(f"{command}: {said}" if command else said)
     return reply
+
+
+def _no_reply(control: str, reason: str, line: str, as_json: bool, **more: object) -> NoReturn:
+    """Exit 1 with `line` on stderr; with `as_json` a JSON object on stdout as well, so that
+    `forewarn status --json | jq` reads a document saying there is no reply, and why:
+    `{"ok": false, "answered": false, "reason": ..., "control": ..., "error": line, ...}`.
+    `reason`: not-running, denied, starting-or-stopping (with `holder`), stopped (with
+    `pid`), timed-out (with `timeout_seconds`), unreadable-reply (something answered that
+    is not an agent speaking protocol v1)."""
+    if as_json:
+        said = {"ok": False, "answered": False, "reason": reason, "control": control}
+        print(json.dumps({**said, "error": line, **more}, indent=2), flush=True)
+    raise NoReply(line)
+
+
+class NoReply(ForewarnError):
+    """No reply of the agent's to read (none there, stopped, not in time, not its reply):
+    `main` prints it as its one `forewarn: ...` line, exit 1."""
+
+
+# How long the agent must be seen stopped, at every look, before a request to it is given up:
+# a process a tracer (strace) stops at each system call is stopped for moments at a time and
+# still answers, while one under SIGSTOP or at a debugger's breakpoint stays so.
+STOPPED_CONFIRM_SECONDS = 1.0
+
+
+class _Stopped:
+    """Asked while a request waits: whether the agent holding the lock beside `control` has
+    been stopped at every look for STOPPED_CONFIRM_SECONDS (its pid then in `confirmed`). Found
+    walking `status` as an operator: a stopped agent cost the whole --timeout (30 s by
+    default) before the line naming it, though /proc/PID/stat said `T` from the start."""
+
+    def __init__(self, control: str) -> None:
+        self.control = control
+        self.pid: int | None = None
+        self.confirmed: int | None = None
+        self._since = 0.0
+
+    def __call__(self) -> bool:
+        pid = _stopped_holder(self.control)
+        if pid is None or pid != self.pid:
+            self.pid, self._since = pid, time.monotonic()
+            return False
+        if time.monotonic() - self._since < STOPPED_CONFIRM_SECONDS:
+            return False
+        self.confirmed = pid
+        return True
 
 
 def _lock_holder(control: str) -> str | None:
@@ -1529,15 +1594,26 @@ def _hold_request(control: str, payload: dict[str, Any], runtime: Path | None) -
 
 def cmd_status(args: argparse.Namespace) -> int:
     _, control = _endpoints(args)
-    reply = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout, command="status")
+    reply = _ask(
+        control,
+        {"op": "status"},
+        args.runtime_dir,
+        args.timeout,
+        command="status",
+        as_json=args.json,
+    )
     # A part that is dead (the events socket file removed, a notifier's task ended) is what
     # /healthz answers 503 for: exit 1 as well, since status is the liveness probe of the
     # Kubernetes overlays and the Docker image, where nothing else restarts the agent.
-    dead = dead_parts(reply)
-    # Not ready (a provider with no successful poll yet: /readyz answers 503) is exit 4 with
-    # --ready only: the plain status is the startup and liveness probe, and restarting an
-    # agent whose provider endpoint does not answer yet reaches it no sooner.
-    waiting = never_polled(reply) if args.ready else []
+    try:
+        dead = _readable(control, lambda: dead_parts(reply))
+        # Not ready (a provider with no successful poll yet: /readyz answers 503) is exit 4
+        # with --ready only: the plain status is the startup and liveness probe, and
+        # restarting an agent whose provider endpoint does not answer yet reaches it no sooner.
+        waiting = _readable(control, lambda: never_polled(reply)) if args.ready else []
+    except ReplyError as error:
+        # `"parts": null` was an unexpected AttributeError, and `--json` printed nothing.
+        _no_reply(control, "unreadable-reply", str(error), args.json)
     code = 1 if dead else 4 if waiting else 0
     if args.json:
         print(json.dumps(reply, indent=2))
@@ -2070,7 +2146,8 @@ def build_parser(
         "status",
         help="show the agent and its active notices",
         epilog="Exit codes: 0 the agent answered and every part of it runs, 1 no agent runs, it "
-        "did not answer within --timeout, or a part of it is dead (a `dead` line each, as "
+        "is stopped, it did not answer within --timeout (with --json: a JSON object on stdout "
+        "saying why, `answered` false), or a part of it is dead (a `dead` line each, as "
         "/healthz answers 503), 2 bad input, or the agent refused the request (no control "
         "token), 4 (with --ready only) the agent answered but a provider has not polled "
         "successfully yet (as /readyz answers 503).",

@@ -17,6 +17,7 @@ import string
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -632,14 +633,21 @@ def unreachable(endpoint: str, timeout: float = 1.0) -> str | None:
 _POLL_SLICE = 86_400.0
 
 
-def _poll(sock: Any, timeout: float) -> bool:
-    """Whether `sock` has a message within `timeout` seconds, however long that is."""
+# How often a request with `give_up` asks it while it waits for the answer.
+_GIVE_UP_CHECK = 0.1
+
+
+def _poll(sock: Any, timeout: float, give_up: Callable[[], bool] | None = None) -> bool:
+    """Whether `sock` has a message within `timeout` seconds, however long that is; with
+    `give_up`, False as soon as it says True (asked every _GIVE_UP_CHECK)."""
     end = time.monotonic() + timeout
+    slice_ = _POLL_SLICE if give_up is None else _GIVE_UP_CHECK
     while True:
-        left = min(end - time.monotonic(), _POLL_SLICE)
-        if sock.poll(max(0, int(left * 1000))):
+        left = end - time.monotonic()
+        step = min(left, slice_)
+        if sock.poll(max(0, int(step * 1000))):
             return True
-        if left < _POLL_SLICE:
+        if step >= left or (give_up is not None and give_up()):
             return False
 
 
@@ -694,9 +702,12 @@ def request(
     timeout: float = 2.0,
     *,
     runtime: Path | None = None,
+    give_up: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """One control request (REQ), answered or TimeoutError; on tcp:// and ipc://@ endpoints
-    it carries the token from `runtime` (default: `runtime_dir()`). One over
+    it carries the token from `runtime` (default: `runtime_dir()`). `give_up`, asked while
+    the answer is awaited, ends the wait early (TimeoutError) when it says True: the caller
+    knows no answer can come (`forewarn status` of a stopped agent). One over
     MAX_REQUEST_BYTES is not sent: its reply is the agent's error for it. zmq is imported here, not
     at module import, so that reading the topics and endpoints stays cheap."""
     import zmq
@@ -714,7 +725,7 @@ def request(
         allow_ipv6(sock, endpoint)
         sock.connect(endpoint)
         sock.send(body)
-        if not _poll(sock, timeout):
+        if not _poll(sock, timeout, give_up):
             # A REQ cannot tell no agent from a busy one, which may still carry the request out
             # (an agent answers a notify or an ack only once its state is on disk).
             raise TimeoutError(

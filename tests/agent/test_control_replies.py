@@ -74,7 +74,8 @@ def test_a_refusal_is_one_line_and_exit_2(
     assert err == (
         f"forewarn: {argv[0]}: the agent refused: refused: the request has no control token\n"
     )
-    assert out == ""
+    # `--json` prints the agent's refusal, as it sent it, for the script reading stdout.
+    assert out == ("" if "--json" not in argv else json.dumps(json.loads(REFUSAL), indent=2) + "\n")
 
 
 @pytest.mark.parametrize("fake_agent", [REFUSAL], indirect=True)
@@ -151,3 +152,42 @@ def test_whatever_the_reply_the_command_ends_with_an_exit_code_not_a_crash(
     assert "unexpected" not in err and "Traceback" not in err, err
     if code:
         assert len(err.splitlines()) == 1 and err.startswith("forewarn: "), err
+
+
+_STATUS_KEYS = st.sampled_from(["ok", "agent", "active", "health", "parts", "error"])
+_STATUS_REPLIES = st.one_of(
+    _REPLIES,
+    st.dictionaries(_STATUS_KEYS, _JSON, max_size=5).map(
+        lambda d: json.dumps({**d, "ok": True}).encode()
+    ),
+)
+
+
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(reply=_STATUS_REPLIES)
+def test_status_json_prints_one_json_object_whatever_the_reply(
+    reply: bytes, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A script runs `forewarn status --json | jq .ok`: whatever answered, stdout is one JSON
+    object with `ok`, and `ok` is true only on exit 0 or a dead part's 1 (found walking
+    `status --json` as a script reads it: a refusal or a reply that is not the agent's printed
+    nothing on stdout, and jq read no document at all)."""
+    agent = FakeAgent(reply)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+            code, out, err = _run(["status", "--json", "--control", agent.endpoint], capsys)
+    finally:
+        agent.close()
+    assert code in (0, 1, 2, 4), err
+    assert "unexpected" not in err and "Traceback" not in err, err
+    printed = json.loads(out)
+    assert isinstance(printed, dict) and "ok" in printed, out
+    if printed["ok"] is not True:
+        assert code in (1, 2), (code, out, err)
+    if code == 2:
+        assert printed == json.loads(reply), out  # the agent's own refusal, as it sent it

@@ -354,7 +354,8 @@ def test_status_help_says_what_each_exit_code_means() -> None:
     assert own.returncode == 0, own
     for said in (
         "Exit codes: 0 the agent answered and every part of it runs",
-        "1 no agent runs, it did not answer within --timeout, or a part of it is dead",
+        "1 no agent runs, it is stopped, it did not answer within --timeout (with --json: a "
+        "JSON object on stdout saying why, `answered` false), or a part of it is dead",
         "2 bad input, or the agent refused the request",
     ):
         assert said in text, text
