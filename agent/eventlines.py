@@ -16,7 +16,7 @@ from typing import Any
 
 from forewarn.protocol.fields import CLOCK_AHEAD
 from forewarn.protocol.oneline import one_line
-from forewarn.protocol.timefmt import format_time, parse_time, time_or_none, utcnow
+from forewarn.protocol.timefmt import format_time, parse_time, span_text, time_or_none, utcnow
 
 # A note is free text from whoever ran `forewarn notify`: show all of it, on one line, with
 # nothing a terminal would act on.
@@ -91,7 +91,8 @@ def _after(beat_seq: object, notice_seq: object) -> object:
 
 
 def _left(seconds: float) -> str:
-    return f"in {seconds:.0f}s" if seconds >= 0 else f"{-seconds:.0f}s ago"
+    """The time to a deadline, or since it: `in 42s`, `in 300d 5h`, `3h 12m ago` (span_text)."""
+    return f"in {span_text(seconds)}" if seconds >= 0 else f"{span_text(-seconds)} ago"
 
 
 class ReplayTracker:

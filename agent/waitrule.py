@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.protocol.timefmt import parse_time, span_text, utcnow
 
 from .limits import ACKED_BY_LISTED
 from .steadyclock import steady_seconds
@@ -244,7 +244,7 @@ class WaitRule:
         self._put_off[notice_id] = (notice, deadline - timedelta(seconds=margin))
         self.say(
             f"{why}; it does not end this wait at once: it returns {margin:g}s before "
-            f"its deadline ({left:.0f}s away)"
+            f"its deadline ({span_text(left)} away)"
         )
         return None
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from forewarn.protocol.oneline import one_line
-from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.protocol.timefmt import format_time, span_text, utcnow
 
 from .event import Event
 from .guard_state import TICK_SECONDS, GuardState
@@ -206,14 +206,14 @@ class NoticeRequests(GuardState):
             # "it does not stop this job at once: ... 30s before its deadline (7s away)").
             self._inherited[event.id] = event.deadline
             plan = (
-                f"its deadline ({left:.0f}s away) is within this job's exit margin "
+                f"its deadline ({span_text(left)} away) is within this job's exit margin "
                 f"({margin:g}s): this job saves and exits now"
             )
         elif left is not None and left > 0:
             self._inherited[event.id] = event.deadline
             plan = (
                 f"it does not stop this job at once: this job saves and exits {margin:g}s "
-                f"before its deadline ({left:.0f}s away)"
+                f"before its deadline ({span_text(left)} away)"
             )
         else:
             self._inherited[event.id] = None
@@ -248,7 +248,8 @@ class NoticeRequests(GuardState):
             "its deadline moved to %s: %s",
             one_line(event.id),
             format_time(event.deadline) if event.deadline else "none",
-            f"this job saves and exits {self._inherited_margin():g}s before it ({left:.0f}s away)"
+            f"this job saves and exits {self._inherited_margin():g}s before it "
+            f"({span_text(left)} away)"
             if left is not None and left > 0
             else "it asks nothing of this job",
         )

@@ -5,6 +5,7 @@ Standard library only, so the in-process client can use it without pydantic.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from datetime import datetime, timedelta, timezone
@@ -104,6 +105,28 @@ def civil_time(
     if second == 60:
         return datetime(year, month, day, hour, minute, 59, 999999, tzinfo=tz)
     return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
+
+
+# Up to this many seconds a time left or ago is shown in seconds: a deadline near enough to act
+# on is read to the second. Past it, seconds alone (`in 25939800s`) were read by no one.
+NEAR_SECONDS = 600.0
+# A year here is 365 days: the absolute time is shown beside the span wherever it matters.
+_SPAN_UNITS = (("y", 365 * 86400), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def span_text(seconds: float) -> str:
+    """`seconds` (0 or more) as an operator reads a time left or ago: whole seconds below
+    NEAR_SECONDS (`42s`, rounded, as before), past that its largest unit and the next one
+    (`10m`, `59m 59s`, `3h 12m`, `300d 5h`, `3y 25d`), each rounded down, so that a deadline is
+    never shown further than it is; a next unit of 0 is left out (`2h`)."""
+    if not math.isfinite(seconds) or seconds < NEAR_SECONDS:
+        return f"{seconds:.0f}s"
+    whole = math.floor(seconds)
+    for (name, size), (smaller, smaller_size) in itertools.pairwise(_SPAN_UNITS):
+        if whole >= size:
+            rest = whole % size // smaller_size
+            return f"{whole // size}{name}" + (f" {rest}{smaller}" if rest else "")
+    return f"{whole}s"  # not reached: NEAR_SECONDS is past a minute
 
 
 # `.5` and `5.` as well as `0.5`: the configuration once read plain seconds with float(),
@@ -336,6 +359,7 @@ def duration_or_as_is(value: object) -> object:
 
 
 __all__ = [
+    "NEAR_SECONDS",
     "TooLargeError",
     "civil_time",
     "duration_arg",
@@ -344,6 +368,7 @@ __all__ = [
     "parse_deadline",
     "parse_duration",
     "parse_time",
+    "span_text",
     "time_or_none",
     "typed_duration",
     "utcnow",

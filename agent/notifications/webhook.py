@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
-from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.protocol.timefmt import NEAR_SECONDS, format_time, utcnow
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.httpdate import parse_http_date
 
@@ -136,8 +136,10 @@ def slack_text(notice: Notice, host: str, *, kept: bool = False, held: str = AGE
             f"{notice.provider}): {what[notice.action]}"
         )
         if notice.deadline is not None:
-            left = (notice.deadline - utcnow()).total_seconds()
-            head += f"; deadline {format_time(notice.deadline)} ({max(0.0, left):.0f} s left)"
+            left = max(0.0, (notice.deadline - utcnow()).total_seconds())
+            # Near, to the second; far, as an age is said (it said `25939800 s left`).
+            shown = f"{left:.0f} s" if left < NEAR_SECONDS else span(left)
+            head += f"; deadline {format_time(notice.deadline)} ({shown} left)"
     note = notice.detail.get("note")
     if isinstance(note, str) and note:
         head += f"; note: {visible(note[:200])}"
