@@ -1189,9 +1189,20 @@ class _AgentSilence:
         return True
 
     def _say(self, what: str, within: float) -> None:
+        # A stopped agent runs: "is `forewarn agent` running?" sent the operator to `ps`,
+        # where it was, when what it needs is a `kill -CONT` (as `status` says).
+        stopped = _stopped_holder(self.events)
+        why = (
+            "is `forewarn agent` running?"
+            if stopped is None
+            else f"its pid {stopped} is stopped, by SIGSTOP, Ctrl-Z or a debugger: "
+            f"`kill -CONT {stopped}` resumes it"
+        )
+        if stopped is not None:
+            what = "the agent is stopped"
         print(
             f"forewarn: {self.command}: {what} on {self.events}: no heartbeat within "
-            f"{within:g}s (is `forewarn agent` running?)",
+            f"{within:g}s ({why})",
             file=sys.stderr,
             flush=True,
         )
