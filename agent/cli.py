@@ -453,35 +453,37 @@ def _ask(
     refusals: bool = False,
     command: str = "",
     as_json: bool = False,
+    indent: int | None = 2,
 ) -> dict[str, Any]:
     """The agent's reply; exit 1 with one line when nothing listens on `control` (at once),
     when the agent there is stopped (within STOPPED_CONFIRM_SECONDS) or when it does not
     answer within `timeout` (then `unanswered` is added). With `as_json` that exit also
-    prints a JSON object on stdout saying why (`_no_reply`). A refusal is a UsageError (its
-    text after `command: ` when given), or with `refusals` the reply itself, for the caller
-    to read."""
+    prints a JSON object on stdout saying why (`_no_reply`; `indent` as json.dumps: None
+    for the one line of `notify` and `ack`), and a refusal the agent's reply. A refusal is
+    a UsageError (its text after `command: ` when given), or with `refusals` the reply
+    itself, for the caller to read."""
     why = unreachable(control)
     if why is not None:
         holder = None if why.startswith(DENIED) else _lock_holder(control)
         if why.startswith(DENIED):
             line = f"cannot reach the agent on {control} ({why}; run as its user or group)"
-            _no_reply(control, "denied", line, as_json)
+            _no_reply(control, "denied", line, as_json, indent)
         if holder is not None:
             line = (
                 f"the agent on {control} is starting or stopping: {holder}, and no socket is "
                 f"there to answer ({why}); try again in a moment (if it stays so, the agent "
                 "serves another --control)"
             )
-            _no_reply(control, "starting-or-stopping", line, as_json, holder=holder)
+            _no_reply(control, "starting-or-stopping", line, as_json, indent, holder=holder)
         line = f"no agent runs on {control} ({why}; is `forewarn agent` running?)"
-        _no_reply(control, "not-running", line, as_json)
+        _no_reply(control, "not-running", line, as_json, indent)
     stopped = _Stopped(control)
     try:
         reply = request(control, payload, timeout, runtime=runtime, give_up=stopped)
     except ReplyError as error:
         if not as_json:
             raise
-        _no_reply(control, "unreadable-reply", str(error), as_json)
+        _no_reply(control, "unreadable-reply", str(error), as_json, indent)
     except TimeoutError:
         # Given up as stopped, or stopped at the end of a --timeout shorter than the look.
         pid = stopped.confirmed or _stopped_holder(control)
@@ -491,30 +493,32 @@ def _ask(
                 "SIGSTOP, Ctrl-Z or a debugger, and answers nothing until resumed: "
                 f"`kill -CONT {pid}` resumes it{unanswered}"
             )
-            _no_reply(control, "stopped", line, as_json, pid=pid)
+            _no_reply(control, "stopped", line, as_json, indent, pid=pid)
         line = (
             f"the agent on {control} has not answered within {timeout:g}s "
             f"(busy, or a slow disk; --timeout waits longer){unanswered}"
         )
-        _no_reply(control, "timed-out", line, as_json, timeout_seconds=timeout)
+        _no_reply(control, "timed-out", line, as_json, indent, timeout_seconds=timeout)
     if not isinstance(reply.get("ok"), bool):
         # The agent's every reply says `ok`: `{}` was read as a refusal ("the agent refused:
         # None", exit 2), and `status --json` printed it as if the agent had sent it.
         unread = f"the agent on {control} sent a reply without `ok`: {json.dumps(reply)[:60]}"
         if not as_json:
             raise ReplyError(unread)
-        _no_reply(control, "unreadable-reply", unread, as_json)
+        _no_reply(control, "unreadable-reply", unread, as_json, indent)
     if reply.get("ok") is not True and not refusals:
         # A refusal (no control token, a request out of bounds) is for the caller to fix, for
         # `status` as for `notify`: `status` read the missing fields of the refusal as a crash.
         said = f"the agent refused: {reply.get('error')}"
         if as_json:  # the agent's own words, for the script reading stdout
-            print(json.dumps(reply, indent=2), flush=True)
+            print(json.dumps(reply, indent=indent), flush=True)
         raise UsageError(f"{command}: {said}" if command else said)
     return reply
 
 
-def _no_reply(control: str, reason: str, line: str, as_json: bool, **more: object) -> NoReturn:
+def _no_reply(
+    control: str, reason: str, line: str, as_json: bool, indent: int | None = 2, **more: object
+) -> NoReturn:
     """Exit 1 with `line` on stderr; with `as_json` a JSON object on stdout as well, so that
     `forewarn status --json | jq` reads a document saying there is no reply, and why:
     `{"ok": false, "answered": false, "reason": ..., "control": ..., "error": line, ...}`.
@@ -523,7 +527,7 @@ def _no_reply(control: str, reason: str, line: str, as_json: bool, **more: objec
     is not an agent speaking protocol v1)."""
     if as_json:
         said = {"ok": False, "answered": False, "reason": reason, "control": control}
-        print(json.dumps({**said, "error": line, **more}, indent=2), flush=True)
+        print(json.dumps({**said, "error": line, **more}, indent=indent), flush=True)
     raise NoReply(line)
 
 
@@ -774,6 +778,8 @@ def cmd_notify(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         unanswered=unanswered,
         command="notify",
+        as_json=args.json,
+        indent=None,
     )
     reply = ask(payload, refusals=clear_one or "deadline_in" in payload)
     older = for_an_older_agent(payload, reply)
@@ -785,6 +791,8 @@ def cmd_notify(args: argparse.Namespace) -> int:
     if reply.get("ok") is not True:
         refused = str(reply.get("error"))
         if not refused.startswith(NO_ACTIVE_MANUAL):
+            if args.json:  # the agent's own words, for the script reading stdout
+                print(json.dumps(reply))
             raise UsageError(f"notify: the agent refused: {refused}")
         if args.json:
             print(json.dumps(reply))
@@ -926,7 +934,15 @@ def cmd_ack(args: argparse.Namespace) -> int:
         )
         args.flush_seconds = MAX_FLUSH_SECONDS
     # What is active and held for whom: an ack names a notice that is, and its client.
-    status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout, command="ack")
+    status = _ask(
+        control,
+        {"op": "status"},
+        args.runtime_dir,
+        args.timeout,
+        command="ack",
+        as_json=args.json,
+        indent=None,
+    )
     if args.notice_id is not None:
         # An id no notice has (mistyped, or cleared since the job read it) would be taken and
         # change nothing: the script that meant to release the notice is told instead.
@@ -1017,7 +1033,15 @@ def cmd_ack(args: argparse.Namespace) -> int:
         ):
             if value is not None:
                 payload[key] = value
-        reply = _ask(control, payload, args.runtime_dir, args.timeout, command="ack")
+        reply = _ask(
+            control,
+            payload,
+            args.runtime_dir,
+            args.timeout,
+            command="ack",
+            as_json=args.json,
+            indent=None,
+        )
         if args.json:
             print(json.dumps(reply))
             continue

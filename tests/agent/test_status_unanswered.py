@@ -124,3 +124,17 @@ def test_status_json_of_an_agent_that_does_not_answer_in_time(tmp_path: Path) ->
     reply = _unanswered(done)
     assert reply["reason"] == "timed-out" and reply["timeout_seconds"] == 1, reply
     assert "pid" not in reply, reply
+
+
+@pytest.mark.parametrize("argv", [["notify", "drain"], ["ack", "--client", "loop"]])
+def test_notify_and_ack_json_without_an_agent_print_a_json_line(
+    argv: list[str], tmp_path: Path
+) -> None:
+    """As `status --json`: `notify --json` and `ack --json` printed nothing on stdout when no
+    agent runs, and a script reading their one JSON line read none."""
+    env = agent_env(tmp_path)
+    done = run_forewarn(*argv, "--json", env=env)
+    assert done.returncode == 1, done
+    assert len(done.stdout.splitlines()) == 1, done.stdout  # one line, as their replies
+    reply = _unanswered(done)
+    assert reply["reason"] == "not-running", reply
