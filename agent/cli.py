@@ -2187,7 +2187,11 @@ def build_parser(
         "token), 4 (with --ready only) the agent answered but a provider has not polled "
         "successfully yet (as /readyz answers 503).",
     )
-    status.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="print the agent's reply as JSON (with none: an object saying why, `answered` false)",
+    )
     status.add_argument(
         "--ready",
         action="store_true",
