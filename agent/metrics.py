@@ -25,17 +25,30 @@ from typing import TYPE_CHECKING, Any
 from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.health import AGENT_KINDS, APPROVAL_OUTCOMES
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+
+try:
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        disable_created_metrics,
+        generate_latest,
+    )
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.registry import Collector
+except ModuleNotFoundError as missing:
+    if missing.name != "prometheus_client":
+        raise  # a broken install of it keeps its own error
+    from forewarn.protocol.install import extra_hint
+
+    # The bare "No module named 'prometheus_client'" named neither the extra nor the
+    # command; forewarn is on no package index, so the hint names this install's source.
+    raise ModuleNotFoundError(
+        f"{__name__} needs prometheus_client: {extra_hint('metrics')}",
+        name="prometheus_client",
+    ) from None
 
 from .observer import Deliveries, Observer
 from .protocol import AckRequest, Notice

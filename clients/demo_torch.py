@@ -41,6 +41,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .checkpoint.errors import ExtraMissingError
+from .checkpoint.needs import needs
+
 _say_lock = threading.Lock()
 RANK = 0
 
@@ -75,6 +78,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     global RANK
     args = parse(argv)
+    try:
+        needs("torch", "forewarn.clients.demo_torch")  # run as __main__
+    except ExtraMissingError as error:
+        # One line and exit 2, as the drill that runs this says a missing torch: the bare
+        # `No module named 'torch'` traceback named neither the extra nor the command.
+        print(f"forewarn: {error}", file=sys.stderr)
+        return 2
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel

@@ -1,0 +1,134 @@
+"""Every entry point that needs one of forewarn's extras says, when the extra is missing, which
+`pip install` adds it, not a bare `ModuleNotFoundError: No module named 'prometheus_client'`.
+
+found: `import forewarn.agent.metrics` (what `forewarn agent --metrics-address` loads, and
+what an embedder importing the metrics service reaches) raised the bare error; so did
+`python -m forewarn.clients.demo_torch` without torch, as a traceback.
+
+Each process runs with a `sitecustomize` on its path that refuses the extra's modules as an
+environment without them would (`ModuleNotFoundError` naming the top-level package), rather
+than in a fresh virtual environment: the refusal is the same exception a missing package
+raises, and the same process also proves that nothing else stood in for it, at a tenth of a
+venv install's CPU on a shared 2-core machine. One test sweeps every module of the package
+with all the extras refused, so a new module that imports one at its top is caught too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import agent_env
+
+# The top-level modules each extra installs (pyproject.toml's optional-dependencies), and
+# what those pull in that the core dependencies do not.
+EXTRA_MODULES = {
+    "aws": ("boto3", "botocore"),
+    "gcp": ("google", "requests"),
+    "azure": ("azure",),
+    "k8s": ("kubernetes", "yaml"),
+    "metrics": ("prometheus_client",),
+    "plot": ("matplotlib", "numpy"),
+    "torch": ("torch",),
+    "lightning": ("lightning", "pytorch_lightning"),
+    "transformers": ("transformers", "accelerate"),
+}
+EVERY_EXTRA = tuple(sorted({module for modules in EXTRA_MODULES.values() for module in modules}))
+
+REFUSER = '''\
+"""Refuses the modules named in $REFUSED_MODULES, as an environment without them would."""
+import os
+import sys
+
+_REFUSED = frozenset(filter(None, os.environ.get("REFUSED_MODULES", "").split(",")))
+
+
+class _Refuse:
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in _REFUSED:
+            raise ModuleNotFoundError(f"No module named {top!r}", name=top)
+        return None
+
+
+sys.meta_path.insert(0, _Refuse())
+'''
+
+
+def _env(tmp_path: Path, refused: tuple[str, ...]) -> dict[str, str]:
+    site = tmp_path / "refuser"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(REFUSER)
+    env = agent_env(tmp_path)
+    path = [str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env.update(PYTHONPATH=os.pathsep.join(path), REFUSED_MODULES=",".join(refused))
+    return env
+
+
+def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_refuser_refuses_as_a_missing_package_does(tmp_path: Path) -> None:
+    done = _run(
+        ["-c", "import prometheus_client.core"], _env(tmp_path, ("prometheus_client",)), tmp_path
+    )
+    assert done.returncode == 1
+    assert "ModuleNotFoundError: No module named 'prometheus_client'" in done.stderr
+
+
+@pytest.mark.slow(8)
+def test_every_module_imports_or_names_its_extra_without_the_extras(tmp_path: Path) -> None:
+    sweep = (
+        "import importlib, pkgutil\n"
+        "import forewarn.agent, forewarn.clients, forewarn.protocol, forewarn.providers\n"
+        "for package in (forewarn.protocol, forewarn.agent, forewarn.providers, "
+        "forewarn.clients):\n"
+        "    for found in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        try:\n"
+        "            importlib.import_module(found.name)\n"
+        "        except ModuleNotFoundError as error:\n"
+        "            print(found.name, '|', error)\n"
+    )
+    done = _run(["-c", sweep], _env(tmp_path, EVERY_EXTRA), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    failed = [line for line in done.stdout.splitlines() if line]
+    assert failed, "the lightning and transformers integrations need their extras"
+    bare = [line for line in failed if "pip install" not in line or "[" not in line]
+    assert bare == [], "\n".join(bare)
+
+
+def test_importing_the_metrics_module_names_the_metrics_extra(tmp_path: Path) -> None:
+    done = _run(
+        ["-c", "import forewarn.agent.metrics"],
+        _env(tmp_path, EXTRA_MODULES["metrics"]),
+        tmp_path,
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert "prometheus_client" in last, last
+    assert "pip install" in last and "[metrics]" in last, last
+
+
+def test_the_agent_with_a_metrics_address_names_the_metrics_extra(tmp_path: Path) -> None:
+    argv = ["-m", "forewarn.agent.cli", "agent", "--provider", "local"]
+    argv += ["--metrics-address", "127.0.0.1:0"]
+    done = _run(argv, _env(tmp_path, EXTRA_MODULES["metrics"]), tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert "[metrics]" in done.stderr and "prometheus_client" in done.stderr, done.stderr
+
+
+def test_the_torch_demo_without_torch_names_the_torch_extra(tmp_path: Path) -> None:
+    argv = ["-m", "forewarn.clients.demo_torch", "--dir", str(tmp_path / "ckpt")]
+    done = _run(argv, _env(tmp_path, EXTRA_MODULES["torch"]), tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("forewarn: ") and "\n" not in line, line
+    assert "torch" in line and "pip install" in line and "[torch]" in line, line
