@@ -2317,8 +2317,9 @@ def build_parser(
         action="store_true",
         help="keep the temporary work directory (a --dir is always kept)",
     )
-    if wanted("drill"):
-        # The reclaim drill brings ctypes and the demo machine: not for `forewarn agent`.
+    if wanted("drill") and provider in (None, "local"):
+        # The reclaim drill brings ctypes, the demo machine and the planner (with the report
+        # model, pydantic): not for `forewarn agent`, nor for `drill aws` and its `--help`.
         drill_reclaim = importlib.import_module("forewarn.agent.drill_reclaim")
         drill_reclaim.add_arguments(local)
     local.set_defaults(func=cmd_drill_local)

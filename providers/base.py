@@ -5,14 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from forewarn.protocol.errors import ForewarnError
-from forewarn.providers.report import Report
 
 from .health import PollHealth
 
-Emit = Callable[[Report], None]
+if TYPE_CHECKING:
+    # The report model is pydantic's: a simulator's parsers (their `ParseError`) and
+    # `forewarn simulate` need none of it.
+    from forewarn.providers.report import Report
+
+Emit = Callable[["Report"], None]
 
 
 class ParseError(ForewarnError, ValueError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
@@ -12,11 +11,11 @@ import string
 import types
 from pathlib import PurePath
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
-from urllib.parse import urlsplit
 
 from forewarn.protocol.timefmt import parse_duration
 from forewarn.protocol.wholenumber import number_hint, toml_number
 from forewarn.protocol.wire import shell_variable_problem
+from forewarn.providers.drillargs import check_url, name_arg
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
@@ -331,38 +330,6 @@ def split_list(value: Any, field: FieldInfo | None, *, json_list: bool = False) 
         none = " or [] for none" if json_list else ""
         raise ValueError(f"{value!r} names nothing; leave it unset for the default{none}")
     return [item for item in items if item]
-
-
-def check_url(value: str, schemes: tuple[str, ...], bare_host: bool) -> str:
-    """`value` as a base URL: a scheme among `schemes` (or, when `bare_host`, none: then it
-    is `HOST[:PORT]` over http), a host, a valid port, no query or fragment."""
-    text = value.strip()
-    if "://" not in text:
-        if not bare_host:
-            raise ValueError(f"expected a URL such as {schemes[0]}://127.0.0.1:8080, got {value!r}")
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in schemes:
-        allowed = " or ".join(f"{scheme}://" for scheme in schemes)
-        raise ValueError(f"must start with {allowed}, got {value!r}")
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise ValueError(f"bad port in {value!r}") from None
-    if not parts.hostname:
-        raise ValueError(f"no host in {value!r}")
-    if parts.query or parts.fragment:
-        raise ValueError(f"a base URL has no query or fragment, got {value!r}")
-    return value.strip()
-
-
-def name_arg(text: str) -> str:
-    """An argparse `type=` for a name a drill puts in a request: not empty (`--project
-    "$PROJECT"` with the variable unset made a request to projects//...), and without the
-    space around it (`--vm "$VM"` read from a file kept its newline, a name no VM has)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty")
-    return text.strip()
 
 
 class ProviderSettings(BaseModel):

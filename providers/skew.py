@@ -18,14 +18,18 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from forewarn.protocol.fields import CLOCK_AHEAD
 from forewarn.protocol.timefmt import format_time, parse_time
-from forewarn.providers.report import Report
 
 from .boot import since_boot
 from .health import PollHealth
 from .httpdate import parse_http_date
+
+if TYPE_CHECKING:
+    # Types only: the Azure simulator loads this module through the events' formatting.
+    from forewarn.providers.report import Report
 
 # How far this machine's clock may be from the service's before times are moved onto it:
 # `Date` has whole seconds and comes after a request's round trip.

@@ -9,6 +9,7 @@ only the watchers it runs and never a simulator or a drill it does not.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,13 +17,15 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from forewarn.protocol.fields import Reason
 
-from .base import Watcher, WatcherContext
-from .settings import ProviderSettings
-
 if TYPE_CHECKING:
+    # Types only: the settings models (pydantic, pydantic-settings) and the watcher base (the
+    # report model) load with the settings class, not with the registry that
+    # `forewarn simulate` and `drill <name> --help` read for the names.
+    from .base import Watcher, WatcherContext
+    from .settings import ProviderSettings
     from .simulator import Simulator
 
-S = TypeVar("S", bound=ProviderSettings)
+S = TypeVar("S", bound="ProviderSettings")
 
 
 class CommandFace(Protocol):
@@ -57,7 +60,10 @@ class ProviderSpec(Generic[S]):
 
     - `name`: the `provider` field of its notices, its config section and its CLI name;
     - `summary`: one line for `--help` and the docs;
-    - `settings`: the `[<name>]` config section, validating every key when config loads;
+    - `settings_class`: loads the `[<name>]` config section's model, which validates every
+      key when config loads; `settings` is that class, loaded on first use (a simulator or a
+      drill's `--help` never validates a configuration, and the models cost pydantic and
+      pydantic-settings, ~0.3 CPU-s of `forewarn simulate aws`'s start);
     - `watcher`: builds the watcher from its settings and the agent's context (the one
       constructor shape every provider has);
     - `simulate`, `drill`: load the provider's simulator and drill faces, or None;
@@ -72,7 +78,7 @@ class ProviderSpec(Generic[S]):
 
     name: str
     summary: str
-    settings: type[S]
+    settings_class: Callable[[], type[S]]
     watcher: Callable[[S, WatcherContext], Watcher]
     simulate: Callable[[], SimulateFace] | None = None
     drill: Callable[[], CommandFace] | None = None
@@ -87,15 +93,15 @@ class ProviderSpec(Generic[S]):
         *,
         name: str,
         summary: str,
-        settings: type[S],
         simulate: bool = True,
         drill: bool = True,
         detect: bool = True,
         reasons: tuple[Reason, ...] = (),
         approves: bool = False,
     ) -> ProviderSpec[S]:
-        """The spec of a provider package laid out as docs/contributing.md says: `watch.py`
-        with `build(settings, context)`, and `simulate.py` / `drill.py` when it has them.
+        """The spec of a provider package laid out as docs/contributing.md says:
+        `settings.py` with `Settings`, `watch.py` with `build(settings, context)`, and
+        `simulate.py` / `drill.py` when it has them.
 
         Each face is imported on first use, so the agent loads httpx or a cloud SDK only for
         a provider it runs; the wheel test imports every face of every provider.
@@ -110,10 +116,14 @@ class ProviderSpec(Generic[S]):
         def face(module: str) -> Callable[[], Any]:
             return lambda: importlib.import_module(f"{package}.{module}")
 
+        def settings_class() -> type[S]:
+            found: type[S] = importlib.import_module(f"{package}.settings").Settings
+            return found
+
         return cls(
             name=name,
             summary=summary,
-            settings=settings,
+            settings_class=settings_class,
             watcher=watcher,
             simulate=face("simulate") if simulate else None,
             drill=face("drill") if drill else None,
@@ -121,6 +131,11 @@ class ProviderSpec(Generic[S]):
             reasons=reasons,
             approves=approves,
         )
+
+    @functools.cached_property
+    def settings(self) -> type[S]:
+        """The `[<name>]` section's model (`settings_class()`, loaded once)."""
+        return self.settings_class()
 
     @property
     def env_prefix(self) -> str:

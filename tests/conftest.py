@@ -247,6 +247,10 @@ CLI_PRELOAD = (
 KUBERNETES_DRILL_PRELOAD = (
     *CLI_PRELOAD,
     "forewarn.providers.kubernetes.drill",
+    # What the drill loads as it runs (its module, only what its `--help` needs).
+    "forewarn.providers.kubernetes.api",
+    "forewarn.providers.kubernetes.config",
+    "forewarn.providers.kubernetes.kubeconfig",
     "kubernetes.client",
     "kubernetes.client.exceptions",
     "urllib3.exceptions",

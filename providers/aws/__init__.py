@@ -5,12 +5,12 @@
 interruption through AWS FIS). This package itself imports neither httpx nor boto3.
 """
 
+from __future__ import annotations
+
 from typing import TYPE_CHECKING
 
-from forewarn.providers.lazy import lazy_attributes
+from forewarn.providers.lazy import lazy_exports
 from forewarn.providers.spec import ProviderSpec
-
-from .settings import Settings
 
 if TYPE_CHECKING:
     from .imds import (
@@ -21,27 +21,29 @@ if TYPE_CHECKING:
         parse_rebalance,
         parse_scheduled,
     )
+    from .settings import Settings
 
 # The parsers load on first use: an agent that does not run aws never needs them.
-__getattr__ = lazy_attributes(
+__getattr__ = lazy_exports(
     __name__,
-    "imds",
-    (
-        "parse_aws_date",
-        "parse_identity",
-        "parse_instance_action",
-        "parse_lifecycle_state",
-        "parse_rebalance",
-        "parse_scheduled",
-    ),
+    {
+        "settings": ("Settings",),
+        "imds": (
+            "parse_aws_date",
+            "parse_identity",
+            "parse_instance_action",
+            "parse_lifecycle_state",
+            "parse_rebalance",
+            "parse_scheduled",
+        ),
+    },
 )
 
 
-SPEC = ProviderSpec.of_package(
+SPEC: ProviderSpec[Settings] = ProviderSpec.of_package(
     __name__,
     name="aws",
     summary="EC2 instance metadata (IMDSv2): spot, rebalance, scheduled events, ASG lifecycle",
-    settings=Settings,
     reasons=("spot-interruption", "rebalance-recommendation", "scheduled-maintenance", "eviction"),
 )
 

@@ -11,15 +11,16 @@ import contextlib
 import json
 import re
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.fields import stable_id
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
-from forewarn.providers.report import Report
-from pydantic import ValidationError
 
 from ..base import ParseError
 from ..httpdate import format_short_http_date, parse_http_date
+
+if TYPE_CHECKING:
+    from forewarn.providers.report import Report
 
 PROVIDER = "aws"
 
@@ -127,6 +128,11 @@ def _time_field(payload: dict[str, Any], key: str, path: str, aws_format: bool =
 
 
 def _report(**fields: Any) -> Report:
+    # The report model (pydantic) loads with the first report: the simulator uses this
+    # module's paths, headers and dates, and `forewarn simulate aws` never builds a report.
+    from forewarn.providers.report import Report
+    from pydantic import ValidationError
+
     try:
         return Report(provider=PROVIDER, **fields)
     except ValidationError as error:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from ..settings import EndpointSettings, WholeSeconds
+from .tokenttl import MAX_TOKEN_TTL, MIN_TOKEN_TTL
 
-# IMDS only accepts token lifetimes in this range (a PUT outside it gets 400).
-MIN_TOKEN_TTL = 1
-MAX_TOKEN_TTL = 21600
 DEFAULT_URL = "http://169.254.169.254"
 
 

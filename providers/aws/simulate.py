@@ -57,7 +57,7 @@ from .imds import (
     format_aws_date,
     parse_aws_date,
 )
-from .settings import MAX_TOKEN_TTL, MIN_TOKEN_TTL
+from .tokenttl import MAX_TOKEN_TTL, MIN_TOKEN_TTL
 
 DEFAULT_INSTANCE_ID = "i-0123456789abcdef0"
 DEFAULT_REGION = "us-east-1"

@@ -5,12 +5,12 @@ watcher (httpx), the simulator and the drill (azure-identity, inside `run`) are 
 their own.
 """
 
+from __future__ import annotations
+
 from typing import TYPE_CHECKING
 
-from forewarn.providers.lazy import lazy_attributes
+from forewarn.providers.lazy import lazy_exports
 from forewarn.providers.spec import ProviderSpec
-
-from .settings import Settings
 
 if TYPE_CHECKING:
     from .events import (
@@ -24,30 +24,32 @@ if TYPE_CHECKING:
         reports_for,
         vm_names,
     )
+    from .settings import Settings
 
 # The parser loads on first use: an agent that does not run azure never needs it.
-__getattr__ = lazy_attributes(
+__getattr__ = lazy_exports(
     __name__,
-    "events",
-    (
-        "EVENT_TYPES",
-        "MAPPING",
-        "EventsDocument",
-        "ScheduledEvent",
-        "parse_compute",
-        "parse_document",
-        "parse_not_before",
-        "reports_for",
-        "vm_names",
-    ),
+    {
+        "settings": ("Settings",),
+        "events": (
+            "EVENT_TYPES",
+            "MAPPING",
+            "EventsDocument",
+            "ScheduledEvent",
+            "parse_compute",
+            "parse_document",
+            "parse_not_before",
+            "reports_for",
+            "vm_names",
+        ),
+    },
 )
 
 
-SPEC = ProviderSpec.of_package(
+SPEC: ProviderSpec[Settings] = ProviderSpec.of_package(
     __name__,
     name="azure",
     summary="Azure Scheduled Events (IMDS): Preempt, Terminate, Reboot, Redeploy, Freeze",
-    settings=Settings,
     reasons=("eviction", "host-maintenance"),
     approves=True,
 )

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 from forewarn.protocol.timefmt import duration_arg
 
-from ..settings import name_arg
+from ..drillargs import name_arg
 
 ARM_URL = "https://management.azure.com"
 SCOPE = "https://management.azure.com/.default"

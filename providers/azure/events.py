@@ -11,17 +11,19 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.fields import Action, Reason
 from forewarn.protocol.oneline import quoted
 from forewarn.protocol.timefmt import parse_time
-from forewarn.providers.report import Report
 
 from ..base import ParseError
 from ..httpdate import format_http_date, parse_http_date
 from ..skew import sent_skew
-from .settings import EVENT_TYPES
+from .kinds import EVENT_TYPES
+
+if TYPE_CHECKING:
+    from forewarn.providers.report import Report
 
 PROVIDER = "azure"
 ID_PREFIX = "azure/"
@@ -270,6 +272,10 @@ def report_for(
     detail = dict(event.raw)
     if incarnation is not None:
         detail[INCARNATION] = incarnation
+    # The report model (pydantic) loads with the first report: `forewarn simulate azure`
+    # formats events with this module and never builds one.
+    from forewarn.providers.report import Report
+
     return Report(
         id=event.notice_id,
         action=action,

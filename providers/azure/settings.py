@@ -15,6 +15,7 @@ from pydantic import (
 from pydantic_settings import NoDecode
 
 from ..settings import EndpointSettings, split_list
+from .kinds import EVENT_TYPES
 
 DEFAULT_URL = "http://169.254.169.254"
 # IMDS answers about five requests a second per VM and rejects the rest with 429; four a
@@ -26,7 +27,6 @@ PREEMPT_NOTICE = 30.0
 MAX_INTERVAL = PREEMPT_NOTICE / 2
 
 ApproveMode = Literal["off", "after-ack", "immediately"]
-EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 # The events whose clients exit: approving them early loses nothing. A Reboot or Redeploy
 # approved early starts within seconds under clients that flushed a drain and kept training.
 DEFAULT_APPROVE_TYPES = ("Preempt", "Terminate")

@@ -6,12 +6,12 @@ name. `SPEC` loads `watch`, `simulate` and `drill` on first use (they bring http
 package exports the settings and the pure recognition of a reclaim mail.
 """
 
+from __future__ import annotations
+
 from typing import TYPE_CHECKING
 
-from forewarn.providers.lazy import lazy_attributes
+from forewarn.providers.lazy import lazy_exports
 from forewarn.providers.spec import ProviderSpec
-
-from .settings import Settings
 
 if TYPE_CHECKING:
     from .mail import (
@@ -22,28 +22,30 @@ if TYPE_CHECKING:
         read_mail,
         reclaim_verdict,
     )
+    from .settings import Settings
 
 # Recognising a mail loads on first use (it brings the email package's parsers and many
 # patterns): an agent that does not run digitalocean never needs it.
-__getattr__ = lazy_attributes(
+__getattr__ = lazy_exports(
     __name__,
-    "mail",
-    (
-        "MatchRules",
-        "Verdict",
-        "find_deadline",
-        "judge",
-        "read_mail",
-        "reclaim_verdict",
-    ),
+    {
+        "settings": ("Settings",),
+        "mail": (
+            "MatchRules",
+            "Verdict",
+            "find_deadline",
+            "judge",
+            "read_mail",
+            "reclaim_verdict",
+        ),
+    },
 )
 
 
-SPEC = ProviderSpec.of_package(
+SPEC: ProviderSpec[Settings] = ProviderSpec.of_package(
     __name__,
     name="digitalocean",
     summary="DigitalOcean Spot reclaim email over IMAP, with droplet metadata",
-    settings=Settings,
     reasons=("reclaim", "drill"),
 )
 

@@ -19,9 +19,8 @@ from email.utils import format_datetime, make_msgid, parseaddr
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .settings import Settings
-
 if TYPE_CHECKING:
+    from .settings import Settings
     from .watch import Droplet
 
 # Every `forewarn` command builds its parser with each provider's drill arguments; the mail
@@ -109,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .imap import CredentialsError, MailboxError, MailboxSession, load_credentials
     from .mail import DRILL_HEADER, judge, read_mail
+    from .settings import Settings
     from .watch import MetadataUnavailable, match_rules
 
     print(

@@ -7,15 +7,22 @@ google-auth.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from forewarn.providers.lazy import lazy_attributes
 from forewarn.providers.spec import ProviderSpec
 
-from .settings import Settings
+if TYPE_CHECKING:
+    from .settings import Settings
 
-SPEC = ProviderSpec.of_package(
+# The settings model loads on first use (`SPEC.settings`, or `Settings` here): `forewarn
+# simulate` and a drill's `--help` read the registry and never validate a configuration.
+__getattr__ = lazy_attributes(__name__, "settings", ("Settings",))
+
+SPEC: ProviderSpec[Settings] = ProviderSpec.of_package(
     __name__,
     name="gcp",
     summary="Compute Engine metadata server: preemption and host maintenance",
-    settings=Settings,
     reasons=("preemption", "host-maintenance", "scheduled-maintenance"),
 )
 

@@ -20,7 +20,7 @@ import httpx
 from forewarn.protocol.errors import DrillError, UsageError
 from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 
-from ..settings import check_url, name_arg
+from ..drillargs import check_url, name_arg
 
 COMPUTE_API = "https://compute.googleapis.com"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"

@@ -4,15 +4,24 @@ Only the settings are imported here (the agent's config needs them); `SPEC` load
 (and httpx) on first use.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from forewarn.providers.lazy import lazy_attributes
 from forewarn.providers.spec import ProviderSpec
 
-from .settings import DEFAULT_DRAIN_TAINTS, Settings
+if TYPE_CHECKING:
+    from .settings import DEFAULT_DRAIN_TAINTS, Settings
 
-SPEC = ProviderSpec.of_package(
+# The settings model loads on first use (`SPEC.settings`, or `Settings` here): `forewarn
+# simulate` and a drill's `--help` read the registry and never validate a configuration.
+__getattr__ = lazy_attributes(__name__, "settings", ("DEFAULT_DRAIN_TAINTS", "Settings"))
+
+SPEC: ProviderSpec[Settings] = ProviderSpec.of_package(
     __name__,
     name="kubernetes",
     summary="the Kubernetes node object: cordon, deletion taints, node shutdown",
-    settings=Settings,
     reasons=("node-drain",),
 )
 

@@ -21,12 +21,7 @@ from urllib.parse import quote
 
 from forewarn.protocol.errors import ConfigError, DrillError, UsageError
 
-from ..settings import check_url
-from . import kubeconfig
-from .api import error_for, status_message
-from .config import in_cluster
-from .kubeconfig import install_hint
-from .settings import Settings
+from ..drillargs import check_url
 
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
@@ -81,6 +76,13 @@ def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Confi
     """The client configuration and where it came from, in kubectl's order: --kubeconfig,
     $FOREWARN_KUBERNETES_KUBECONFIG, $KUBECONFIG, ~/.kube/config, then the pod's service
     account; --url overrides the server."""
+    # Here, not at the module's top: the client's helpers bring the settings model
+    # (pydantic), httpx and ctypes, which `forewarn drill kubernetes --help` never uses.
+    from . import kubeconfig
+    from .config import in_cluster
+    from .kubeconfig import install_hint
+    from .settings import Settings
+
     try:
         from kubernetes.client import Configuration
     except ImportError:
@@ -160,6 +162,8 @@ def _patch(configuration: Configuration, source: str, node: str, unschedulable: 
     from kubernetes.client import ApiClient, CoreV1Api
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
+
+    from .api import error_for, status_message
 
     body = {"spec": {"unschedulable": unschedulable}}
     try:

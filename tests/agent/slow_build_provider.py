@@ -35,6 +35,6 @@ class SlowBuildWatcher:
 SPEC = ProviderSpec(
     name="slowbuild",
     summary="a watcher whose construction blocks for two seconds",
-    settings=Settings,
+    settings_class=lambda: Settings,
     watcher=SlowBuildWatcher,
 )

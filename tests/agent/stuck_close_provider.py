@@ -44,6 +44,6 @@ class StuckCloseWatcher:
 SPEC = ProviderSpec(
     name="stuck",
     summary="a watcher whose close never ends",
-    settings=Settings,
+    settings_class=lambda: Settings,
     watcher=StuckCloseWatcher,
 )

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import agent_env
+from support import agent_env, eventually
 
 NOT_FOR_A_LOCAL_AGENT = (
     "forewarn.providers.aws.imds",
@@ -194,3 +194,67 @@ def test_a_provider_s_command_loads_no_other_provider_s_face(words: list[str]) -
     faces, shown = json.loads(done.stdout)
     assert faces == [f"forewarn.providers.aws.{words[0]}"]
     assert shown.startswith(f"usage: forewarn {words[0]} aws ")
+
+
+# Neither a simulator nor a drill's arguments validate a configuration: pydantic (the
+# settings models, the report model) and every provider's settings cost `simulate aws` about
+# 0.3 CPU-s of its start, which each test with a simulated provider pays.
+NOT_FOR_A_PROVIDER_S_COMMAND = ("pydantic", "pydantic_settings", "pydantic_core")
+
+
+def _provider_command_loads(words: list[str]) -> tuple[list[str], str]:
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from forewarn.agent.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+        f"    main({words!r})\n"
+        f"heavy = [m for m in {NOT_FOR_A_PROVIDER_S_COMMAND!r} if m in sys.modules]\n"
+        "heavy += sorted(m for m in sys.modules if m.startswith('forewarn.providers.')"
+        " and m.endswith('.settings'))\n"
+        "print(json.dumps([heavy, out.getvalue()]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    heavy, shown = json.loads(done.stdout)
+    return heavy, shown
+
+
+@pytest.mark.parametrize("provider", ["aws", "gcp", "azure", "digitalocean"])
+def test_a_simulator_s_command_loads_no_settings_nor_pydantic(provider: str) -> None:
+    heavy, shown = _provider_command_loads(["simulate", provider, "--help"])
+    assert heavy == []
+    assert shown.startswith(f"usage: forewarn simulate {provider} ")
+
+
+@pytest.mark.parametrize("provider", ["aws", "gcp", "azure", "digitalocean", "kubernetes"])
+def test_a_drill_s_help_loads_no_settings_nor_pydantic(provider: str) -> None:
+    heavy, shown = _provider_command_loads(["drill", provider, "--help"])
+    assert heavy == []
+    assert shown.startswith(f"usage: forewarn drill {provider} ")
+
+
+@pytest.mark.parametrize("provider", ["aws", "gcp", "azure", "digitalocean"])
+def test_a_running_simulator_loaded_no_settings_nor_pydantic(provider: str, tmp_path: Path) -> None:
+    # What the simulator's process imported up to listening, by its own `-X importtime`
+    # (one line per module on stderr): serving requests needs no settings model either.
+    ready = tmp_path / "ready"
+    argv = [sys.executable, "-X", "importtime", "-m", "forewarn.agent.cli", "simulate"]
+    argv += [provider, "--port", "0", "--ready-file", str(ready)]
+    with subprocess.Popen(
+        argv, env=agent_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    ) as sim:
+        try:
+            eventually(lambda: ready.exists() and ready.read_text(), what="the simulator listening")
+        finally:
+            sim.terminate()
+            _, imported = sim.communicate(timeout=30)
+    modules = {line.rpartition("|")[2].strip() for line in imported.splitlines()}
+    assert "forewarn.providers.simulator" in modules  # the lines are read right
+    heavy = sorted(
+        name
+        for name in modules
+        if name in NOT_FOR_A_PROVIDER_S_COMMAND
+        or (name.startswith("forewarn.providers.") and name.endswith(".settings"))
+    )
+    assert heavy == []

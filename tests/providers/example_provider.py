@@ -55,7 +55,7 @@ class _Drill:
 SPEC = ProviderSpec(
     name="example",
     summary="a provider that lives in the tests",
-    settings=Settings,
+    settings_class=lambda: Settings,
     watcher=ExampleWatcher,
     drill=lambda: _Drill(),
 )
