@@ -132,3 +132,23 @@ def test_the_torch_demo_without_torch_names_the_torch_extra(tmp_path: Path) -> N
     line = done.stderr.strip()
     assert line.startswith("forewarn: ") and "\n" not in line, line
     assert "torch" in line and "pip install" in line and "[torch]" in line, line
+
+
+# The commands that need a cloud SDK, the Kubernetes client or matplotlib, each run without
+# it (these named their extra already; kept so that a new import path cannot lose it).
+COMMANDS_NEEDING_AN_EXTRA = {
+    "aws": "drill aws --instance-id i-0123456789abcdef0 --region us-east-1 "
+    "--role-arn arn:aws:iam::123456789012:role/forewarn-test --yes",
+    "gcp": "drill gcp --project p --zone us-central1-a --instance vm1 --yes",
+    "k8s": "drill kubernetes --node n1 --yes",
+}
+
+
+@pytest.mark.parametrize("extra", sorted(COMMANDS_NEEDING_AN_EXTRA))
+def test_a_command_that_needs_an_extra_names_it(extra: str, tmp_path: Path) -> None:
+    argv = ["-m", "forewarn.agent.cli", *COMMANDS_NEEDING_AN_EXTRA[extra].split()]
+    done = _run(argv, _env(tmp_path, EXTRA_MODULES[extra]), tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("forewarn: ") and f"[{extra}]" in last and "pip install" in last, last
