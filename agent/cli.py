@@ -1923,14 +1923,29 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         stops.append(signal.SIGINT)
 
+    heard: list[str] = []
+
     def interrupt(signum: int, frame: object) -> None:
         for stop in stops:
             signal.signal(stop, signal.SIG_IGN)
+        heard.append(signal.Signals(signum).name)
         raise KeyboardInterrupt
 
     previous = {signum: signal.signal(signum, interrupt) for signum in stops}
     try:
         return run_local_drill(args, reclaim=run_reclaim_drill, machines=machines_for(args))
+    except KeyboardInterrupt:
+        # An interrupted drill ended 130 in silence, its timeline cut short as if it were
+        # still running: the last line says it was stopped, by what, and that it measured
+        # nothing. Said once the cleanup (the finally blocks under this) has run.
+        by = heard[0] if heard else "SIGINT"
+        print(
+            f"forewarn: drill local: interrupted by {by}: its agent and job were stopped, "
+            "no steps measured",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_INTERRUPTED
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

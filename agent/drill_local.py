@@ -20,6 +20,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,9 +139,16 @@ class Demo:
         # Seconds the demo may be silent beyond QUIET_TIMEOUT: a step, or a final save that
         # waits for an upload in flight and then makes its own.
         self.quiet = quiet
-        # Tethered: a drill killed outright (kill -9) left the demo training on.
+        # Tethered: a drill killed outright (kill -9) left the demo training on. By SIGKILL,
+        # as `stop` ends it: a SIGTERM is a reclaim to the demo, whose final save, nobody left
+        # to read it, waited for an upload in flight and then made its own, up to twice
+        # --upload-delay (an hour each at the most) of an orphan on the node.
         self.proc = subprocess.Popen(
-            tethered(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            tethered(argv, signal.SIGKILL),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.step = 0
