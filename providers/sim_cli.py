@@ -1,7 +1,7 @@
 """Start-up shared by every `forewarn simulate <provider>`: the common flags (`--host`,
 `--port`, `--ready-file`, `--fault`, and `--notice` where the simulator raises notices),
 scripted notices (`--<name>-after S` is `--notice KIND,after=S`), readiness (the URL on
-stdout once listening, and in the ready file) and a clean stop on SIGTERM or SIGINT.
+stdout once listening, and in the ready file) and a clean stop on SIGTERM, SIGINT or SIGHUP.
 
 A provider's simulate module declares one `SimulatorCommand` and exports its
 `add_arguments` and `run`. Every bad value exits 2 with one `forewarn:` line.
@@ -304,12 +304,19 @@ def _write_ready(path: Path, url: str) -> None:
         raise
 
 
-STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+# SIGHUP too (a closed terminal): at its default it killed the simulator where it stood, and
+# its --ready-file went on naming a URL nobody served. Only where it is at its default when the
+# simulator starts: under `nohup` it stays ignored, as asked (a blocked signal is queued even
+# when ignored, so sigwait would have taken it).
+STOP_SIGNALS = frozenset(
+    {signal.SIGINT, signal.SIGTERM}
+    | ({signal.SIGHUP} if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL else set())
+)
 
 
 @contextlib.contextmanager
 def _stop_signals_blocked() -> Iterator[None]:
-    """SIGINT and SIGTERM blocked in this thread and in every thread it starts meanwhile."""
+    """The stop signals blocked in this thread and in every thread it starts meanwhile."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
@@ -325,8 +332,9 @@ def serve_until_signalled(
     command: SimulatorCommand | None = None,
     args: argparse.Namespace | None = None,
 ) -> int:
-    """Serve until SIGTERM or SIGINT. Once listening: the URL alone on stdout's first line,
-    hints on stderr, and the URL in `ready_file`.
+    """Serve until SIGTERM, SIGINT or SIGHUP (`STOP_SIGNALS`). Once listening: the URL alone
+    on stdout's first line, hints on stderr, and the URL in `ready_file`; once stopped, a last
+    line on stderr naming the signal.
 
     The main thread takes the stop signal with `sigwait`, and every thread of the server is
     started with the stop signals blocked: a signal handler runs only when the main thread
@@ -366,11 +374,18 @@ def _serve(
         print("\n".join(hints), file=sys.stderr, flush=True)
         if ready_file is not None:
             _write_ready(ready_file, server.url)
-        signal.sigwait(STOP_SIGNALS)
+        signum = signal.sigwait(STOP_SIGNALS)
     finally:
         server.stop()
         if ready_file is not None:
             ready_file.unlink(missing_ok=True)
+    # The last line says the stop was heard and the simulator cleaned up after itself; the
+    # exit stays 0, a simulator's normal end (`kill $SIM_PID` in the README's script).
+    print(
+        f"forewarn simulate {sim.name}: stopped by {signal.Signals(signum).name}",
+        file=sys.stderr,
+        flush=True,
+    )
     return 0
 
 

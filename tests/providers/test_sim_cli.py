@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import email.utils
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
@@ -45,6 +46,8 @@ ENDPOINTS = {
     "kubernetes": ("/api/v1/nodes/forewarn-sim-node", {}, "cordon"),
 }
 EXTRA = {"aws": ["--imdsv1"], "azure": ["--rate-limit", "1000"]}
+# The signals a simulator stops on, SIGHUP being at its default in the processes started here.
+STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 @contextmanager
@@ -122,7 +125,7 @@ def _blocked_signals(pid: int) -> dict[str, set[int]]:
         mask = int(status["SigBlk"], 16)
         blocked = {signum for signum in range(1, 65) if mask & (1 << (signum - 1))}
         if "sigtimedwait" in waiting:
-            blocked |= {signal.SIGINT, signal.SIGTERM}
+            blocked |= STOPS
         threads[f"{task.name} {status['Name'].strip()} ({waiting or '-'})"] = blocked
     return threads
 
@@ -133,8 +136,8 @@ def test_every_thread_leaves_the_stop_signals_to_the_main_threads_sigwait(
 ) -> None:
     """A SIGTERM the kernel hands to a server or timer thread never reached the handler in the
     main thread, which slept on in its wait: 3 stops in 120 under load never ended. Every
-    thread (the server's, a scripted notice's timer, a request's) must block SIGINT and
-    SIGTERM, so that only the main thread's sigwait takes them."""
+    thread (the server's, a scripted notice's timer, a request's) must block SIGINT, SIGTERM
+    and SIGHUP (at its default here), so that only the main thread's sigwait takes them."""
     path, headers, kind = ENDPOINTS[provider]
     args = ["simulate", provider, *EXTRA.get(provider, [])]
     if kind is not None:
@@ -149,11 +152,7 @@ def test_every_thread_leaves_the_stop_signals_to_the_main_threads_sigwait(
             assert http.get(path, headers=headers).status_code == 200
         threads = _blocked_signals(proc.pid)
         assert len(threads) >= (3 if kind is not None else 2), threads
-        unguarded = {
-            name: blocked
-            for name, blocked in threads.items()
-            if not {signal.SIGINT, signal.SIGTERM} <= blocked
-        }
+        unguarded = {name: blocked for name, blocked in threads.items() if not blocked >= STOPS}
         assert not unguarded, f"threads that could take a stop signal: {unguarded}"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
@@ -510,3 +509,63 @@ def test_a_gcp_window_under_a_date_ahead_starts_on_the_providers_clock() -> None
 
 
 GOOGLE = {"Metadata-Flavor": "Google"}
+
+
+STOPPED_BY = {"ctrl-c": signal.SIGINT, "kill": signal.SIGTERM, "terminal-closed": signal.SIGHUP}
+
+
+@pytest.mark.parametrize("stop", list(STOPPED_BY))
+def test_a_simulator_stopped_as_users_stop_it_removes_its_ready_file_and_says_so(
+    stop: str, tmp_path: Path
+) -> None:
+    """A closed terminal's SIGHUP killed the simulator where it stood: its --ready-file went
+    on naming a URL nobody served, for the script or agent that reads it. Each stop removes it,
+    and the last line on stderr says what stopped the simulator."""
+    ready = tmp_path / "sim.url"
+    proc = subprocess.Popen(
+        forewarn_cmd("simulate", "aws", "--ready-file", str(ready)),
+        env=agent_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own terminal's group: Ctrl-C and a hangup reach it alone
+    )
+    try:
+        eventually(ready.exists, what="the ready file")
+        signum = STOPPED_BY[stop]
+        os.killpg(proc.pid, signum)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, (proc.returncode, err)
+        assert not ready.exists(), ready.read_text()
+        assert err.strip().splitlines()[-1] == (
+            f"forewarn simulate aws: stopped by {signal.Signals(signum).name}"
+        ), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_simulator_under_nohup_serves_on_after_a_hangup(tmp_path: Path) -> None:
+    """`nohup forewarn simulate ... &` asked for a simulator that outlives its terminal: a
+    SIGHUP ignored when it starts stays ignored."""
+    proc = subprocess.Popen(
+        ["nohup", *forewarn_cmd("simulate", "aws")],
+        env=agent_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        proc.send_signal(signal.SIGHUP)
+        with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
+            assert http.get("/_sim/state").status_code == 200
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
