@@ -80,3 +80,62 @@ def test_a_scenario_drill_killed_outright_takes_its_torchrun_job_with_it(
         for pid in _pids(str(work)):  # this test's orphans, had the tether not held
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# How each stop reaches the drill: Ctrl-C to the terminal's whole group (the drill in a session
+# of its own stands for that terminal), the others to the drill alone. torchrun's ranks run in
+# sessions of their own, which no terminal's signal reaches: the drill must end them.
+STOPS = {"ctrl-c": signal.SIGINT, "kill": signal.SIGTERM, "terminal-closed": signal.SIGHUP}
+
+
+@pytest.mark.slow(12)
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_a_scenario_drill_stopped_by_its_user_ends_its_job_and_says_so(
+    tmp_path: Path, env: dict[str, str], stop: str
+) -> None:
+    work = tmp_path / "drill"
+    held = tmp_path / "held"
+    held.mkdir()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HOLD)
+    path = [str(site), *filter(None, [env.get("PYTHONPATH")])]
+    held_env = dict(env, PYTHONPATH=os.pathsep.join(path), HELD_RANKS=str(held))
+    drill = subprocess.Popen(
+        forewarn_cmd("drill", "local", "--scenario", "cloud", "--seed", "1", "--dir", str(work)),
+        env=held_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        eventually(lambda: len(list(held.iterdir())) == 2, timeout=120, what="the job's ranks")
+        if stop == "ctrl-c":
+            os.killpg(drill.pid, STOPS[stop])
+        else:
+            drill.send_signal(STOPS[stop])
+        _, err = drill.communicate(timeout=60)
+        assert drill.returncode == 130, err
+        said = err.strip().splitlines()
+        assert said and f"interrupted by {STOPS[stop].name}" in said[-1], err
+        eventually(
+            lambda: not _pids(str(work)), timeout=10, what="no process of the drill or its job"
+        )
+    finally:
+        if drill.poll() is None:
+            drill.kill()
+            drill.wait()
+        for pid in _pids(str(work)):  # this test's orphans, had the drill not ended them
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    # The next drill in that directory starts afresh and passes.
+    again = subprocess.run(
+        forewarn_cmd("drill", "local", "--dir", str(work)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.splitlines()[-1] == "steps lost: 0", again.stdout
