@@ -1856,6 +1856,15 @@ def _drill_local_options(args: argparse.Namespace) -> None:
             setattr(args, dest, default)
 
 
+def _output_to_devnull() -> None:
+    """stdout and stderr, whose reader or terminal is gone, pointed at /dev/null: what is
+    left in their buffers then goes nowhere at the exit, without an error."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
 def cmd_drill_local(args: argparse.Namespace) -> int:
     import signal
 
@@ -1919,15 +1928,23 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     # left its agent, its demo and a reclaim drill's torchrun job running: as an interrupt,
     # it goes through the drill's cleanup like Ctrl-C does, and a second one (Ctrl-C pressed
     # again) does not cut that cleanup short.
-    stops = [signal.SIGTERM, signal.SIGHUP]
+    stops = [signal.SIGTERM]
+    # SIGHUP only at its default: `nohup forewarn drill local &` was interrupted at the logout
+    # all the same, the drill taking the hangup nohup had it ignore for an interrupt.
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+        stops.append(signal.SIGHUP)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         stops.append(signal.SIGINT)
-
     heard: list[str] = []
+
+    def passed_by(signum: int, frame: object) -> None:
+        """A stop after the first: the cleanup goes on. A handler, not SIG_IGN: a second
+        signal already on its way as the first's handler set SIG_IGN printed Python's
+        `OSError: Signal 15 ignored due to race condition` traceback."""
 
     def interrupt(signum: int, frame: object) -> None:
         for stop in stops:
-            signal.signal(stop, signal.SIG_IGN)
+            signal.signal(stop, passed_by)
         heard.append(signal.Signals(signum).name)
         raise KeyboardInterrupt
 
@@ -1939,12 +1956,18 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
         # still running: the last line says it was stopped, by what, and that it measured
         # nothing. Said once the cleanup (the finally blocks under this) has run.
         by = heard[0] if heard else "SIGINT"
-        print(
-            f"forewarn: drill local: interrupted by {by}: its agent and job were stopped, "
-            "no steps measured",
-            file=sys.stderr,
-            flush=True,
-        )
+        try:
+            print(
+                f"forewarn: drill local: interrupted by {by}: its agent and job were stopped, "
+                "no steps measured",
+                file=sys.stderr,
+                flush=True,
+            )
+        except OSError:
+            # A closed terminal answers with EIO: the interrupt became an unexpected error,
+            # exit 1, or, the line left in the buffer, exit 120 from Python's own flush at
+            # the exit, for whoever reads the status (`ssh host forewarn drill local`).
+            _output_to_devnull()
         return EXIT_INTERRUPTED
     finally:
         for signum, handler in previous.items():

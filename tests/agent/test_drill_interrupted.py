@@ -7,7 +7,10 @@ passes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pty
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +19,7 @@ from pathlib import Path
 import pytest
 from forewarn.agent.drill_local import minimum_steps
 from job_session import end_session, every_worker_ends, session_processes
-from support import forewarn_cmd
+from support import as_in_a_terminal, forewarn_cmd, sighup_as_in_a_terminal
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="sessions and PR_SET_PDEATHSIG are Linux's"
@@ -33,11 +36,15 @@ SLOW_UPLOAD = (
 GONE_WITHIN = 8.0  # seconds: the agent's own stop, on a loaded machine
 
 
-def _training_drill(work: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+def _training_drill(
+    work: Path, env: dict[str, str], before: list[str] | None = None
+) -> subprocess.Popen[str]:
     """`drill local --background` over a slow link in a session of its own, returned once its
-    drain's save is uploading."""
+    drain's save is uploading; SIGHUP at its default, as typed into a terminal, unless
+    `before` (`nohup`) says otherwise."""
+    argv = forewarn_cmd("drill", "local", *SLOW_UPLOAD, "--dir", str(work))
     drill = subprocess.Popen(
-        forewarn_cmd("drill", "local", *SLOW_UPLOAD, "--dir", str(work)),
+        [*before, *argv] if before else as_in_a_terminal(argv),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -93,3 +100,82 @@ def test_a_drill_stopped_mid_upload_leaves_no_process_and_says_so(
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.splitlines()[-1] == "steps lost: 0", again.stdout
+
+
+def test_a_drill_whose_terminal_closes_ends_everything_and_exits_130(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The terminal itself closed (an ssh session dropped): the drill, the terminal's session
+    leader here, gets its SIGHUP, and the last line it writes meets the closed terminal's EIO.
+    That EIO ended the drill as an unexpected error, exit 1, where a parent reading the status
+    (`ssh host forewarn drill local; echo $?`) was to see an interrupt."""
+    work = tmp_path / "drill"
+    # As a user's shell has it: buffered output, whose flush at the exit meets the EIO too.
+    env = {key: value for key, value in env.items() if key != "PYTHONUNBUFFERED"}
+    pid, master = pty.fork()
+    if pid == 0:  # the drill: a session of its own, the pty its controlling terminal
+        with contextlib.suppress(BaseException):
+            sighup_as_in_a_terminal()
+            argv = forewarn_cmd("drill", "local", *SLOW_UPLOAD, "--dir", str(work))
+            os.execve(argv[0], argv, env)
+        os._exit(127)
+    session = pid  # the drill leads its session
+    said = b""
+    try:
+        with contextlib.suppress(OSError):  # EIO: the drill ended; what it said is below
+            while b"(drain) uploading in the background" not in said:
+                said += os.read(master, 65536)
+        os.close(master)  # the ssh session closes: the kernel hangs up the terminal
+        master = -1
+        _, status = os.waitpid(pid, 0)
+        code, pid = os.waitstatus_to_exitcode(status), 0
+        every_worker_ends(session, GONE_WITHIN)
+    finally:
+        if master >= 0:
+            os.close(master)
+        for line in session_processes(session):  # what the drill left, had it left any
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        if pid:
+            os.waitpid(pid, 0)
+    assert code == 130, (code, said.decode(errors="replace"))
+
+
+def test_a_drill_under_nohup_runs_on_through_a_hangup(tmp_path: Path, env: dict[str, str]) -> None:
+    """`nohup forewarn drill local ... &` asked for a drill that outlives its terminal: the
+    drill took the SIGHUP for an interrupt all the same, and stopped at the logout. The SIGHUP
+    ignored when it starts stays ignored; a `kill` after it is what stops this one."""
+    work = tmp_path / "drill"
+    drill = _training_drill(work, env, ["nohup"])
+    try:
+        drill.send_signal(signal.SIGHUP)  # the lower number: taken first, had it been heard
+        drill.send_signal(signal.SIGTERM)
+        _, err = drill.communicate(timeout=60)
+        assert drill.returncode == 130, err
+        assert "interrupted by SIGTERM" in err.strip().splitlines()[-1], err
+        every_worker_ends(drill.pid, GONE_WITHIN)
+    finally:
+        end_session(drill)
+
+
+def test_a_drill_stopped_twice_at_once_says_it_once_without_a_traceback(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`kill` and then Ctrl-C (an impatient user, a CI runner's SIGTERM and its group's
+    SIGINT): the second signal, already on its way as the first's handler set SIG_IGN, printed
+    Python's `OSError: Signal 2 ignored due to race condition` traceback above the last line."""
+    work = tmp_path / "drill"
+    drill = _training_drill(work, env)
+    try:
+        drill.send_signal(signal.SIGTERM)
+        os.killpg(drill.pid, signal.SIGINT)
+        _, err = drill.communicate(timeout=60)
+        assert drill.returncode == 130, err
+        assert "Traceback" not in err and "race condition" not in err, err
+        # Both may be pending when Python runs its handlers, which it does lowest number
+        # first: either is the one named, once.
+        assert err.count("interrupted by") == 1, err
+        assert re.search(r"interrupted by SIG(TERM|INT):", err.strip().splitlines()[-1]), err
+        every_worker_ends(drill.pid, GONE_WITHIN)
+    finally:
+        end_session(drill)

@@ -17,7 +17,7 @@ import pytest
 from forewarn.agent import drill_local
 from forewarn.agent.drill_local import DrillFailed, Machine, NoticeSource
 from forewarn.protocol.wire import request
-from support import Subscriber, eventually, forewarn_cmd
+from support import Subscriber, as_in_a_terminal, eventually, forewarn_cmd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -269,7 +269,8 @@ def processes_of(directory: Path) -> list[str]:
 def _training_drill(work: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     """A long `drill local --dir work`, returned once its demo trains."""
     drill = subprocess.Popen(
-        forewarn_cmd("drill", "local", "--steps", "100000", "--dir", str(work)),
+        # SIGHUP at its default, as typed into a terminal: under nohup the drill ignores it.
+        as_in_a_terminal(forewarn_cmd("drill", "local", "--steps", "100000", "--dir", str(work))),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import eventually, forewarn_cmd, processes_mentioning, requires
+from support import as_in_a_terminal, eventually, forewarn_cmd, processes_mentioning, requires
 
 pytestmark = [
     requires("torch"),
@@ -101,8 +101,9 @@ def test_a_scenario_drill_stopped_by_its_user_ends_its_job_and_says_so(
     (site / "sitecustomize.py").write_text(HOLD)
     path = [str(site), *filter(None, [env.get("PYTHONPATH")])]
     held_env = dict(env, PYTHONPATH=os.pathsep.join(path), HELD_RANKS=str(held))
+    argv = forewarn_cmd("drill", "local", "--scenario", "cloud", "--seed", "1", "--dir", str(work))
     drill = subprocess.Popen(
-        forewarn_cmd("drill", "local", "--scenario", "cloud", "--seed", "1", "--dir", str(work)),
+        as_in_a_terminal(argv),  # SIGHUP at its default: under nohup the drill ignores it
         env=held_env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
