@@ -28,6 +28,7 @@ from support import (
     AgentProcess,
     SimControl,
     agent_env,
+    as_in_a_terminal,
     eventually,
     forewarn_cmd,
     run_forewarn,
@@ -143,7 +144,11 @@ def test_every_thread_leaves_the_stop_signals_to_the_main_threads_sigwait(
     if kind is not None:
         args += ["--notice", f"{kind},after=600"]  # a timer thread, alive until the stop
     proc = subprocess.Popen(
-        forewarn_cmd(*args), env=agent_env(tmp_path), stdout=subprocess.PIPE, text=True
+        # SIGHUP at its default, as typed into a terminal: under nohup it is no stop signal.
+        as_in_a_terminal(forewarn_cmd(*args)),
+        env=agent_env(tmp_path),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None
@@ -523,7 +528,7 @@ def test_a_simulator_stopped_as_users_stop_it_removes_its_ready_file_and_says_so
     and the last line on stderr says what stopped the simulator."""
     ready = tmp_path / "sim.url"
     proc = subprocess.Popen(
-        forewarn_cmd("simulate", "aws", "--ready-file", str(ready)),
+        as_in_a_terminal(forewarn_cmd("simulate", "aws", "--ready-file", str(ready))),
         env=agent_env(tmp_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
