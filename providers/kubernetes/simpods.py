@@ -14,7 +14,8 @@ Served as kube-apiserver serves them:
   waits for after its eviction,
 - `POST /api/v1/namespaces/<ns>/pods/<name>/eviction`: a policy/v1 Eviction naming the pod
   (400 for a body that is not one, 404 for a pod that is not there, 201 and a Success Status
-  when admitted). No PodDisruptionBudget: every eviction is admitted.
+  when admitted), or the API server's refusal when a PodDisruptionBudget (`simpdbs`) holds
+  the pod: 429 TooManyRequests, kept in `refusals`.
 """
 
 from __future__ import annotations
@@ -27,13 +28,20 @@ from datetime import datetime
 from typing import Any
 
 from ..simulator import SimError
+from .simpdbs import SimBudgets
 
 # `<ns>/<name>` of a pod path, and the subresource (only `eviction` is served).
 POD_PATH = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)(?:/([^/]+))?\Z")
 # A DNS-1123 subdomain (a pod's name) and label (a namespace), as the API server checks them.
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
-POD_NOTICE_FIELDS = ("name", "namespace", "grace")
+POD_NOTICE_FIELDS = ("name", "namespace", "grace", "labels")
+# A label's name is a qualified name (an optional DNS-subdomain prefix and `/`, then 1-63
+# alphanumerics, `-`, `_`, `.`), its value a label value (empty, or 1-63 of the same).
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_LABEL_KEY = re.compile(rf"({_PREFIX}/)?{_NAME}\Z")
+_LABEL_VALUE = re.compile(rf"({_NAME})?\Z")
 
 
 def status(code: int, reason: str = "", message: str = "") -> dict[str, Any]:
@@ -62,6 +70,24 @@ def check_pod_fields(fields: dict[str, Any]) -> None:
         raise SimError('"namespace" must be a namespace name (a DNS-1123 label)', 422)
     if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
         raise SimError('"grace" must be a whole number of seconds, 0 or more', 422)
+    labels = fields.get("labels", {})
+    if not isinstance(labels, dict) or not all(
+        _label_ok(key, value) for key, value in labels.items()
+    ):
+        raise SimError('"labels" must be an object of label names to label values', 422)
+
+
+def _label_ok(key: Any, value: Any) -> bool:
+    """A label the API server takes: a qualified name (prefix at most 253) and a label value."""
+    if not isinstance(key, str) or not isinstance(value, str):
+        return False
+    prefix, _, _ = key.rpartition("/")
+    return (
+        len(prefix) <= 253
+        and bool(_LABEL_KEY.match(key))
+        and len(value) <= 63
+        and bool(_LABEL_VALUE.match(value))
+    )
 
 
 class SimPods:
@@ -73,6 +99,9 @@ class SimPods:
         self.stamp = stamp
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.evictions: list[dict[str, Any]] = []
+        # The evictions a budget refused (namespace, name, time, code), as kubectl retried.
+        self.refusals: list[dict[str, Any]] = []
+        self.budgets = SimBudgets(stamp)
 
     def add(self, fields: dict[str, Any], resource_version: int) -> str:
         check_pod_fields(fields)
@@ -90,6 +119,10 @@ class SimPods:
                 "uid": str(uuid.uuid4()),
                 "resourceVersion": str(resource_version),
                 "creationTimestamp": now,
+                # The labels the Job controller puts on its pods, unless given.
+                "labels": dict(
+                    fields.get("labels", {"batch.kubernetes.io/job-name": name, "job-name": name})
+                ),
                 # A controller owns it: `kubectl drain` refuses, without --force, a pod
                 # that none does ("cannot delete Pods that declare no controller").
                 "ownerReferences": [
@@ -145,8 +178,9 @@ class SimPods:
         return pod, 200
 
     def evict(self, namespace: str, name: str, body: bytes, now: datetime) -> tuple[Any, int]:
-        """A policy/v1 (or v1beta1) Eviction of the pod: admitted (no disruption budget here),
-        the pod gone at once; a body that is no Eviction of this pod is the API server's 400."""
+        """A policy/v1 (or v1beta1) Eviction of the pod: admitted unless a disruption budget
+        holds the pod (its 429, or 500 for two budgets), the pod gone at once; a body that is
+        no Eviction of this pod is the API server's 400."""
         try:
             eviction = json.loads(body or b"null")
         except (ValueError, RecursionError) as error:
@@ -163,9 +197,17 @@ class SimPods:
         if metadata.get("name") != name or metadata.get("namespace", namespace) != namespace:
             message = "name in URL does not match name in Eviction object"
             return status(400, "BadRequest", message), 400
-        pod = self.pods.pop((namespace, name), None)
+        pod = self.pods.get((namespace, name))
         if pod is None:
             return status(404, "NotFound", f'pods "{name}" not found'), 404
+        refused = self.budgets.refusal(pod, self.pods.values())
+        if refused is not None:
+            answer, code = refused
+            at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.refusals.append({"namespace": namespace, "name": name, "at": at, "code": code})
+            del self.refusals[:-200]
+            return answer, code
+        del self.pods[(namespace, name)]
         options = eviction.get("deleteOptions")
         grace = options.get("gracePeriodSeconds") if isinstance(options, dict) else None
         self.evictions.append(

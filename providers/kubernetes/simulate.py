@@ -24,7 +24,9 @@
   unknown effect), whether patched or raised through `/_sim/notices`, and a patch listing two taints
   of one key and effect (taints are unique by that pair).
 - `GET /api/v1/pods` (the pods raised with `pod`, none by default; see `simpods`, which also
-  serves `GET .../namespaces/<ns>/pods/<name>` and the `.../eviction` `kubectl drain` posts),
+  serves `GET .../namespaces/<ns>/pods/<name>` and the `.../eviction` `kubectl drain` posts,
+  refused with a 429 while a PodDisruptionBudget holds the pod; `GET /apis/policy/v1/...
+  poddisruptionbudgets` serves the budgets, see `simpdbs`),
   `GET /api/v1/events` (the
   Events posted, in their core v1 form) and the node's Lease in `kube-node-lease`: what
   `kubectl describe node` reads.
@@ -49,8 +51,12 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns
 | `restore` | `back` (default 100) | an etcd restore: the rv goes back, watches end | |
 | `timeout` | | ends every open watch now (server-side timeout) | |
 | `rotate-token` | `token` | only this token is accepted from now on | |
-| `pod` | `name`, `namespace`, `grace` | a pod on the node, owned by a Job | `pod/<ns>/<name>` |
+| `pod` | `name`, `namespace`, `grace`, `labels` | a pod on the node, owned by a Job | `pod/…` |
+| `pdb` | `name`, `namespace`, `match_labels`, `min_available`, `max_unavailable` | PDB | `pdb/…` |
 | `karpenter` | `termination` | Karpenter's disruption (see below) | `karpenter` |
+
+`pod/…` and `pdb/…` are `<kind>/<ns>/<name>`. `pdb` is a policy/v1 PodDisruptionBudget (see
+`simpdbs`): an eviction it forbids is the API server's 429.
 
 `karpenter`: a NodeClaim owns the Node, which gets the `karpenter.sh/disrupted` taint; with
 `termination` (RFC 3339), the NodeClaim is deleted with that termination timestamp and then
@@ -88,8 +94,9 @@ from ..simulator import (
 from .karpenter import TERMINATION_ANNOTATION
 from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 from .settings import taint_key_problem
+from .simpdbs import PDB_NOTICE_FIELDS, PDB_PATH, PDB_RESOURCE, check_pdb_fields
 from .simpods import POD_NOTICE_FIELDS, POD_PATH, POD_RESOURCES, SimPods, check_pod_fields
-from .tables import event_table, node_table, table_version
+from .tables import event_table, node_table, pdb_table, table_version
 
 DEFAULT_NODE = "forewarn-sim-node"
 # The field manager of the node lifecycle controller's writes (the cordon's taint), and of a
@@ -178,6 +185,7 @@ NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
     "rotate-token": ("token",),
     "karpenter": ("termination",),
     "pod": POD_NOTICE_FIELDS,
+    "pdb": PDB_NOTICE_FIELDS,
 }
 
 
@@ -196,6 +204,7 @@ class KubernetesSimulator(Simulator):
         "rotate-token",
         "karpenter",
         "pod",
+        "pdb",
     )
     # kube-apiserver's own limit is per client priority level, not a fixed rate; this is the
     # client-go default (QPS 5) a well-behaved client stays under.
@@ -440,6 +449,8 @@ class KubernetesSimulator(Simulator):
                 raise SimError('"token" must be a non-empty string')
         elif kind == "pod":
             check_pod_fields(fields)
+        elif kind == "pdb":
+            check_pdb_fields(fields)
         elif kind == "karpenter" and not isinstance(fields.get("termination", ""), str):
             raise SimError('"termination" must be an RFC 3339 time (a string)')
 
@@ -522,6 +533,9 @@ class KubernetesSimulator(Simulator):
             if kind == "pod":
                 self.rv += 1
                 return self.sim_pods.add(fields, self.rv)
+            if kind == "pdb":
+                self.rv += 1
+                return self.sim_pods.budgets.add(fields, self.rv)
             if kind == "rotate-token":
                 token = fields.get("token")
                 if not isinstance(token, str) or not token:
@@ -627,6 +641,8 @@ class KubernetesSimulator(Simulator):
         with self.lock:
             if notice_id.startswith("pod/"):
                 return self.sim_pods.remove(notice_id)
+            if notice_id.startswith("pdb/"):
+                return self.sim_pods.budgets.remove(notice_id)
             if notice_id == "node":
                 if self.node is not None:
                     return False
@@ -701,6 +717,8 @@ class KubernetesSimulator(Simulator):
             "events": self.events[-200:],
             "pods": [pod for pod in self.sim_pods.listed([])],
             "evictions": self.sim_pods.evictions[-200:],
+            "refusals": self.sim_pods.refusals[-200:],
+            "pdbs": self.sim_pods.budgets.listed(self.sim_pods.pods.values()),
             **self.counts,
         }
 
@@ -730,8 +748,10 @@ class KubernetesSimulator(Simulator):
         nodeclaim = path[len(NODECLAIMS_PREFIX) :] if path.startswith(NODECLAIMS_PREFIX) else None
         discovery = DISCOVERY.get(path)
         pod = POD_PATH.match(path)
+        pdb = PDB_PATH.match(path)
         if (
             not path.startswith("/api/v1/nodes")
+            and pdb is None
             and path != PODS_PATH
             and pod is None
             and core is None
@@ -753,7 +773,9 @@ class KubernetesSimulator(Simulator):
                 return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
             return SimResponse.json(discovery)
         resource = (
-            "events"
+            "poddisruptionbudgets"
+            if pdb is not None
+            else "events"
             if events
             else "nodeclaims"
             if nodeclaim is not None
@@ -770,6 +792,8 @@ class KubernetesSimulator(Simulator):
         refused = self._refuse(request.method, resource, request)
         if refused is not None:
             return refused
+        if pdb is not None:
+            return self._pdbs(request, pdb.group(1), pdb.group(2))
         if nodeclaim is not None:
             if request.method != "GET" or not nodeclaim or "/" in nodeclaim:
                 message = f"{request.method} {request.path}"
@@ -810,6 +834,7 @@ class KubernetesSimulator(Simulator):
         elif verb == "get" and (
             request.path.rstrip("/") in ("/api/v1/nodes", PODS_PATH)
             or _CORE_EVENTS.match(request.path.rstrip("/"))
+            or request.path.rstrip("/").endswith("/poddisruptionbudgets")
         ):
             verb = "list"
         if self.grants is None or f"{verb}:{resource}" in self.grants:
@@ -818,7 +843,11 @@ class KubernetesSimulator(Simulator):
             return None
         with self.lock:
             self.counts["forbidden"] += 1
-        group = {"events": "events.k8s.io", "nodeclaims": "karpenter.sh"}.get(resource, "")
+        group = {
+            "events": "events.k8s.io",
+            "nodeclaims": "karpenter.sh",
+            "poddisruptionbudgets": "policy",
+        }.get(resource, "")
         if request.path.startswith("/api/"):
             group = ""  # the core group's (pods, nodes, core v1 events)
         message = (
@@ -896,6 +925,38 @@ class KubernetesSimulator(Simulator):
             {
                 "kind": "PodList",
                 "apiVersion": "v1",
+                "metadata": {"resourceVersion": rv},
+                "items": items,
+            }
+        )
+
+    def _pdbs(self, request: SimRequest, namespace: str | None, name: str | None) -> SimResponse:
+        """`GET /apis/policy/v1[/namespaces/<ns>]/poddisruptionbudgets[/<name>]`: the budgets
+        raised with `pdb`, each with the status the disruption controller would give it (see
+        `simpdbs`); what `kubectl get pdb` and `describe pdb` read."""
+        if request.method != "GET" or request.param("watch") in ("1", "true"):
+            message = f"{request.method} {request.path}"
+            return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+        include = request.param("includeObject")
+        if include not in INCLUDE_OBJECT:
+            return _bad_include(include)
+        with self.lock:
+            rv = str(self.rv)
+            items = self.sim_pods.budgets.listed(self.sim_pods.pods.values(), namespace)
+        if name is not None:
+            items = [item for item in items if item["metadata"]["name"] == name]
+            if not items:
+                message = f'poddisruptionbudgets.policy "{name}" not found'
+                return SimResponse.json(_status(404, "NotFound", message), 404)
+        version = table_version(request.header("Accept"))
+        if version is not None:
+            return SimResponse.json(pdb_table(items, rv, self.now(), version, include))
+        if name is not None:
+            return SimResponse.json(items[0])
+        return SimResponse.json(
+            {
+                "kind": "PodDisruptionBudgetList",
+                "apiVersion": "policy/v1",
                 "metadata": {"resourceVersion": rv},
                 "items": items,
             }
@@ -1346,7 +1407,7 @@ DISCOVERY: dict[str, dict[str, Any]] = {
     "/apis": {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [_group("events.k8s.io"), _group("karpenter.sh")],
+        "groups": [_group("events.k8s.io"), _group("karpenter.sh"), _group("policy")],
     },
     "/api/v1": _resources(
         "v1",
@@ -1379,6 +1440,7 @@ DISCOVERY: dict[str, dict[str, Any]] = {
             "shortNames": ["ev"],
         },
     ),
+    "/apis/policy/v1": _resources("policy/v1", PDB_RESOURCE),
     "/apis/karpenter.sh/v1": _resources(
         "karpenter.sh/v1",
         {

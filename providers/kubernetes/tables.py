@@ -1,4 +1,5 @@
-"""The simulator's server-side tables: what `kubectl get` prints for a Node and an Event.
+"""The simulator's server-side tables: what `kubectl get` prints for a Node, an Event and a
+PodDisruptionBudget.
 
 kubectl asks every `get` for a `meta.k8s.io` Table (`Accept: application/json;as=Table;
 v=v1;g=meta.k8s.io,...,application/json`) and prints the server's columns; given the plain
@@ -234,6 +235,44 @@ def event_table(
     """A Table of core v1 Events, as the API server answers `kubectl get events`."""
     cells = [event_cells(event, now) for event in events]
     return _table(EVENT_COLUMNS, events, cells, resource_version, version, include)
+
+
+PDB_COLUMNS = [
+    _column("Name", "string", "Name must be unique within a namespace."),
+    _column("Min Available", "string", "The minimum number of pods that must be available."),
+    _column("Max Unavailable", "string", "The maximum number of pods that may be unavailable."),
+    _column(
+        "Allowed Disruptions",
+        "integer",
+        "Calculated number of pods that may be disrupted at this time.",
+    ),
+    _column("Age", "string", "CreationTimestamp is a timestamp of when this object was created."),
+]
+
+
+def pdb_cells(pdb: dict[str, Any], now: datetime) -> list[Any]:
+    """A PodDisruptionBudget's cells: `N/A` for the one of minAvailable and maxUnavailable
+    it does not set."""
+    spec = pdb["spec"]
+    return [
+        pdb["metadata"]["name"],
+        str(spec["minAvailable"]) if "minAvailable" in spec else "N/A",
+        str(spec["maxUnavailable"]) if "maxUnavailable" in spec else "N/A",
+        pdb.get("status", {}).get("disruptionsAllowed", 0),
+        _age(pdb["metadata"], now),
+    ]
+
+
+def pdb_table(
+    pdbs: list[dict[str, Any]],
+    resource_version: str,
+    now: datetime,
+    version: str,
+    include: str | None,
+) -> dict[str, Any]:
+    """A Table of PodDisruptionBudgets, as the API server answers `kubectl get pdb`."""
+    cells = [pdb_cells(pdb, now) for pdb in pdbs]
+    return _table(PDB_COLUMNS, pdbs, cells, resource_version, version, include)
 
 
 def _table(

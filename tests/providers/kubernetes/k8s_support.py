@@ -124,9 +124,9 @@ def retaint(sim: KubernetesSimulator, key: str, manager: str = "karpenter") -> N
         sim._commit("MODIFIED", node)
 
 
-def kubectl(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """A real `kubectl` against the simulator, with a kubeconfig of its own (no cache, no
-    proxy: only 127.0.0.1 is asked)."""
+def kubectl_command(tmp_path: Path, url: str, *args: str) -> list[str]:
+    """The argv of a real `kubectl` against the simulator, its kubeconfig written under
+    `tmp_path` (run it with `kubectl_env`)."""
     config = tmp_path / "kubeconfig"
     config.write_text(
         json.dumps(
@@ -140,13 +140,28 @@ def kubectl(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess
             }
         )
     )
-    env = {
+    return [str(KUBECTL), *args]
+
+
+def kubectl_env(tmp_path: Path) -> dict[str, str]:
+    """kubectl's environment: the kubeconfig `kubectl_command` wrote, no cache, no proxy
+    (only 127.0.0.1 is asked)."""
+    return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
-        "KUBECONFIG": str(config),
+        "KUBECONFIG": str(tmp_path / "kubeconfig"),
         "KUBECACHEDIR": str(tmp_path / "cache"),
         "NO_PROXY": "127.0.0.1",
     }
+
+
+def kubectl(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real `kubectl` against the simulator, run to its end."""
     return subprocess.run(
-        [str(KUBECTL), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        kubectl_command(tmp_path, url, *args),
+        env=kubectl_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
