@@ -740,6 +740,20 @@ def _carries_on(text: str, newline: int, after: int = 0) -> bool:
 _JOINING = re.compile(r"(?:or|and|but|possibly|perhaps|maybe)\b")
 
 
+# A label, one blank line, and a line starting with a digit: "Start time:", "", "2026-12-08
+# 14:00 UTC", as a mail written a paragraph per line (or HTML with `<br><br>` turned to
+# text) leaves them. The blank line made the time a sentence of its own, not the label's,
+# and the mail's Date + lead stood in. Exactly one blank line (spaces and tabs allowed): two,
+# or words before the time, and it is not the label's.
+_LABEL_OVER_BLANK = re.compile(r"(:[^\S\n]*\n)[^\S\n]*\n(?=[^\S\n]*[0-9])")
+
+
+def join_label_lines(text: str) -> str:
+    """`text` with the blank line between a label and the time below it taken out, so that
+    the label and its time are read together as when they are on two lines (`_carries_on`)."""
+    return _LABEL_OVER_BLANK.sub(r"\1", text)
+
+
 # The time a new time replaces: "moved from 16:00 UTC to 13:30 UTC", "(was 14:00 UTC)",
 # "previously scheduled for ...", "Old time: ...". Read as the deadline, a reclaim moved
 # earlier kept its old, later time.
@@ -833,6 +847,7 @@ __all__ = [
     "SENTENCE_END",
     "early_by",
     "find_deadline",
+    "join_label_lines",
     "overlap_test",
     "shifted",
     "sooner_than_lead",

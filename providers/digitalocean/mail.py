@@ -42,6 +42,7 @@ from .deadline import (
     SENTENCE_END,
     early_by,
     find_deadline,
+    join_label_lines,
     overlap_test,
     shifted,
     sooner_than_lead,
@@ -410,7 +411,7 @@ def judge(
         return Verdict(None, f"subject {mail.subject!r} does not match")
     if rules.require_dkim and not _dkim_passes(mail):
         return Verdict(None, f"no dkim=pass for {mail.sender!r} in Authentication-Results")
-    text = f"{mail.subject}\n{mail.text}"
+    text = f"{mail.subject}\n{join_label_lines(mail.text)}"
     naming = _names_droplet(text, rules)
     if naming is None:
         return Verdict(None, NAMES_NEITHER)

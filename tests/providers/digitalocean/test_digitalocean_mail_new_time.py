@@ -141,3 +141,52 @@ def test_any_time_on_the_line_after_its_label_is_the_deadline(
     result = _verdict(body)
     assert result.report is not None, result.why
     assert result.report.deadline == utc(hour, minute), (body, result.why)
+
+
+@given(
+    label=st.sampled_from(
+        ["New reclaim time:", "New time:", "Reclaim time:", "Rescheduled to:", "Start time:"]
+    ),
+    reclaimed=st.booleans(),
+    hour=st.integers(15, 23),
+    minute=st.integers(0, 59),
+    dated=st.booleans(),
+    blank=st.sampled_from(["", " ", "\t", "  "]),
+    eol=st.sampled_from(["\n", "\r\n"]),
+)
+def test_a_time_one_blank_line_below_its_label_is_the_deadline(
+    label: str, reclaimed: bool, hour: int, minute: int, dated: bool, blank: str, eol: str
+) -> None:
+    """found: "New reclaim time:", a blank line, then "17:00 UTC" (as a mail written with a
+    paragraph per line, or HTML turned to text with a `<br><br>`, leaves them) was read as
+    two sentences, the time's not the reclaim's, and Date + lead (14:30) stood in. One blank
+    line reads as none: the same deadline as label and time on two lines, the label's time
+    for a reclaim's label ("Start time:" alone, with no reclaim word, is read as no
+    reclaim's time either way)."""
+    head = "Droplet gpu-spot-1 (ID 424242424)" + (" will be reclaimed." if reclaimed else "")
+    time = f"{'2026-12-01 ' if dated else ''}{hour}:{minute:02d} UTC"
+    body = f"{head}{eol}{label}{blank}{eol}{blank}{eol}{blank}{time}{eol}"
+    result = _verdict(body)
+    assert result.report is not None, result.why
+    together = _verdict(f"{head}{eol}{label}{blank}{eol}{blank}{time}{eol}")
+    assert together.report is not None, together.why
+    assert result.report.deadline == together.report.deadline, (body, result.why)
+    if label != "Start time:" or dated:
+        assert result.report.deadline == utc(hour, minute), (body, result.why)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Two blank lines: the label's time is not there, whatever comes after.
+        "Droplet gpu-spot-1 (ID 424242424)\nNew reclaim time:\n\n\n17:00 UTC\n",
+        # One blank line, then words: a later time in the mail is not the label's.
+        "Droplet gpu-spot-1 (ID 424242424)\nNew reclaim time:\n\nSee the dashboard.\n\n"
+        "Our office opens at 17:00 UTC.\n",
+        "Droplet gpu-spot-1 (ID 424242424)\nNew reclaim time:\n\nTBD\n17:00 UTC\n",
+    ],
+)
+def test_a_time_further_below_its_label_is_not_the_labels(body: str) -> None:
+    result = _verdict(body)
+    assert result.report is not None, result.why
+    assert result.report.deadline == utc(14, 30), result.why
