@@ -61,6 +61,11 @@ FLUSH_WINDOW = 20
 # Numbers reserved per write of the seq mark: one write per this many messages.
 SEQ_BLOCK = 10_000
 DEFAULT_GRACE = 300.0
+# The least time a watcher is given to report a notice past its end again (`due`): the grace,
+# but never less than a poll of the slowest cadence tests and drills give a watcher (a GCP
+# long-poll's one-second `timeout_sec` and its answer), so a short grace does not retire a
+# notice its provider still shows before the watcher could say so.
+CONFIRM_FLOOR = timedelta(seconds=3)
 DEFAULT_MANUAL_LIFETIME = 3600.0
 # `detail.expired` on the clear that retires a notice.
 EXPIRED_KEY = "expired"
@@ -191,6 +196,16 @@ class Entry:
     # after another change of `acked`, taken again when next asked (`NoticeBoard.listed`).
     listed: list[str] | None = field(default=None, repr=False, compare=False)
     listed_at: int = field(default=-1, repr=False, compare=False)
+    # Past its end (its deadline plus the grace), its watcher asked whether the provider still
+    # shows it (`forget`): retired at this time unless reported again first (`due`). None
+    # when not asked. Retired at once, a notice AWS, GCP or Azure kept showing came back at the
+    # next poll: a clear and the same terminate at every grace, each asking the jobs again.
+    confirm_by: datetime | None = None
+    # When its provider was last heard showing it past its end: the grace runs from here.
+    shown_at: datetime | None = None
+    # When its provider was first heard showing it past its end (`NoticeBoard.overdue_since`):
+    # overdue, not over. None before that, and again once its deadline changes.
+    overdue_since: datetime | None = None
 
 
 @dataclass
@@ -293,6 +308,8 @@ class NoticeBoard:
         self.remembered: dict[str, Remembered] = {}
         self.flushed_at_raise: list[str] = []  # see take_flushed
         self.moved: list[Notice] = []  # see take_moved
+        self.confirming: list[Notice] = []  # see take_confirming
+        self.found_overdue: list[Notice] = []  # see take_overdue
         # Provider notices retired while still reported, as last reported, until their provider
         # reports them again or withdraws them: what a watcher built after a crash is handed
         # (`provider_reports`), as its predecessor kept them. Without them an Azure Started event
@@ -649,6 +666,7 @@ class NoticeBoard:
         action = self._action_for(judged)
         if entry is not None:
             entry.deadline_clock = deadline_clock
+            self._heard_past_end(entry)
         if entry is None:
             remembered = self.remembered.pop(report.id, None)
             self.retired.pop(report.id, None)
@@ -717,6 +735,9 @@ class NoticeBoard:
                 entry.notice = entry.notice.model_copy(update={"detail": report.detail})
             return None
         entry.report = report
+        # Sent again (a new deadline, action or detail): overdue no more until its new end
+        # passes while it is still shown.
+        entry.confirm_by = entry.shown_at = entry.overdue_since = None
         self._restamp(entry, action)
         if not entry.flushed:
             # Once flushed, the set it was flushed by stays as it was: it is saved, and a
@@ -747,7 +768,12 @@ class NoticeBoard:
         expired = []
         for notice_id, entry in list(self.entries.items()):
             ends = self._ends(entry)
-            if ends is not None and now >= ends:
+            if ends is not None and now >= ends and self._asks_first(entry):
+                # Overdue or over: its watcher is asked (`take_confirming`), and a report of it
+                # before `confirm_by` keeps it active, overdue (`report`).
+                entry.confirm_by = _plus(now, max(self.grace, CONFIRM_FLOOR))
+                self.confirming.append(entry.notice)
+            elif ends is not None and now >= ends:
                 notice = self.clear(notice_id, detail=self._expiry_detail(entry, ends))
                 if notice is not None:
                     expired.append(notice)
@@ -1174,6 +1200,53 @@ class NoticeBoard:
             report = report.model_copy(update={"deadline": held})
         return report, entry.deadline_clock
 
+    def take_confirming(self) -> list[Notice]:
+        """The provider notices past their end whose watchers are to be asked whether the
+        provider still shows them (the runner calls `forget`), since the last call."""
+        asked, self.confirming = self.confirming, []
+        return asked
+
+    def take_overdue(self) -> list[Notice]:
+        """The notices found overdue since the last call: past their deadline plus the grace,
+        and their provider still shows them (once each, until their deadline changes)."""
+        found, self.found_overdue = self.found_overdue, []
+        return found
+
+    def overdue_since(self) -> dict[str, datetime]:
+        """When each active notice its provider still shows past its end was first found so."""
+        return {
+            notice_id: entry.overdue_since
+            for notice_id, entry in self.entries.items()
+            if entry.overdue_since is not None
+        }
+
+    def _asks_first(self, entry: Entry) -> bool:
+        """Whether `entry`, past its end, is kept if its provider still shows it: a provider's
+        notice with a deadline, not yet asked about. Not a manual notice or a flag file's (the
+        operator ends those), nor one of a boot that ended (it described that machine), nor
+        one restored after a restart that its watcher has not reported since: past its end
+        while the agent was down, it is retired at start as before (its watcher raises it
+        again if the provider still shows it), not sent to every job as active first."""
+        return (
+            entry.confirm_by is None
+            and not entry.restored
+            and not entry.manual
+            and entry.report.provider != "local"
+            and entry.report.deadline is not None
+            and not self._before_this_boot(entry)
+        )
+
+    def _heard_past_end(self, entry: Entry) -> None:
+        """`entry`'s provider reported it while its watcher was asked whether it still shows
+        it: overdue, kept active, and its next grace runs from now."""
+        if entry.confirm_by is None:
+            return
+        entry.confirm_by = None
+        entry.shown_at = self._now()
+        if entry.overdue_since is None:
+            entry.overdue_since = entry.shown_at
+            self.found_overdue.append(entry.notice)
+
     def take_moved(self) -> list[Notice]:
         """The notices whose deadline `due` moved after a step of the wall clock, to publish."""
         moved, self.moved = self.moved, []
@@ -1457,6 +1530,8 @@ class NoticeBoard:
         """When the notice is retired: its deadline (or its re-raise, or the end of the
         provider's window, if later) plus the grace; for a local notice without a deadline,
         its lifetime after it was raised."""
+        if entry.confirm_by is not None:
+            return entry.confirm_by  # its watcher is asked whether it is still shown
         deadline = entry.report.deadline
         if self._before_this_boot(entry):
             # It described the machine the reboot ended: kept the grace past its deadline, a
@@ -1468,8 +1543,10 @@ class NoticeBoard:
             # Inside the provider's window the action can still come at any moment: a notice
             # retired there came back at the next poll, a clear and a terminate every grace.
             until = entry.report.until
-            ends = (
-                max(deadline, entry.raised_at, until) if until else max(deadline, entry.raised_at)
+            ends = max(
+                moment
+                for moment in (deadline, entry.raised_at, until, entry.shown_at)
+                if moment is not None
             )
             ends = _plus(ends, self.grace)
             waited_for = self._awaited_until(entry)

@@ -25,6 +25,7 @@ from forewarn.protocol.ages import status_ages
 from forewarn.protocol.errors import ForewarnError, UsageError
 from forewarn.protocol.fields import TAKES_ACK_ACTION
 from forewarn.protocol.notifydeadline import for_an_older_agent, is_duration
+from forewarn.protocol.oneline import one_line
 from forewarn.protocol.seqgap import SeqGaps
 from forewarn.protocol.timefmt import (
     format_time,
@@ -1724,6 +1725,7 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     unknown = reply.get("past_deadline_receivers_unknown") or []  # none from an older agent
     gone_before_ack = reply.get("gone_before_ack") or {}  # none from an older agent
     save_failed = reply.get("save_failed") or {}  # none from an older agent
+    overdue = reply.get("overdue") or {}  # none from an older agent
     for notice in reply["active"]:
         line = "active     " + describe(notice, noticed=True)
         clients = acked_by.get(notice["id"]) if isinstance(acked_by, dict) else None
@@ -1738,6 +1740,13 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
             line += (
                 "  its deadline passed; the clients that received it before the agent "
                 "restarted are not known (its state file was an older agent's)"
+            )
+        since = overdue.get(notice["id"]) if isinstance(overdue, dict) else None
+        if isinstance(since, str):
+            line += (
+                f"  overdue since {one_line(since)}: past its deadline plus the grace and "
+                f"{one_line(str(notice['provider']))} still shows it (the machine was not taken "
+                "yet)"
             )
         lines.append(line)
     return lines

@@ -120,7 +120,9 @@ class Settings(BaseSettings):
         ge=0,
         le=86400,
         description="Seconds past its deadline after which a notice is retired with a clear "
-        "(`detail.expired` says why); a provider that still reports it raises it again.",
+        "(`detail.expired` says why), unless its provider still shows it: then it stays "
+        "active, overdue (said once in the log, `forewarn status` and "
+        "`forewarn_notices_overdue`), and nothing is sent for it.",
     )
     control_probe_interval: float = Field(
         default=2.0,

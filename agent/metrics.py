@@ -129,6 +129,9 @@ class MetricsObserver(Observer):
         # Notices retired past their end, newest last: one its provider raises again is the
         # same occurrence, not measured again. Bounded, oldest forgotten first.
         self._expired: dict[str, None] = {}
+        # Active notices past their deadline plus the grace that their provider still shows
+        # (`on_overdue`), with their provider and reason, until published again.
+        self._overdue: dict[str, tuple[str, str]] = {}
         self._polled_ok: dict[str, bool] = {}
         self._parts: dict[str, bool] = {}
         # time.monotonic() of the last liveness report; until the first, of the construction:
@@ -325,6 +328,7 @@ class MetricsObserver(Observer):
         if escalated:
             self.escalations.labels(notice.provider, notice.reason).inc()
         with self._lock:
+            self._overdue.pop(notice.id, None)  # changed or cleared: overdue no more
             if notice.action == "clear":
                 self._active.discard(notice.id)
                 self._deadlines.pop(notice.id, None)
@@ -387,6 +391,16 @@ class MetricsObserver(Observer):
                 if oldest not in self._active:
                     self._first_seen.discard(oldest)
                     self._lead_seen.discard(oldest)
+
+    def on_overdue(self, notice: Notice) -> None:
+        with self._lock:
+            self._overdue[notice.id] = (notice.provider, notice.reason)
+
+    def overdue_notices(self) -> dict[tuple[str, str], int]:
+        """How many active notices are overdue, by (provider, reason)."""
+        with self._lock:
+            found = list(self._overdue.values())
+        return {key: found.count(key) for key in set(found)}
 
     def on_unacked(self, notice: Notice, clients: list[str]) -> None:
         self.unacked.labels(notice.provider, notice.reason).inc()
@@ -467,6 +481,15 @@ class _NoticeGauges(Collector):
             "NaN when no active notice has a deadline.",
             value=nearest,
         )
+        overdue = GaugeMetricFamily(
+            "forewarn_notices_overdue",
+            "Active notices past their deadline plus the grace that their provider still shows "
+            "(the machine not taken yet): kept active, not sent again.",
+            labels=["provider", "reason"],
+        )
+        for (provider, reason), count in sorted(self._observer.overdue_notices().items()):
+            overdue.add_metric([provider, reason], count)
+        yield overdue
 
 
 class _NotifierCounts(Collector):

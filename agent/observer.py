@@ -46,6 +46,10 @@ class Observer:
     def on_expired(self, notice: Notice) -> None:
         """A notice was retired past its end; `notice` is the clear (also sent to on_notice)."""
 
+    def on_overdue(self, notice: Notice) -> None:
+        """`notice` is past its deadline plus the grace and its provider still shows it: kept
+        active, not sent again; once, until it is published again (changed or cleared)."""
+
     def on_liveness(self, parts: dict[str, bool]) -> None:
         """Each second: whether each long-running part of the agent is running."""
 

@@ -55,6 +55,9 @@ class Observers(Observer):
     def on_expired(self, notice: Notice) -> None:
         self._each("on_expired", notice)
 
+    def on_overdue(self, notice: Notice) -> None:
+        self._each("on_overdue", notice)
+
     def on_liveness(self, parts: dict[str, bool]) -> None:
         self._each("on_liveness", parts)
 

@@ -480,6 +480,10 @@ class StatusReply(_Message):
     # from an older agent's state file, which did not say which clients had received them:
     # some may not have acked (sorted).
     past_deadline_receivers_unknown: list[str] = Field(default_factory=list)
+    # The active notices past their deadline plus the grace that their provider still shows
+    # (the machine not taken yet: AWS can be late), each with when it was first found so: kept
+    # active and not sent again, where each grace was a clear and the same notice again.
+    overdue: dict[str, Timestamp] = Field(default_factory=dict)
 
 
 class NotifyReply(_Message):

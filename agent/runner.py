@@ -953,6 +953,8 @@ class Agent:
         before = self.board.get(report.id)
         was_escalated = self.board.escalated(report.id)
         notice = self.board.report(report)
+        for overdue in self.board.take_overdue():
+            self._say_still_shown(overdue)
         if notice is None:
             return
         if notice.action == "clear":
@@ -983,6 +985,23 @@ class Agent:
         # After the publish (clients wait on the clock): a restarted agent lists it from its
         # first heartbeat on, however long its watcher then takes to answer.
         self._save()
+
+    def _say_still_shown(self, notice: Notice) -> None:
+        """`notice` is past its deadline plus the grace and its provider still shows it: the
+        machine was not taken yet (AWS can be late; a failed termination leaves the notice
+        there). It stays the one active notice, nothing sent; said once, as the operator's
+        cue to look at the machine."""
+        deadline = format_time(notice.deadline) if notice.deadline else "none"
+        log.warning(
+            "notice %s is overdue: its deadline %s plus the grace of %gs passed and %s still "
+            "shows it; kept active, not sent again (the machine was not taken yet)",
+            notice.id,
+            deadline,
+            self.settings.notice_grace,
+            notice.provider,
+            extra=notice_fields(notice, "overdue"),
+        )
+        self.observers.on_overdue(notice)
 
     def _back_words(self, before: Notice | None, escalated: bool, notice: Notice) -> str | None:
         """Why `notice` goes out as a drain where `before` (the same id, `escalated` then)
@@ -1255,6 +1274,11 @@ class Agent:
         (`board.due()`, unless given)."""
         if escalated is None or expired is None:
             escalated, expired = self.board.due()
+        for notice in self.board.take_confirming():
+            # Past its end: a watcher that keeps what it reported reports it again at its next
+            # poll if the provider still shows it, which keeps it active, overdue (`_emit`).
+            # One that reports every poll anyway needs no asking.
+            self._forget(notice)
         for notice in expired:
             # Before the clear is saved or sent: a watcher that keeps what was retired (Azure's
             # boot record) has it on disk before a client can see the clear. Told after it, an
@@ -1390,6 +1414,7 @@ class Agent:
             past_deadline_receivers_unknown=self.board.receivers_unknown_past_deadline(),
             gone_before_ack=self._gone_before_ack(unacked),
             save_failed=self._save_failed(unacked),
+            overdue=self.board.overdue_since(),
         )
 
     def _save_failed(self, unacked: dict[str, list[str]]) -> dict[str, dict[str, str]]:
@@ -1998,7 +2023,7 @@ def provider_health(name: str, health: PollHealth) -> ProviderHealth:
 def notice_fields(notice: Notice, lifecycle: str) -> dict[str, Any]:
     """A notice's fields for a structured log line (`--log-format json` writes them as
     JSON fields); `lifecycle` is the step: seen, published, restored,
-    acked, escalated, expired, cleared."""
+    acked, escalated, expired, overdue, cleared."""
     return {
         "lifecycle": lifecycle,
         "notice_id": notice.id,

@@ -471,8 +471,9 @@ class AwsWatcher:
             emit(report)
 
     def forget(self, notice_id: str) -> None:
-        """The agent retired `notice_id` (past its deadline plus a grace): IMDS still showing
-        it on the next poll raises it again, as AWS keeps an interruption until the end."""
+        """`notice_id` is past its deadline plus a grace: IMDS still showing it on the next
+        poll reports it again (the agent keeps it active, overdue; or raises it again if it
+        was retired meanwhile), as AWS keeps an interruption until the end."""
         for path in self.paths:
             if not path.tracker.forget(notice_id):
                 continue
@@ -494,7 +495,10 @@ class AwsWatcher:
                 )
                 self._remember_spot("retired", notice_id)
             else:
-                log.info("aws: %s retired; raised again while IMDS still shows it", notice_id)
+                # At every grace while IMDS shows it: the agent says once that it is overdue.
+                log.debug(
+                    "aws: %s past its end; reported again while IMDS still shows it", notice_id
+                )
 
     def _remember_spot(self, key: str | None = None, notice_id: str = "") -> None:
         """Save `notice_id` as `retired` or `in_time` for a restarted agent; a failed write

@@ -842,7 +842,11 @@ class GcpWatcher:
         shows the notice raises it again (a preempted VM stays preempted until it stops)."""
         for track in self.tracks.values():
             if track.forget(notice_id):
-                log.info("gcp: %s retired; raised again while the server still shows it", notice_id)
+                # At every grace while it is shown: the agent says once that it is overdue.
+                log.debug(
+                    "gcp: %s past its end; reported again while the server still shows it",
+                    notice_id,
+                )
 
     async def _watch_preempted(self, emit: Emit) -> None:
         first_try = asyncio.Event()

@@ -3,8 +3,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from forewarn.agent.board import NoticeBoard, Sequencer
-from forewarn.agent.protocol import Report
+from forewarn.agent.board import CONFIRM_FLOOR, NoticeBoard, Sequencer
+from forewarn.agent.protocol import Notice, Report
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,6 +38,17 @@ def board(margin: float = 30.0) -> tuple[NoticeBoard, Clock]:
         return (clock.now - T0).total_seconds()
 
     return NoticeBoard(Sequencer(0), margin, now=clock, clock=steady), clock
+
+
+def past_the_ask(b: NoticeBoard, clock: Clock) -> tuple[list[Notice], list[Notice]]:
+    """`due` past the notices' end, and again once their watchers, asked whether their
+    provider still shows them (`take_confirming`), let the time to answer pass unreported."""
+    escalated, expired = b.due()
+    if b.take_confirming():
+        clock.now += max(b.grace, CONFIRM_FLOOR)
+        more, expired = b.due()
+        escalated += more
+    return escalated, expired
 
 
 def test_repeats_send_nothing_and_a_moved_deadline_resends_with_the_same_id() -> None:
@@ -155,19 +166,58 @@ def test_a_changed_provider_detail_is_resent_but_recomputed_times_are_not() -> N
     assert b.report(report(action="terminate", detail={"action": "stop", "time": jitter})) is None
 
 
+def test_a_notice_past_deadline_and_grace_that_its_provider_still_shows_is_overdue() -> None:
+    """AWS late: the interruption's time passed and IMDS still shows it. Retired at once, it
+    was raised again at the next poll: a clear and the same terminate at every grace."""
+    b, clock = board(margin=30)
+    b.grace = timedelta(seconds=120)
+    spot = report(action="terminate", deadline=T0 + timedelta(minutes=2))
+    first = b.report(spot)
+    assert first is not None
+    clock.now = T0 + timedelta(minutes=4)
+    assert b.due() == ([], [])  # asked first, nothing sent
+    assert [n.id for n in b.take_confirming()] == [first.id] and b.take_confirming() == []
+    assert b.next_due() == clock.now + timedelta(minutes=2)  # the time to answer
+    clock.now += timedelta(seconds=1)
+    assert b.report(spot) is None  # still shown: no change to send
+    assert [n.id for n in b.take_overdue()] == [first.id]
+    assert b.overdue_since() == {first.id: clock.now}
+    assert [n.id for n in b.active()] == [first.id]
+    # Its next grace runs from there; asked again then, and said overdue only once.
+    assert b.next_due() == clock.now + timedelta(minutes=2)
+    clock.now += timedelta(minutes=2)
+    assert b.due() == ([], []) and len(b.take_confirming()) == 1
+    assert b.report(spot) is None and b.take_overdue() == []
+    # A new time is a change: sent, and overdue no more until its new end.
+    moved = b.report(report(action="terminate", deadline=clock.now + timedelta(minutes=1)))
+    assert moved is not None and b.overdue_since() == {}
+
+
 def test_a_notice_past_deadline_and_grace_is_retired_and_raised_again_if_reported() -> None:
+    """Not reported while its watcher was asked: retired, as before; reported later, raised
+    again (the same occurrence), with a fresh grace."""
     b, clock = board(margin=30)
     b.grace = timedelta(seconds=120)
     first = b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
     assert first is not None
     clock.now = T0 + timedelta(minutes=4)
-    escalated, (expired,) = b.due()
+    escalated, (expired,) = past_the_ask(b, clock)
     assert escalated == [] and expired.action == "clear" and expired.id == first.id
     assert "grace" in expired.detail["expired"] and b.active() == []
     again = b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
     assert again is not None and again.action == "terminate" and again.id == first.id
     # The grace of a re-raise runs from the re-raise.
-    assert b.next_due() == T0 + timedelta(minutes=6)
+    assert b.next_due() == clock.now + timedelta(minutes=2)
+
+
+def test_a_manual_notice_past_deadline_and_grace_is_retired_without_asking() -> None:
+    b, clock = board()
+    b.grace = timedelta(seconds=60)
+    local = report(id="local/manual/1", provider="local", reason="manual", deadline=T0)
+    b.report(local, manual=True)
+    clock.now = T0 + timedelta(seconds=61)
+    _, (expired,) = b.due()
+    assert expired.id == "local/manual/1" and b.take_confirming() == []
 
 
 def test_a_notice_with_a_window_is_retired_past_its_end_not_past_its_deadline() -> None:
@@ -182,7 +232,7 @@ def test_a_notice_with_a_window_is_retired_past_its_end_not_past_its_deadline() 
     assert escalated.action == "terminate" and expired == []
     assert b.next_due() == na + timedelta(minutes=5)
     clock.now = na + timedelta(minutes=5)
-    _, (cleared,) = b.due()
+    _, (cleared,) = past_the_ask(b, clock)
     assert "end of its window" in cleared.detail["expired"]
 
 
@@ -266,7 +316,7 @@ def test_a_notice_raised_again_after_expiry_is_the_same_occurrence() -> None:
         is None
     )
     clock.now = T0 + timedelta(minutes=4)
-    _, (expired,) = b.due()
+    _, (expired,) = past_the_ask(b, clock)
     assert expired.action == "clear" and b.saved() == []
     again = b.report(report(action="terminate", deadline=deadline, noticed_at=clock.now))
     assert again is not None and again.noticed_at == T0
@@ -401,7 +451,7 @@ def test_retired_provider_notices_are_handed_to_a_rebuilt_watcher_until_cleared(
     b.report(report(id="azure/E2", provider="azure", action="terminate", deadline=T0))
     b.report(report(deadline=T0))  # another provider's
     clock.now = T0 + timedelta(seconds=61)
-    _, expired = b.due()
+    _, expired = past_the_ask(b, clock)
     assert len(expired) == 3 and b.active() == []
     assert sorted(r.id for r in b.provider_reports("azure")) == ["azure/E1", "azure/E2"]
     assert b.provider_reports("azure")[0].deadline == T0
@@ -453,14 +503,14 @@ def test_a_notice_raised_again_after_expiry_keeps_its_fresh_grace_across_a_resta
     spot = report(action="terminate", deadline=T0, noticed_at=T0)
     b.report(spot)
     clock.now = T0 + timedelta(seconds=200)
-    b.due()
-    assert b.report(spot) is not None  # raised again: retired at T0 + 320 s
+    past_the_ask(b, clock)  # not reported while asked: retired at T0 + 320 s
+    assert b.report(spot) is not None  # raised again: retired at T0 + 440 s at the earliest
     restarted, clock = board()
     restarted.grace = timedelta(seconds=120)
-    clock.now = T0 + timedelta(seconds=210)
+    clock.now = T0 + timedelta(seconds=330)
     restarted.restore([], provider=b.provider_notices(), raised=b.raised())
     assert restarted.due() == ([], [])
-    assert restarted.next_due() == T0 + timedelta(seconds=320)
+    assert restarted.next_due() == T0 + timedelta(seconds=440)
 
 
 def test_a_manual_notice_asked_for_again_keeps_its_lifetime_across_a_restart() -> None:
@@ -493,7 +543,7 @@ def test_a_notice_raised_again_after_expiry_is_flushed_once() -> None:
     assert first is not None
     assert b.record_ack(first.id, "job-1", 1.0)
     clock.now = T0 + timedelta(minutes=4)
-    _, (expired,) = b.due()
+    _, (expired,) = past_the_ask(b, clock)
     assert expired.action == "clear"
     again = b.report(report(action="terminate", deadline=deadline))
     assert again is not None
@@ -593,7 +643,7 @@ def test_an_ack_between_a_notices_expiry_and_its_re_raise_counts_for_the_re_rais
     assert first is not None
     assert not b.record_ack(first.id, "a", 1.0)
     clock.now = T0 + timedelta(minutes=4)
-    _, (expired,) = b.due()
+    _, (expired,) = past_the_ask(b, clock)
     assert expired.action == "clear"
     assert not b.record_ack(first.id, "b", 1.0)  # no notice in force: nothing completes now
     again = b.report(report(action="terminate", deadline=deadline))
@@ -610,7 +660,7 @@ def test_an_anonymous_ack_after_the_expiry_completes_only_a_notice_nobody_holds(
     first = b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
     assert first is not None
     clock.now = T0 + timedelta(minutes=4)
-    b.due()
+    past_the_ask(b, clock)
     assert not b.record_ack(first.id, None, 1.0)
     assert b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
     assert b.take_flushed() == [] and b.saved() == [first.id]
@@ -922,10 +972,12 @@ def test_a_restored_notice_is_not_retired_at_start_by_a_deadline_a_step_made_sta
 
 def test_a_restored_notice_past_its_end_in_real_time_is_still_retired_at_start() -> None:
     """The agent down for 30 minutes (no step): the preemption's end is past by the boot
-    clock too, and the notice is retired at start as before."""
+    clock too, and the notice is retired at start as before (its watcher is not asked first:
+    sent active at start, a job started then exited for it before the answer)."""
     restarted, _ = _restarted_with_a_preemption(timedelta(0), 1800.0)
     (_, (expired,)) = restarted.due()
     assert expired.action == "clear" and restarted.active() == []
+    assert restarted.take_confirming() == []
 
 
 def test_a_restored_notice_held_past_a_step_waits_for_its_watcher_no_longer_than_a_grace() -> None:

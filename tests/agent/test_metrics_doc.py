@@ -62,6 +62,7 @@ def exercised_observer() -> MetricsObserver:
     observer.on_notice(notice, escalated=True)
     observer.on_expired(notice)
     observer.on_unacked(notice, ["c"])
+    observer.on_overdue(notice)
     observer.on_poll("local", True, None)
     observer.on_poll("local", False, "stat")
     ack = AckRequest(op="ack", notice_id=notice.id, client="c", step=1, flush_seconds=1.0)

@@ -43,9 +43,9 @@ def test_each_client_is_named_once(
         assert f" {client} (gone before its ack)" in said, said
 
 
-@given(held=_ANY, late=_ANY, unknown=_ANY, acked=_ANY, gone=_ANY)
+@given(held=_ANY, late=_ANY, unknown=_ANY, acked=_ANY, gone=_ANY, overdue=_ANY)
 def test_any_reply_gives_lines(
-    held: object, late: object, unknown: object, acked: object, gone: object
+    held: object, late: object, unknown: object, acked: object, gone: object, overdue: object
 ) -> None:
     notice = wire_notice()
     reply: dict[str, Any] = {
@@ -66,9 +66,36 @@ def test_any_reply_gives_lines(
         "past_deadline_receivers_unknown": unknown,
         "acked_by": acked,
         "gone_before_ack": gone,
+        "overdue": {notice["id"]: overdue},
     }
     lines = _status_lines(reply)
     assert any(notice["id"] in line for line in lines)
+
+
+def test_an_overdue_notice_is_said_so_beside_it() -> None:
+    """Past its deadline plus the grace, its provider still showing it: kept active, and the
+    operator's line says so (it read as any terminate past its deadline)."""
+    notice = wire_notice()
+    reply: dict[str, Any] = {
+        "agent": {
+            "agent": "a",
+            "version": "0",
+            "pid": 1,
+            "providers": ["aws"],
+            "events": "ipc://e",
+            "control": "ipc://c",
+            "started_at": "2026-12-06T00:00:00Z",
+            "seq": 1,
+            "subscribers": 0,
+        },
+        "active": [notice],
+        "overdue": {notice["id"]: "2026-12-07T22:00:00Z"},
+    }
+    (line,) = [line for line in _status_lines(reply) if notice["id"] in line]
+    assert "overdue since 2026-12-07T22:00:00Z: past its deadline plus the grace and " in line
+    assert f"{notice['provider']} still shows it" in line
+    older = {**reply, "overdue": {}}  # an older agent's reply has none
+    assert not any("overdue" in line for line in _status_lines(older))
 
 
 def test_noticed_is_said_only_of_another_moment_than_the_send() -> None:
