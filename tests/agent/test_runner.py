@@ -730,6 +730,8 @@ async def test_a_re_raise_every_client_acked_already_tells_its_provider(tmp_path
     ack = {"op": "ack", "notice_id": "aws/spot/1", "flush_seconds": 2.0}
     assert (await agent._handle(ack | {"client": "rank0"}))["ok"]
     now[0] += timedelta(minutes=4)
+    agent._send_due()  # past its end: the watcher asked, which does not report it in time
+    now[0] += timedelta(minutes=1)
     agent._send_due()
     assert published.sent[-1].action == "clear"
     assert (await agent._handle(ack | {"client": "rank1"}))["ok"]
@@ -764,9 +766,12 @@ async def test_a_watcher_is_told_of_a_retirement_before_its_clear_goes_out(
     started = Report(id="azure/E-1", action="terminate", reason="eviction", provider="azure")
     agent._emit(started.model_copy(update={"deadline": now[0]}))
     now[0] += timedelta(minutes=2)
+    agent._send_due()  # past its end: asked whether Azure still shows it, nothing sent
+    assert sent_when_told == [["terminate"]] and published.sent[-1].action == "terminate"
+    now[0] += timedelta(minutes=1)  # not reported again within the grace: retired
     agent._send_due()
     assert published.sent[-1].action == "clear"
-    assert sent_when_told == [["terminate"]]  # told before the clear was sent
+    assert sent_when_told == [["terminate"], ["terminate"]]  # told before the clear was sent
     await agent.state_writer.settled()
     agent.state_writer.close()
 
