@@ -19,7 +19,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from forewarn.agent.board import DEADLINE_TOLERANCE, FLUSH_WINDOW, NoticeBoard, Sequencer
+from forewarn.agent.board import (
+    CONFIRM_FLOOR,
+    DEADLINE_TOLERANCE,
+    FLUSH_WINDOW,
+    NoticeBoard,
+    Sequencer,
+)
 from forewarn.agent.protocol import Notice, Report
 from forewarn.agent.state import AgentState, encode_state, load_state
 from hypothesis import settings
@@ -74,6 +80,10 @@ class Active:
     told: datetime | None = None  # the deadline clients were last told
     acked: set[str] = field(default_factory=set)
     flushed: bool = False
+    # Past its end, its watcher asked whether the provider still shows it: retired at this
+    # time unless reported first; and when it was last reported so (its grace runs from there).
+    asked_until: datetime | None = None
+    shown_at: datetime | None = None
 
 
 class NoticeLife(RuleBasedStateMachine):
@@ -125,10 +135,11 @@ class NoticeLife(RuleBasedStateMachine):
         return "terminate" if (deadline - self.now).total_seconds() <= self.margin else "drain"
 
     def _ends(self, entry: Active) -> datetime | None:
+        if entry.asked_until is not None:
+            return entry.asked_until
         if entry.deadline is not None:
-            return max(entry.deadline, entry.raised_at, entry.until or entry.deadline) + timedelta(
-                seconds=GRACE
-            )
+            latest = max(entry.deadline, entry.raised_at, entry.until or entry.deadline)
+            return max(latest, entry.shown_at or latest) + timedelta(seconds=GRACE)
         if entry.manual:
             return entry.raised_at + timedelta(seconds=LIFETIME)
         if entry.restored_at is not None:
@@ -166,6 +177,8 @@ class NoticeLife(RuleBasedStateMachine):
                     self.flushed_at_raise.append(notice_id)
             return [(notice_id, action, shown.deadline)]
         entry.restored_at = None
+        if entry.asked_until is not None:  # still shown past its end: overdue, kept
+            entry.asked_until, entry.shown_at = None, self.now
         # Against what clients were told, not the last report: a deadline that creeps by under
         # the tolerance per report is sent again once it has moved that far in all.
         moved = _moved(entry.told, shown.deadline)
@@ -176,6 +189,7 @@ class NoticeLife(RuleBasedStateMachine):
         entry.deadline, entry.until = shown.deadline, shown.until
         if action == entry.sent and not changed:
             return []
+        entry.asked_until = entry.shown_at = None  # sent again: overdue no more
         self._sent_as(notice_id, entry, action)
         entry.told = shown.deadline
         return [(notice_id, action, shown.deadline)]
@@ -193,7 +207,17 @@ class NoticeLife(RuleBasedStateMachine):
         out: list[Sent] = []
         for notice_id, entry in list(self.active.items()):
             ends = self._ends(entry)
-            if ends is not None and self.now >= ends:
+            asks = (
+                not entry.manual
+                and entry.provider != "local"
+                and entry.deadline is not None
+                and entry.asked_until is None
+                and entry.restored_at is None
+            )
+            if ends is not None and self.now >= ends and asks:
+                # Its watcher is asked whether the provider still shows it; nothing sent.
+                entry.asked_until = self.now + max(timedelta(seconds=GRACE), CONFIRM_FLOOR)
+            elif ends is not None and self.now >= ends:
                 del self.active[notice_id]
                 out.append((notice_id, "clear", "expired"))
                 if entry.manual:
@@ -468,6 +492,8 @@ class NoticeLife(RuleBasedStateMachine):
         for entry in self.active.values():
             # The state keeps a notice as published: its deadline is the one clients were told.
             entry.deadline = entry.told
+            # Not kept: a notice asked about, or overdue, is judged afresh after a restart.
+            entry.asked_until = entry.shown_at = None
             if not entry.manual:
                 entry.restored_at = self.now
         expected = self._expect_due()
