@@ -136,6 +136,19 @@ def test_a_spot_notice_defaults_to_two_minutes_ahead(
     assert get(http, TERMINATION_TIME_PATH).text == payload["time"]
 
 
+@pytest.mark.parametrize(("action", "lead"), [("terminate", 120), ("stop", 120), ("hibernate", 0)])
+def test_a_spot_notice_s_time_is_rfc_3339_utc_two_minutes_ahead_but_for_hibernate(
+    http: httpx.Client, sim: ImdsSimulator, action: str, lead: int
+) -> None:
+    """AWS: stop and terminate come ~2 min ahead, hibernation starts when announced; `time`
+    is UTC in RFC 3339 with `Z` ("2017-09-18T08:22:00Z")."""
+    sim.raise_notice("spot", {"action": action})
+    payload = json.loads(get(http, SPOT_PATH).text)
+    assert payload["action"] == action
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", payload["time"]), payload
+    assert abs(parse_aws_date(payload["time"]).timestamp() - time.time() - lead) < 5
+
+
 def test_drift_recomputes_the_time_per_request(http: httpx.Client, sim: ImdsSimulator) -> None:
     sim.raise_notice("spot", {"drift": True})
     first = json.loads(get(http, SPOT_PATH).text)["time"]
