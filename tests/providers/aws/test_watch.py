@@ -41,6 +41,22 @@ async def test_a_spot_interruption_is_a_terminate_with_the_notice_time(
         assert report.detail == {"action": "terminate", "time": "2026-11-30T03:12:00Z"}
 
 
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"])
+async def test_the_client_ignores_proxy_settings(
+    sim: ImdsSimulator, server: SimServer, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """IMDS is link-local and refuses a token PUT carrying X-Forwarded-For, which a proxy
+    adds: a proxy set for the job's other traffic must not come between the watcher and it
+    (Azure's twin: tests/providers/azure/test_azure_watch.py)."""
+    monkeypatch.setenv(variable, f"http://127.0.0.1:{free_port()}")
+    for unset in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(unset, raising=False)
+    async with watching(server.url) as run:
+        sim.raise_notice("spot", {"action": "terminate", "time": "2026-11-30T03:12:00Z"})
+        await run.report_at(action="terminate")
+        assert run.health.errors == 0
+
+
 async def test_hibernate_is_a_terminate_due_now(sim: ImdsSimulator, server: SimServer) -> None:
     async with watching(server.url) as run:
         sim.raise_notice("spot", {"action": "hibernate"})
