@@ -142,6 +142,23 @@ class TestLifecycle:
             lambda: not parse_document(client.get(EVENTS, params=V, headers=META).content).events
         )
 
+    def test_an_event_approved_again_is_200_and_changes_nothing(
+        self, served: tuple[AzureSimulator, httpx.Client]
+    ) -> None:
+        """Microsoft: a StartRequest for a valid EventId is answered 200 even when the event
+        was approved already (by another VM of the set, or by a retry whose first answer
+        was lost), and the document stays as it is."""
+        sim, client = served
+        sim.removal_after = 60.0
+        event_id = sim.raise_notice("Preempt", {})
+        body = {"StartRequests": [{"EventId": event_id}]}
+        assert client.post(EVENTS, params=V, headers=META, json=body).status_code == 200
+        started = client.get(EVENTS, params=V, headers=META).json()
+        assert started["Events"][0]["EventStatus"] == "Started"
+        assert client.post(EVENTS, params=V, headers=META, json=body).status_code == 200
+        assert client.get(EVENTS, params=V, headers=META).json() == started
+        assert sim.state()["approved"] == {event_id: 2}
+
     def test_not_before_starts_the_event(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
         sim, _client = served
         sim.raise_notice("Preempt", {"not_before_seconds": 0.1})
