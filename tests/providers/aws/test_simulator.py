@@ -84,6 +84,15 @@ def test_tokens_are_enforced_by_default(http: httpx.Client) -> None:
     assert get(http, IDENTITY_PATH).status_code == 200
 
 
+def test_tokens_coexist(http: httpx.Client) -> None:
+    """AWS: any number of tokens may be in use at once; a new one revokes none (the agent's
+    renewal and a job's own SDK each hold theirs)."""
+    tokens = [token(http) for _ in range(3)]
+    assert len(set(tokens)) == 3
+    for held in tokens:
+        assert http.get(IDENTITY_PATH, headers={TOKEN_HEADER: held}).status_code == 200
+
+
 def test_an_expired_token_is_401(http: httpx.Client) -> None:
     short = token(http, ttl=1)
     assert http.get(IDENTITY_PATH, headers={TOKEN_HEADER: short}).status_code == 200
