@@ -2,7 +2,9 @@
 
 What it copies from the real service: `GET`/`POST /metadata/scheduledevents` with the
 `Metadata: true` header and a supported `api-version` (400 otherwise, also for an
-`X-Forwarded-For` header or a repeated query parameter), 429 above five requests a second
+`X-Forwarded-For` header or a repeated query parameter), events with the fields of the
+api-version asked (an older one lacks Description, EventSource, DurationInSeconds), 429 above
+five requests a second
 (counted as they arrive, before a fault holds them),
 `DocumentIncarnation` bumped on every change, Scheduled → Started on approval (or
 `approval_start_after` seconds later, as Azure may wait for other tenants) or at NotBefore
@@ -61,6 +63,13 @@ EVENTS_API_VERSIONS = (
     "2019-08-01",
     "2020-07-01",
 )
+# Fields an event gained in a later api-version (Microsoft's versions table): a client that
+# asks for an older version is answered without them, as it is on Azure.
+FIELDS_SINCE = {
+    "Description": "2019-04-01",
+    "EventSource": "2019-08-01",
+    "DurationInSeconds": "2020-07-01",
+}
 INSTANCE_API_VERSIONS = (
     "2017-04-02", "2017-08-01", "2017-12-01", "2018-02-01", "2018-04-02", "2018-10-01",
     "2019-02-01", "2019-03-11", "2019-04-30", "2019-06-01", "2019-06-04", "2019-08-01",
@@ -175,7 +184,7 @@ class AzureSimulator(Simulator):
             if not _version_ok(request, EVENTS_API_VERSIONS):
                 return _bad_version(EVENTS_API_VERSIONS)
             if request.method == "GET":
-                return self._get_events()
+                return self._get_events(request.param("api-version") or EVENTS_API_VERSIONS[-1])
             if request.method == "POST":
                 return self._post_events(request.body)
             return _bad_request("method not allowed", 405)
@@ -210,13 +219,18 @@ class AzureSimulator(Simulator):
             self._recent.append(now)
         return None
 
-    def _get_events(self) -> SimResponse:
+    def _get_events(self, version: str) -> SimResponse:
         with self.lock:
             first = not self._first_call_served
             self._first_call_served = True
         if first and self.first_call_delay > 0:
             time.sleep(self.first_call_delay)
-        return SimResponse.json(self.document())
+        document = self.document()
+        for event in document["Events"]:
+            for key, since in FIELDS_SINCE.items():
+                if version < since:  # ISO dates: their order is the text's
+                    event.pop(key, None)
+        return SimResponse.json(document)
 
     def _post_events(self, body: bytes) -> SimResponse:
         arrived = time.monotonic()

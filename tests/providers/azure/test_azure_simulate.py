@@ -82,6 +82,30 @@ class TestRequestChecks:
         approved = client.post(EVENTS, params={"api-version": version}, headers=META, json=body)
         assert approved.status_code == 200, approved.text
 
+    @pytest.mark.parametrize(
+        ("version", "fields"),
+        # Microsoft's versions table, written out: Description came with 2019-04-01,
+        # EventSource with 2019-08-01, DurationInSeconds with 2020-07-01.
+        [
+            ("2017-11-01", set()),
+            ("2019-01-01", set()),
+            ("2019-04-01", {"Description"}),
+            ("2019-08-01", {"Description", "EventSource"}),
+            ("2020-07-01", {"Description", "EventSource", "DurationInSeconds"}),
+        ],
+    )
+    def test_an_event_has_the_fields_of_the_api_version_asked(
+        self, served: tuple[AzureSimulator, httpx.Client], version: str, fields: set[str]
+    ) -> None:
+        """A watcher pinned to an older api-version gets events without the later fields on
+        Azure; served them all, it was never tried without them."""
+        sim, client = served
+        sim.raise_notice("Reboot", {})
+        answer = client.get(EVENTS, params={"api-version": version}, headers=META)
+        (event,) = answer.json()["Events"]
+        base = {"EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore"}
+        assert set(event) == base | fields, event
+
     def test_x_forwarded_for_is_refused(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
         _, client = served
         headers = {**META, "X-Forwarded-For": "10.0.0.1"}
