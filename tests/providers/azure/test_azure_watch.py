@@ -50,6 +50,22 @@ async def test_each_type_maps_and_clears_over_http(kind: str, action: str, reaso
         assert h.health.errors == 0
 
 
+@pytest.mark.parametrize("version", ["2017-08-01", "2019-01-01", "2019-08-01"])
+async def test_an_older_api_version_without_the_later_fields_still_warns_and_approves(
+    version: str,
+) -> None:
+    """Pinned to an older api-version (`azure.api_version`), the watcher reads events that
+    lack Description, EventSource or DurationInSeconds, and approves them with it."""
+    async with running(api_version=version, approve="immediately") as h:
+        event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 120})
+        report = await eventually_async(lambda: h.reports, what="a report")
+        assert (report[0].id, report[0].action) == (f"azure/{event_id}", "terminate")
+        assert report[0].deadline is not None
+        await eventually_async(lambda: h.sim.state()["approved"], what="the approval")
+        assert h.sim.state()["approved"] == {event_id: 1}
+        assert h.health.errors == 0
+
+
 async def test_freeze_is_published_only_when_configured() -> None:
     async with running() as h:
         h.sim.raise_notice("Freeze", {})
