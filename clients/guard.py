@@ -266,6 +266,7 @@ class CheckpointGuard(
         self._inherited: dict[str, datetime | None] = {}
         # Those still waiting for a heartbeat to say whether an earlier client acted on them.
         self._undecided: dict[str, tuple[Event, float]] = {}
+        self._replay_held_since: float | None = None
         # The last step `due` was called with and the `due_in_eval` calls so far: read by the
         # ticker into `_pace`, the time between calls that an inherited exit's margin adds.
         self._seen_step: int | None = None

@@ -33,6 +33,8 @@ class DueChecks(GuardState):
 
         def _skips_scheduled(self, step: int) -> bool: ...  # BackgroundSaves'
 
+        def _held_for_replay(self) -> bool: ...  # NoticeRequests'
+
     def _init_agreement(self, agree: bool | RankAgreement | None, agree_every: int) -> None:
         """With torch.distributed initialised (agree=None means: whenever it is), decisions go
         through an all-reduce every `agree_every` steps so all ranks save at the same step."""
@@ -68,6 +70,8 @@ class DueChecks(GuardState):
                 # With an exit pending the final save comes first (it supersedes the failed
                 # one): raising here could end the job without it.
                 self._raise_failure()
+            if step < self._next_step and self._held_for_replay():
+                return False  # a drain's save waits for the rest of the replay (`_wake` stays)
             self._mark_due(step)
             return True
         return False
@@ -123,7 +127,9 @@ class DueChecks(GuardState):
         # agree, so a notice during a long first step is answered when that step ends.
         if step % self.agreement.every and self._due_calls > 2:
             return False
-        save, exit_now = self.agreement.decide(self._wake, self._exit)
+        # A drain's save held for the rest of the replay asks nothing of the other ranks yet.
+        wake = self._wake and not self._held_for_replay()
+        save, exit_now = self.agreement.decide(wake, self._exit)
         if not save and not exit_now:
             return False
         with self._lock:

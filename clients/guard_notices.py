@@ -33,6 +33,8 @@ class NoticeRequests(GuardState):
     _inherited: dict[str, datetime | None]
     # Those still waiting for a heartbeat to say whether an earlier client acted on them.
     _undecided: dict[str, tuple[Event, float]]
+    # Since when a drain's save waits for the rest of the agent's replay (`_held_for_replay`).
+    _replay_held_since: float | None
 
     if TYPE_CHECKING:
 
@@ -103,6 +105,36 @@ class NoticeRequests(GuardState):
                 self._undecided.pop(event.id, None)
                 self._events[event.id] = event
                 self._ask_exit_for(event.id)
+
+    def _held_for_replay(self) -> bool:
+        """Whether a save asked for by drains alone waits, at a `due`, for the rest of the
+        agent's replay: until every notice it replays to this client has been read
+        (`Notices.replayed`), for at most `heartbeat_timeout`. A job starting under a drain
+        and a terminate read the drain first and saved for it alone, then for the terminate a
+        step later: two full saves where the exit's one answers both, and on a big model the
+        second one can cost the deadline. The heartbeat that announces the replay comes before
+        it, so a terminate in it is sorted (`_decide_inherited`) as it is read; one still
+        undecided (a heartbeat lost or refused) holds nothing: a drain read later is no part
+        of a replay."""
+        notices = self.notices
+        if notices is None or self._exit:
+            return False
+        with self._lock:
+            drains_only = self._pending.keys() == {"drain"}
+        if drains_only and self._undecided:
+            self._decide_inherited()  # the heartbeat may have come since the last tick
+        now = time.monotonic()
+        if (
+            not drains_only
+            or self._exit
+            or notices.replayed
+            or now - (self._replay_held_since or now) >= notices.heartbeat_timeout
+        ):
+            self._replay_held_since = None
+            return False
+        if self._replay_held_since is None:
+            self._replay_held_since = now
+        return True
 
     def _raised_since_start(self, notice_id: str) -> bool:
         """Whether the agent raised the notice after this process started, by the notice's age

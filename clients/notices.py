@@ -217,7 +217,12 @@ class Notices:
     - `active`: the active notices by id (a new dict on every change, never mutated);
     - `latest`: the last notice received, or None;
     - `alive`: whether a heartbeat arrived within `heartbeat_timeout` seconds;
-    - `agent`: the last heartbeat as a dict, or None.
+    - `agent`: the last heartbeat as a dict, or None;
+    - `replayed`: whether the agent's replay of the notices in force when this client
+      subscribed (or reconnected to a restarted agent) has all been read: its heartbeat
+      naming this socket's `replay/<token>` came and every notice it listed followed, or a
+      later heartbeat came, or the agent is too old to name the token. A job starting under
+      a drain and a terminate read the drain alone first (see `CheckpointGuard`).
     """
 
     def __init__(
@@ -257,6 +262,10 @@ class Notices:
         self.latest: Event | None = None
         self.alive = False
         self.agent: dict[str, Any] | None = None
+        self.replayed = False
+        # The ids the heartbeat answering this socket's subscription listed, not read since:
+        # the agent sends them right after it (see `_note_replay`).
+        self._replay_left: set[str] = set()
         # An agent was heard: any message read as v1, a notice too. `agent` (a heartbeat) is
         # not that: a notice sent before the first heartbeat reached this client, its agent
         # gone before the next, left `agent` None and the job's ack of it was dropped.
@@ -664,6 +673,7 @@ class Notices:
         beat = parse_heartbeat(payload)
         active = set(beat["active"])
         joining, replayed = self._joining(beat)
+        self._note_replay(beat, joining)
         previous, self.agent = self.agent, beat
         if previous is not None and previous.get("agent") != beat.get("agent"):
             # Quicker than heartbeat_timeout, the socket's reconnect hid it: no 'lost the agent'.
@@ -760,6 +770,17 @@ class Notices:
         waited = now - self._heard_agent[1] >= REPLAY_ASK_EVERY
         return speaks and self._answered_by != agent and not waited, replayed or waited
 
+    def _note_replay(self, beat: dict[str, Any], joining: bool) -> None:
+        """At a heartbeat: whether the agent's replay to this socket has been read
+        (`replayed`). The heartbeat naming the token comes first and lists what follows; any
+        later heartbeat ends the wait (a notice lost on its way is a gap, asked for again)."""
+        named = beat.get("replay_for")
+        if isinstance(named, list) and self._replay_token in named:
+            self._replay_left = set(beat["active"])
+        else:
+            self._replay_left = set()
+        self.replayed = not joining and not self._replay_left
+
     def _settling(self, beat: dict[str, Any]) -> bool:
         """Whether a restarted agent's heartbeats still leave out what its watchers have not
         answered for: 5 s on this client's clock, and on the agent's (`sent_at`). On this
@@ -819,6 +840,10 @@ class Notices:
             # follows the jump to a restarted agent's mark.
             self._ids_since_beat = set()
         self._ids_since_beat.add(event.id)
+        if event.id in self._replay_left:
+            self._replay_left.discard(event.id)
+            # Before the listeners hear it: the guard reads `replayed` from them.
+            self.replayed = not self._replay_left
         if self._restart_ids is not None:
             self._restart_ids.add(event.id)
         self._event(event)
