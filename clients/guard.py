@@ -35,13 +35,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forewarn.protocol.timefmt import format_time
+
 from .adaptive import AdaptiveInterval
 from .agreement import DEFAULT_AGREE_EVERY, RankAgreement
 from .event import Event
 from .guard_background import BackgroundSaves
 from .guard_due import DueChecks
 from .guard_flag import FlagFileRequests
-from .guard_notices import NoticeRequests
+from .guard_notices import NoticeRequests, answered_notices
 from .guard_report import ExitReporting, exit_causes, exit_line
 from .guard_signals import SignalHandling
 from .guard_state import EXIT_SAVE, TICK_SECONDS
@@ -204,6 +206,11 @@ class CheckpointGuard(
         self._pending: dict[str, str | None] = {}  # reason -> notice id
         self._notice_ids: set[str] = set()
         self._handled: set[str] = set()  # drains already flushed for
+        # Notices a save answered, until cleared (id -> noticed_at): written into the next
+        # generations' metadata (`_save_metadata`); those of the generation this job resumed
+        # from (`resumed`), whose drains are acked without a new save.
+        self._answered: dict[str, str] = {}
+        self._answered_at_resume: dict[str, str] = {}
         # Notices cleared while a save was asked for them (pending or under way): that save,
         # once done, is acked but does not mark them handled. It did, and the same id raised
         # again (AWS keeps a rebalance's noticeTime) asked the job for no save.
@@ -421,6 +428,9 @@ class CheckpointGuard(
             notice_ids = tuple(sorted(self._notice_ids - later_ids))
             self._notice_ids = later_ids
             self._handled.update(set(notice_ids) - self._cleared_in_save)
+            for event in self._events.values():
+                if event.id in notice_ids and event.id not in self._cleared_in_save:
+                    self._answered[event.id] = format_time(event.noticed_at)
             self._cleared_in_save.difference_update(notice_ids)
             events = [
                 self._events.pop(notice_id) for notice_id in notice_ids if notice_id in self._events
@@ -485,7 +495,7 @@ class CheckpointGuard(
                 flushed = self.store.flush(
                     step,
                     watched,
-                    metadata=self._exit_metadata(step, None),
+                    metadata=self._save_metadata(step, None),
                     timeout=self._exit_save_limit(),
                     moving=self._waited_for(motion.moving),
                 )
@@ -613,7 +623,7 @@ class CheckpointGuard(
                 flushed = self.store.flush(
                     step,
                     write,
-                    metadata=self._exit_metadata(step, metadata),
+                    metadata=self._save_metadata(step, metadata),
                     timeout=self._exit_save_limit(),
                     moving=self._waited_for(motion.moving),
                 )
@@ -712,6 +722,7 @@ class CheckpointGuard(
                 restore_seconds = restored.restore_seconds
             if steps_lost is None and restored.metadata.get(EXIT_SAVE) is True:
                 steps_lost = self._none_lost_after(restored.step)
+            self._answered_at_resume = answered_notices(restored.metadata)
         self.durable_step = step
         self._resumed_step = step
         if self.every_steps:
@@ -728,6 +739,7 @@ class CheckpointGuard(
                 restore_seconds=restore_seconds,
                 steps_lost=steps_lost,
             )
+        self._drop_answered_at_resume()
 
     def _none_lost_after(self, step: int) -> int | None:
         """0 when the exit's save of `step` that the job resumed from is the store's newest

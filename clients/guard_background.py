@@ -412,7 +412,7 @@ class BackgroundSaves(ExitReporting):
                 step,
                 state,
                 seconds_left,
-                metadata=self._exit_metadata(step, metadata),
+                metadata=self._save_metadata(step, metadata),
                 timeout=self._exit_save_limit(),
                 waited=self._deadline_ahead,
                 left=lambda: self._seconds_left(passed=True),

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.oneline import one_line
 from forewarn.protocol.timefmt import format_time, span_text, utcnow
 
 from .event import Event
-from .guard_state import TICK_SECONDS, GuardState
+from .guard_state import ANSWERED_NOTICES, TICK_SECONDS, GuardState
 from .proctime import steady_seconds
 
 log = logging.getLogger("forewarn.clients")
@@ -33,6 +34,7 @@ class NoticeRequests(GuardState):
     _inherited: dict[str, datetime | None]
     # Those still waiting for a heartbeat to say whether an earlier client acted on them.
     _undecided: dict[str, tuple[Event, float]]
+    _resumed_step: int | None
     # Since when a drain's save waits for the rest of the agent's replay (`_held_for_replay`).
     _replay_held_since: float | None
 
@@ -59,6 +61,8 @@ class NoticeRequests(GuardState):
                 )
             if event.id in self._handled or self._answered_by_flag_save(event):
                 return
+            if self._answered_before_resume(event):
+                return
             with self._lock:
                 # Raised again after a clear heard during a save: the save under way answers
                 # this occurrence too, as it answers any drain that comes while it runs.
@@ -74,6 +78,8 @@ class NoticeRequests(GuardState):
             self._drains_seen.discard(event.id)
             self._exited_for.discard(event.id)
             with self._lock:
+                self._answered.pop(event.id, None)
+                self._answered_at_resume.pop(event.id, None)
                 self._inherited.pop(event.id, None)
                 self._undecided.pop(event.id, None)
                 if event.id in self._notice_ids:
@@ -105,6 +111,59 @@ class NoticeRequests(GuardState):
                 self._undecided.pop(event.id, None)
                 self._events[event.id] = event
                 self._ask_exit_for(event.id)
+
+    def _answered_before_resume(self, event: Event) -> bool:
+        """A drain that the generation this job resumed from answered (the same notice: its
+        id and `noticed_at`, `ANSWERED_NOTICES`): acked as saved at the resumed step, no new
+        save. Restarted ranks saved again for a drain they had saved for before the restart,
+        new to them; on a big model that save can cost a later terminate's deadline."""
+        step = self._resumed_step
+        with self._lock:
+            noticed = self._answered_at_resume.get(event.id)
+            if step is None or noticed != format_time(event.noticed_at):
+                return False
+            self._handled.add(event.id)
+            self._answered[event.id] = noticed
+        self._ack_answered(event, step)
+        return True
+
+    def _drop_answered_at_resume(self) -> None:
+        """At the resume: the drains read before it (the agent's replay, while the job loaded
+        its checkpoint) that the generation resumed from answered, asked for no save."""
+        step = self._resumed_step
+        if step is None:
+            return
+        with self._lock:
+            if self._pending.keys() != {"drain"} or self._exit:
+                return  # a save is owed anyway: it answers the drains too
+            events = [self._events.get(notice_id) for notice_id in self._notice_ids]
+            if not all(
+                event is not None
+                and self._answered_at_resume.get(event.id) == format_time(event.noticed_at)
+                for event in events
+            ):
+                return
+            answered = [event for event in events if event is not None]
+            for event in answered:
+                self._events.pop(event.id, None)
+                self._handled.add(event.id)
+                self._answered[event.id] = format_time(event.noticed_at)
+            self._notice_ids.clear()
+            self._pending.clear()
+            self._wake = False
+        for event in answered:
+            self._ack_answered(event, step)
+
+    def _ack_answered(self, event: Event, step: int) -> None:
+        log.info(
+            "forewarn: drain %s was answered by the checkpoint this job resumed from (step "
+            "%d): acked, no new save",
+            one_line(event.id),
+            step,
+        )
+        if self.notices is not None:
+            # As a save at a step already durable: no flush measured (see `_saved`).
+            self.notices.ack(event.id, step=step, action="drain")
 
     def _held_for_replay(self) -> bool:
         """Whether a save asked for by drains alone waits, at a `due`, for the rest of the
@@ -325,4 +384,18 @@ class NoticeRequests(GuardState):
         self._wake = True
 
 
-__all__ = ["NoticeRequests"]
+def answered_notices(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The notices a generation's save answered (`ANSWERED_NOTICES` in its metadata): id ->
+    `noticed_at` as written. Anything else there (an older guard's generation, a hand-edited
+    manifest) answers nothing: the job saves for its notices as if it had not resumed."""
+    raw = metadata.get(ANSWERED_NOTICES)
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        notice_id: noticed
+        for notice_id, noticed in raw.items()
+        if isinstance(notice_id, str) and isinstance(noticed, str)
+    }
+
+
+__all__ = ["NoticeRequests", "answered_notices"]

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from forewarn.protocol.timefmt import format_time
+
 if TYPE_CHECKING:
     from .agreement import RankAgreement
     from .event import Event
@@ -26,6 +28,10 @@ TICK_SECONDS = 0.25
 # The key of a generation's metadata that marks it as an exit's save (a terminate's, a
 # SIGTERM's): the job stopped at its step, so a resume from it lost none.
 EXIT_SAVE = "forewarn_exit_save"
+
+# The key of a generation's metadata that names the notices its save answered, still in force
+# then (id -> `noticed_at`, RFC 3339): a job resumed from it owes them no save of its own.
+ANSWERED_NOTICES = "forewarn_notices"
 
 
 class GuardState:
@@ -41,6 +47,10 @@ class GuardState:
     # Notices this job received as a drain (until cleared): see CheckpointGuard.__init__.
     _drains_seen: set[str]
     _handled: set[str]  # drains already flushed for
+    # The notices a save answered, until cleared: id -> noticed_at (see `_save_metadata`).
+    _answered: dict[str, str]
+    # Those the generation this job resumed from answered (see `CheckpointGuard.resumed`).
+    _answered_at_resume: dict[str, str]
     # Notices cleared while a save was asked for them: see CheckpointGuard.__init__.
     _cleared_in_save: set[str]
     _exit: bool
@@ -85,6 +95,24 @@ class GuardState:
             return metadata
         return {**(metadata or {}), EXIT_SAVE: True}
 
+    def _save_metadata(
+        self, step: int, metadata: Mapping[str, Any] | None
+    ) -> Mapping[str, Any] | None:
+        """The metadata of a generation the guard saves at `step`: the exit's mark
+        (`_exit_metadata`) and the notices it answers (`ANSWERED_NOTICES`), those answered
+        before and still in force too, so that a job restarted from it (torchrun, a
+        Kubernetes Job) does not save again for a drain it saved for before the restart."""
+        marked = self._exit_metadata(step, metadata)
+        with self._lock:
+            answered = dict(self._answered)
+            for notice_id in self._notice_ids - self._cleared_in_save:
+                event = self._events.get(notice_id)
+                if event is not None:
+                    answered[notice_id] = format_time(event.noticed_at)
+        if not answered:
+            return marked
+        return {**(marked or {}), ANSWERED_NOTICES: answered}
+
     def _answers_exit(self) -> bool:
         """Under the lock, with an exit pending: whether a save now is the exit's, not one made
         past the exit's save (by a loop that went on) with nothing new asking for the exit."""
@@ -104,4 +132,4 @@ class GuardState:
         return min(known) if passed else max(min(known), 0.0)
 
 
-__all__ = ["EXIT_SAVE", "TICK_SECONDS", "GuardState"]
+__all__ = ["ANSWERED_NOTICES", "EXIT_SAVE", "TICK_SECONDS", "GuardState"]
