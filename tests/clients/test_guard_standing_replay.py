@@ -227,6 +227,7 @@ def test_a_drain_the_resumed_generation_answered_is_acked_when_read_after_steps(
             eventually(acked, 30, "the restarted job's ack of the drain")
         finally:
             second.close()
+            notices.close()  # given to the guard, so not closed by it
         ack = next(a for a in agent.acks if a.get("client") == mine and a["notice_id"] == drain)
     assert [(s.step, s.reasons) for s in saves] == [], saves
     assert [g.step for g in store.generations()] == [1]
