@@ -51,6 +51,7 @@ from .notices import Notices
 from .proctime import process_started, process_started_boot
 from .proctime import steady_seconds as steady_seconds  # imported from here before the split
 from .reclaim_exit import skip_final_collection
+from .restart_store import RestartStoreCheck
 from .saveresult import SaveResult
 from .steppace import StepPace
 from .workers import in_protected_worker
@@ -309,6 +310,12 @@ class CheckpointGuard(
             self._note_writer()  # else at the first due(), once torch.distributed may be up
 
         self._init_background(background)
+
+        # torchrun's shared rendezvous store loses a restart of 2+ ranks: rank 0 says so at
+        # start, not a worker (the main process's guard answers for the job).
+        self._restart_store = RestartStoreCheck(log)
+        self._restart_store.pending &= not in_protected_worker()
+        self._restart_store.check()
 
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="forewarn-guard", daemon=True)
@@ -816,6 +823,7 @@ class CheckpointGuard(
             self._check_exit_save()
             self._check_retry()
             self._check_exit_unanswered()
+            self._restart_store.check()
 
 
 def _drains(events: list[Event]) -> dict[str, str]:
