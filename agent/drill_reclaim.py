@@ -11,7 +11,11 @@ a few seconds) is reclaimed the way each platform does it:
 - `cloud`: a notice with a lead, then SIGKILL of everything at the deadline, no SIGTERM
   (AWS, GCP);
 - `torchrun`: SIGTERM to torchrun only; torchrun forwards it to each rank's process group and
-  escalates to SIGKILL after its `--shutdown-timeout` (30 s unless set; here the lead).
+  escalates to SIGKILL after its `--shutdown-timeout` (30 s unless set; here the lead);
+- `torchrun-restart`: torchrun with `--max-restarts 1` (the c10d rendezvous, the shared store
+  off); at the deadline SIGKILL to the processes under torchrun the notice found (ranks,
+  DataLoader workers), not to torchrun, which restarts the ranks in place: the cell's loss is
+  measured at that restart's resume, and the drill then ends the job.
 
 Every reclaim also raises a terminate notice (deadline = now + lead, sent as a duration) on
 that machine's agent, at a random moment of the chosen kind: during a training step, in the
@@ -48,10 +52,11 @@ from .argtypes import word_as_written
 from .drill_limits import MAX_LEAD, MAX_SEED, count_within, seconds_within, written_bound
 from .drill_local import Machine, json_objects
 from .plan import ReclaimLoss, Timing, notice, reclaim_loss
-from .reclaim_procs import JobTree, become_subreaper
+from .reclaim_procs import JobTree, become_subreaper, started_at
 from .tethered import tethered
 
-PLATFORMS = ("systemd", "kubernetes", "cloud", "torchrun")
+RESTARTED = "torchrun-restart"
+PLATFORMS = ("systemd", "kubernetes", "cloud", "torchrun", RESTARTED)
 MOMENTS = ("mid-step", "mid-eval", "first-step")
 SCENARIOS = ("quick", *PLATFORMS, "matrix", "ci")
 START_TIMEOUT = 120.0  # torchrun, two ranks and their imports on a loaded 2-core machine
@@ -68,8 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=SCENARIOS,
         default="quick",
         help="quick (default: the demo loop above), a platform (systemd, kubernetes, cloud, "
-        "torchrun: that reclaim at each notice moment), matrix (all four, plus short leads), "
-        "or ci (a reduced matrix)",
+        "torchrun, torchrun-restart: that reclaim at each notice moment), matrix (all five, "
+        "plus short leads), or ci (a reduced matrix)",
     )
     # A lead of 0 s sent every notice with its deadline already past: the agent refused each,
     # and the drill ran its cells on without one.
@@ -131,6 +136,16 @@ class CellResult:
     checkpoint_step: int | None = None
     steps_per_second: float | None = None
     every_steps: int | None = None
+    # A `torchrun-restart` cell: the restarted ranks' `started` line (their resume), where
+    # the cell's loss is measured; None where torchrun restarted nothing.
+    restarted: dict[str, Any] | None = None
+
+    @property
+    def resumed_seconds(self) -> float | None:
+        """From the notice to the restarted ranks' resume (a `torchrun-restart` cell)."""
+        if self.restarted is None or self.notice_at is None:
+            return None
+        return float(self.restarted["t"]) - self.notice_at
 
     def timing(self) -> Timing | None:
         """The cell's measured timing as `forewarn plan` takes it (None without a flush).
@@ -272,6 +287,7 @@ def matrix(scenario: str, lead: float) -> list[Cell]:
             Cell("kubernetes", "first-step", lead),
             Cell("cloud", "mid-step", lead),
             Cell("torchrun", "mid-eval", lead),
+            Cell(RESTARTED, "mid-eval", lead),
             Cell("cloud", "mid-step", SHORT_LEAD, SLOW_FLUSH),
         ]
     raise ValueError(f"unknown scenario {scenario!r}")
@@ -521,6 +537,7 @@ class Reclaim:
                 Job.FIRST_STEP_TIME if cell is not None and cell.moment == "first-step" else 0.0
             ),
             flush_delay=cell.flush_delay if cell is not None else 0.0,
+            max_restarts=1 if cell is not None and cell.platform == RESTARTED else 0,
             **{"every_steps": self.every_steps, **options},
         )
 
@@ -532,25 +549,43 @@ class Reclaim:
         if not self.results:
             return
         previous = self.results[-1]
+        if previous.restarted is not None:
+            # Its loss was measured at torchrun's restart; this resume follows the drill's
+            # end of the restarted job, no reclaim: only that it took the newest generation.
+            error = self._not_newest(int(started["step"]))
+            if error is not None:
+                previous.error = previous.error or error
+            return
+        self._check_resume(previous, started, f"on machine {self.machines}")
+
+    def _check_resume(self, result: CellResult, started: dict[str, Any], where: str) -> None:
+        """A resume (`started`) against the cell before it: the step, the state's hash and
+        the newest complete generation."""
         step = int(started["step"])
-        previous.resumed_step = step
+        result.resumed_step = step
         expected = self.hashes.get(step)
-        previous.state_match = expected is not None and expected == started["hash"]
+        result.state_match = expected is not None and expected == started["hash"]
+        error = self._not_newest(step)
+        if error is not None:
+            result.error = error
+        self.say(
+            f"  resumed from step {step} {where}: state "
+            + ("identical" if result.state_match else "DIFFERS")
+            + f"; {result.outcome()}"
+        )
+
+    def _not_newest(self, step: int) -> str | None:
         complete = [s for s in _complete_steps(self.store) if s not in self._partial_steps()]
         newest = max(complete) if complete else 0
         if step != newest:
-            previous.error = f"resumed from step {step}, the newest complete generation is {newest}"
-        self.say(
-            f"  resumed from step {step} on machine {self.machines}: state "
-            + ("identical" if previous.state_match else "DIFFERS")
-            + f"; {previous.outcome()}"
-        )
+            return f"resumed from step {step}, the newest complete generation is {newest}"
+        return None
 
     def _partial_steps(self) -> set[int]:
         return {int(name.removeprefix("step-")) for name in _partial_generations(self.store)}
 
-    def _record(self, job: Job) -> None:
-        for event in job.seen:
+    def _record(self, job: Job, events: list[dict[str, Any]] | None = None) -> None:
+        for event in job.seen if events is None else events:
             if event["event"] == "saving":
                 self.hashes[int(event["step"])] = str(event["hash"])
 
@@ -610,18 +645,21 @@ class Reclaim:
             job.close()
             machine.stop()
             self._record(job)
-            result.last_step = job.step
+            # A restarted job's cell is its first attempt's: the loss up to the restart, the
+            # save that answered the notice; what the restarted ranks did is not the reclaim's.
+            seen = _before(job.seen, result.restarted)
+            result.last_step = _last_step(seen) if result.restarted is not None else job.step
             result.job_code = job.proc.returncode
             # A save at the already durable step writes nothing (0 s): not a flush.
-            saves = [e for e in job.seen if e["event"] == "saved" and (e.get("seconds") or 0) > 0]
-            exits = [e for e in job.seen if e["event"] == "saved" and e.get("exit")]
+            saves = [e for e in seen if e["event"] == "saved" and (e.get("seconds") or 0) > 0]
+            exits = [e for e in seen if e["event"] == "saved" and e.get("exit")]
             result.exit_save = exits[-1] if exits else None
             if saves:
                 result.flush = max(float(e["seconds"]) for e in saves)
                 result.flush_mean = sum(float(e["seconds"]) for e in saves) / len(saves)
             if cell.flush_delay and result.flush is None:
                 result.flush = result.flush_mean = cell.flush_delay
-            self._plan_inputs(job, result)
+            self._plan_inputs(seen, result)
             result.partial = [
                 name for name in _partial_generations(self.store) if name not in partial_before
             ]
@@ -635,24 +673,27 @@ class Reclaim:
             )
             + f"; last step {result.last_step}; job exit code {result.job_code}"
         )
+        resumed = result.resumed_seconds
+        if result.restarted is not None and resumed is not None:
+            self.say(f"  torchrun restarted the ranks: resumed {resumed:.2f}s after the notice")
         return result
 
-    def _plan_inputs(self, job: Job, result: CellResult) -> None:
+    def _plan_inputs(self, seen: list[dict[str, Any]], result: CellResult) -> None:
         """What the plan's model needs, from the job's own lines (not from the resume, which
         is what the prediction is checked against)."""
-        completed = [int(e["step"]) for e in job.seen if e["event"] == "saved"]
+        completed = [int(e["step"]) for e in seen if e["event"] == "saved"]
         result.checkpoint_step = max([result.started_step, *completed])
         result.every_steps = self.every_steps
         if result.notice_at is not None:
             starts = [
                 float(e["t"])
-                for e in job.seen
+                for e in seen
                 if e["event"] == "saving" and float(e["t"]) >= result.notice_at
             ]
             lead_end = result.notice_at + result.cell.lead
             if starts and starts[0] <= lead_end:
                 result.detection = starts[0] - result.notice_at
-        steps = [(float(e["t"]), int(e["step"])) for e in job.seen if e["event"] == "step"]
+        steps = [(float(e["t"]), int(e["step"])) for e in seen if e["event"] == "step"]
         if len(steps) >= 2 and steps[-1][0] > steps[0][0]:
             result.steps_per_second = (steps[-1][1] - steps[0][1]) / (steps[-1][0] - steps[0][0])
 
@@ -699,6 +740,9 @@ class Reclaim:
             reply = request(machine.control, older, EVENT_TIMEOUT)
         if not reply.get("ok"):
             raise TimeoutError(f"the agent refused the terminate: {reply.get('error')}")
+        if cell.platform == RESTARTED:
+            self._reclaim_ranks(job, result, kill_at)
+            return
         if cell.platform == "systemd":
             job.tree.signal(signal.SIGTERM)
         elif cell.platform in ("kubernetes", "torchrun"):
@@ -729,10 +773,48 @@ class Reclaim:
         job.kill()
         job.proc.wait(30)
 
+    def _reclaim_ranks(self, job: Job, result: CellResult, kill_at: float) -> None:
+        """`torchrun-restart`: SIGKILL at the deadline to what is left of the processes under
+        torchrun at the notice (a rank that saved and exited is gone already), torchrun
+        spared; it restarts the ranks, whose resume is checked here, then the job ends."""
+        attempt = {
+            pid: started_at(pid) for pid in job.tree.live() if pid != job.proc.pid
+        }  # pids with their start times: the restarted ranks may reuse a pid
+
+        def left() -> list[int]:
+            return [pid for pid, since in attempt.items() if since and started_at(pid) == since]
+
+        while left() and time.monotonic() < kill_at:
+            time.sleep(0.05)
+        if left():
+            job.tree.signal(signal.SIGKILL, left())
+        try:
+            restarted = job.until("started", START_TIMEOUT)
+        except TimeoutError as error:
+            raise TimeoutError(f"torchrun did not restart the ranks: {error}") from None
+        result.restarted = restarted
+        self._record(job, _before(job.seen, restarted))
+        self._check_resume(result, restarted, "after torchrun's restart")
+        job.kill()
+        job.proc.wait(30)
+
+
+def _before(seen: list[dict[str, Any]], event: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The job's lines before `event` (all of them without one)."""
+    if event is None:
+        return list(seen)
+    return seen[: next(i for i, e in enumerate(seen) if e is event)]
+
+
+def _last_step(seen: list[dict[str, Any]]) -> int:
+    return max(
+        (int(e["step"]) for e in seen if e["event"] in ("started", "step", "saved")), default=0
+    )
+
 
 def report(results: list[CellResult], say: Any = print) -> None:
     header = (
-        f"{'cell':<22} {'lead':>6} {'flush':>7} {'notice->durable':>16} {'steps lost':>11} "
+        f"{'cell':<26} {'lead':>6} {'flush':>7} {'notice->durable':>16} {'steps lost':>11} "
         f"{'state':>10}  outcome"
     )
     say(header)
@@ -740,7 +822,7 @@ def report(results: list[CellResult], say: Any = print) -> None:
     for result in results:
         durable = result.durable_seconds
         say(
-            f"{result.cell.label:<22} {result.cell.lead:>5g}s "
+            f"{result.cell.label:<26} {result.cell.lead:>5g}s "
             + (f"{result.flush:>6.2f}s " if result.flush is not None else f"{'-':>7} ")
             + (f"{durable:>15.2f}s " if durable is not None else f"{'none':>16} ")
             + (f"{result.lost:>11} " if result.lost is not None else f"{'?':>11} ")
@@ -750,7 +832,13 @@ def report(results: list[CellResult], say: Any = print) -> None:
         # What the drill had to do in the cell (kill ranks torchrun left, processes that
         # outlived the job): recorded and, until printed here, never shown.
         for note in result.notes:
-            say(f"{'':<22} note: {note}")
+            say(f"{'':<26} note: {note}")
+        resumed = result.resumed_seconds
+        if result.restarted is not None and resumed is not None:
+            say(
+                f"{'':<26} restarted: torchrun restarted the ranks, resumed from step "
+                f"{result.restarted['step']} {resumed:.2f}s after the notice"
+            )
 
 
 def _torch_installed() -> bool:
@@ -807,6 +895,7 @@ def summary(results: list[CellResult]) -> list[str]:
 __all__ = [
     "MOMENTS",
     "PLATFORMS",
+    "RESTARTED",
     "SCENARIOS",
     "Cell",
     "CellResult",

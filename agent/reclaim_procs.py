@@ -39,6 +39,16 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[1])
 
 
+def started_at(pid: int) -> int | None:
+    """When a process started (clock ticks since boot), or None when it is gone: with its pid,
+    a process's identity, which a pid alone is not once it may be reused."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return int(text.rpartition(")")[2].split()[19])
+
+
 def children_map() -> dict[int, list[int]]:
     found: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
@@ -123,4 +133,4 @@ class JobTree:
         return left
 
 
-__all__ = ["JobTree", "become_subreaper", "children_map", "tree"]
+__all__ = ["JobTree", "become_subreaper", "children_map", "started_at", "tree"]

@@ -3,8 +3,10 @@
 The realistic drill's job (`forewarn.clients.demo_torch`: torchrun, two gloo ranks, DataLoader
 workers, an evaluation pass every 20 steps, a checkpoint every `--every-steps` steps) is
 reclaimed once per platform (systemd control-group kill, Kubernetes, a cloud SIGKILL at the
-deadline, torchrun's own escalation), each with the notice arriving in the middle of an
-evaluation pass that does not directly follow a checkpoint, twice in the same run:
+deadline, torchrun's own escalation, and torchrun restarting the ranks: `--max-restarts 1`,
+SIGKILL at the deadline to the ranks the notice found, torchrun spared), each with the notice
+arriving in the middle of an evaluation pass that does not directly follow a checkpoint, twice
+in the same run:
 
 - `guard`: CheckpointGuard (notices, signals, rank agreement, `due_in_eval`, `worker_init_fn`);
 - `plain`: what PyTorch Lightning 2.x does by itself: a SIGTERM handler that sets a flag,
@@ -15,8 +17,10 @@ evaluation pass that does not directly follow a checkpoint, twice in the same ru
     python bench/reclaim.py [--lead SECONDS] [--every-steps N] [--seed N]
 
 It prints, per platform and handler, the time from notice to durable checkpoint, the steps
-lost (last step trained minus the step the next run resumed from) and whether the resumed state
-is bit-for-bit the saved one.
+lost (last step trained minus the step the next run resumed from: for the restarted job, the
+last step before the restart minus the step the restarted ranks resumed from) and whether the
+resumed state is bit-for-bit the saved one; for the restarted job, also the time from the
+notice to the restarted ranks' resume.
 """
 
 from __future__ import annotations
@@ -32,12 +36,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import table  # noqa: E402
-from forewarn.agent.drill_reclaim import PLATFORMS, Cell, Reclaim  # noqa: E402
+from forewarn.agent.drill_reclaim import PLATFORMS, RESTARTED, Cell, Reclaim  # noqa: E402
+
+# The table's name for each platform's cell.
+LABELS = {RESTARTED: "torchrun, restarted"}
 
 
 def run(
     handler: str, lead: float, every_steps: int, seed: int, work: Path, platforms: list[str]
-) -> dict[str, tuple[str, str, str]]:
+) -> dict[str, tuple[str, str, str, str]]:
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("FOREWARN_")}
     base_env.update(PYTHONUNBUFFERED="1", NO_GCE_CHECK="true")
     drill = Reclaim(
@@ -53,10 +60,13 @@ def run(
     rows = {}
     for result in results:
         durable = result.durable_seconds
+        resumed = result.resumed_seconds
         rows[result.cell.platform] = (
             f"{durable:.2f} s" if durable is not None else "never",
             str(result.lost) if result.lost is not None else f"? ({result.error})",
             {True: "identical", False: "DIFFERS", None: "-"}[result.state_match],
+            # Only a restarted job resumes within its cell; the others on the next machine.
+            f"{resumed:.2f} s" if resumed is not None else "-",
         )
     return rows
 
@@ -72,7 +82,7 @@ def main(argv: list[str]) -> int:
         "--platform",
         action="append",
         choices=PLATFORMS,
-        help="only this platform (repeatable; default all four)",
+        help="only this platform (repeatable; default all five)",
     )
     args = parser.parse_args(argv)
     if args.every_steps < 1:
@@ -85,7 +95,7 @@ def main(argv: list[str]) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [
-        [platform, *guard[platform], *plain[platform]]
+        [LABELS.get(platform, platform), *guard[platform], *plain[platform]]
         for platform in platforms
         if platform in guard and platform in plain
     ]
@@ -100,9 +110,11 @@ def main(argv: list[str]) -> int:
                 "guard: notice->durable",
                 "guard: steps lost",
                 "guard: state",
+                "guard: notice->resumed",
                 "plain: notice->durable",
                 "plain: steps lost",
                 "plain: state",
+                "plain: notice->resumed",
             ],
             rows,
         )

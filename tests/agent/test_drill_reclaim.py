@@ -1,7 +1,8 @@
 """The realistic reclaim drill, reduced matrix (`--scenario ci`): torchrun with two gloo ranks,
 DataLoader workers and an evaluation pass, reclaimed as systemd, Kubernetes, a cloud and
-torchrun itself do it, with the notice mid-evaluation, during the first step and mid-step,
-plus a cloud reclaim whose lead is shorter than the flush."""
+torchrun itself do it, and once with torchrun restarting the ranks, with the notice
+mid-evaluation, during the first step and mid-step, plus a cloud reclaim whose lead is shorter
+than the flush."""
 
 from __future__ import annotations
 
@@ -30,15 +31,24 @@ def test_ci_matrix_loses_no_step_where_the_lead_allows_and_says_why_elsewhere(
     out = done.stdout
     assert done.returncode == 0, out + done.stderr[-3000:]
     assert "steps lost where the lead covered detection and the flush: 0" in out
-    assert "cells failed: 0 of 5" in out
+    assert "cells failed: 0 of 6" in out
     table = [
         (match.group(1), match.group(0))
         for match in re.finditer(r"^(\S+/\S+)\s+\S+s .*$", out, flags=re.MULTILINE)
     ]
     rows = dict(table)
-    for label in ("systemd/mid-eval", "kubernetes/first-step", "torchrun/mid-eval"):
+    for label in (
+        "systemd/mid-eval",
+        "kubernetes/first-step",
+        "torchrun/mid-eval",
+        "torchrun-restart/mid-eval",
+    ):
         assert label in rows and rows[label].rstrip().endswith("ok"), rows
         assert "identical" in rows[label]
+    # The restarted cell's loss is measured at torchrun's restart, within the cell.
+    assert re.search(
+        r"restarted: torchrun restarted the ranks, resumed from step \d+ [\d.]+s after", out
+    ), out
     full = [row for label, row in table if label == "cloud/mid-step"]
     assert len(full) == 2, rows
     long_lead, short_lead = full if " 8s " in full[0] else full[::-1]
