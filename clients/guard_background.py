@@ -255,7 +255,14 @@ class BackgroundSaves(ExitReporting):
         with self._lock:
             self._unrecorded.add(step)
         try:
-            timing = saver.save(step, state, metadata=metadata, waited_since=waited_since)
+            # The notices it answers named, as a synchronous save's are: a job resumed from
+            # this generation acks them without saving again (`ANSWERED_NOTICES`).
+            timing = saver.save(
+                step,
+                state,
+                metadata=self._save_metadata(step, metadata),
+                waited_since=waited_since,
+            )
         except BaseException as error:
             with self._lock:
                 if step in self._early:
