@@ -294,8 +294,12 @@ class NoticeRequests(GuardState):
         margin = self._inherited_margin()
         if left is not None and 0 < left <= margin:
             # The exit's moment is past already: said as what it is, an exit now (it said
-            # "it does not stop this job at once: ... 30s before its deadline (7s away)").
-            self._inherited[event.id] = event.deadline
+            # "it does not stop this job at once: ... 30s before its deadline (7s away)"),
+            # and asked for now, before it is said: left to the ticker (`_check_inherited`),
+            # the next `due` trained a whole step more (or many, with quick steps) first.
+            with self._lock:
+                self._events[event.id] = event
+                self._ask_exit_for(event.id)
             plan = (
                 f"its deadline ({span_text(left)} away) is within this job's exit margin "
                 f"({margin:g}s): this job saves and exits now"
