@@ -79,3 +79,28 @@ def test_background_drain_and_periodic_saves_name_the_drain_and_a_resume_saves_n
     assert [(s.step, s.reasons) for s in saves] == [], saves
     assert [g.step for g in store.generations()] == [1, 2]
     assert ack["step"] == 2, ack
+
+
+@pytest.mark.timeout(120)
+def test_a_background_guards_exit_save_names_the_drain_and_the_terminate(tmp_path: Path) -> None:
+    """The exit's save of a background-saving guard (its final save, synchronous) names every
+    notice it answered: the terminate, and the drain standing with it."""
+    store = CheckpointStore(str(tmp_path / "store"))
+    with RunningAgent("local", set_env=True) as agent:
+        drain = agent.notify("drain", reason="manual")
+        terminate = agent.notify("terminate", "20m", reason="manual")
+        guard = CheckpointGuard(store=store, handle_signals=False, flag_file=None, background=True)
+        try:
+            step, results = 0, []
+            while not (results and results[-1].exit):
+                step += 1
+                if guard.due(step):
+                    results.append(guard.save_state(step, {"w": torch.full((4,), float(step))}))
+                time.sleep(0.002)  # a step of training
+                assert step < 20_000, "no exit"
+        finally:
+            guard.close()
+    assert results[-1].exit, results
+    exit_step = results[-1].step
+    answered = {g.step: sorted(g.metadata.get(ANSWERED_NOTICES) or {}) for g in store.generations()}
+    assert answered[exit_step] == sorted([drain, terminate]), answered
