@@ -1,0 +1,105 @@
+"""A watcher that cannot reach its endpoint names the endpoint it tried, in `forewarn status`
+and in its log line: the operator's question is "which address?", and the answer is not
+always the one they set (a kubeconfig's `server:`, a `~/.kube/config` left from another
+cluster, `KUBERNETES_SERVICE_HOST`).
+
+found: `forewarn agent --provider kubernetes` with a kubeconfig whose server was a closed
+port said `transport: ConnectError: All connection attempts failed` and nothing of where; so
+did `--provider gcp` with `gcp.url` on a closed port. httpx's connect errors carry the request,
+not its address in their message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from forewarn.providers.errortext import error_text
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import AgentProcess, agent_env, eventually, examples, refused_port
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+current-context: c
+clusters:
+- name: k
+  cluster:
+    server: http://127.0.0.1:{port}
+contexts:
+- name: c
+  context: {{cluster: k, user: u}}
+users:
+- name: u
+  user:
+    token: not-a-secret
+"""
+
+
+def _health(agent: AgentProcess, provider: str) -> dict[str, Any]:
+    reply = agent.control({"op": "status"})
+    return next(entry for entry in reply["health"] if entry["name"] == provider)
+
+
+@pytest.mark.parametrize("provider", ["kubernetes", "gcp"])
+def test_a_closed_endpoint_is_named_in_status_and_log(provider: str, tmp_path: Path) -> None:
+    with refused_port() as port:
+        if provider == "kubernetes":
+            kubeconfig = tmp_path / "kubeconfig"
+            kubeconfig.write_text(KUBECONFIG.format(port=port))
+            args: tuple[str, ...] = ("--set", f"kubernetes.kubeconfig={kubeconfig}")
+            env = agent_env(tmp_path, NODE_NAME="n1")
+        else:
+            args = ("--set", f"gcp.url=http://127.0.0.1:{port}")
+            env = agent_env(tmp_path)
+        address = f"http://127.0.0.1:{port}"
+        with AgentProcess(tmp_path, (provider,), args, env) as agent:
+            health = eventually(
+                lambda: (found := _health(agent, provider))["last_error"] == "transport" and found,
+                20,
+                "the transport error in status",
+            )
+            assert address in health["last_error_message"], health
+            line = eventually(
+                lambda: [
+                    line
+                    for line in agent.output().splitlines()
+                    if f"{provider}: transport:" in line
+                ],
+                20,
+                "the transport error's log line",
+            )[0]
+            assert address in line, line
+
+
+@settings(max_examples=examples(60))
+@given(
+    scheme=st.sampled_from(["http", "https"]),
+    host=st.sampled_from(["127.0.0.1", "localhost", "[::1]", "metadata.example"]),
+    port=st.integers(1, 65535),
+    path=st.text(alphabet="abc/?=&", max_size=20),
+    kind=st.sampled_from([httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError]),
+    message=st.text(max_size=20),
+)
+def test_an_httpx_error_names_the_endpoint_and_nothing_past_it(
+    scheme: str, host: str, port: int, path: str, kind: type[httpx.RequestError], message: str
+) -> None:
+    request = httpx.Request("GET", f"{scheme}://user:secret@{host}:{port}/{path}")
+    text = error_text(kind(message, request=request))
+    assert text.startswith(f"{kind.__name__}"), text
+    assert str(request.url.copy_with(path="/", query=None, userinfo=b"")).rstrip("/") in text
+    assert "secret" not in text.replace(message, "")
+    assert path.strip("/") == "" or f"/{path}" not in text.replace(message, "")
+
+
+def test_an_error_without_a_request_reads_as_before() -> None:
+    assert error_text(httpx.ConnectError("refused")) == "ConnectError: refused"
+
+
+def test_a_message_that_names_the_endpoint_is_not_given_it_twice() -> None:
+    request = httpx.Request("GET", "http://127.0.0.1:8/api/v1/nodes")
+    error = httpx.ReadError("GET http://127.0.0.1:8/api/v1/nodes: cut", request=request)
+    assert error_text(error) == "ReadError: GET http://127.0.0.1:8/api/v1/nodes: cut"
