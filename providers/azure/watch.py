@@ -390,8 +390,10 @@ class AzureWatcher:
         try:
             self.names = await self._instance_names()
         except (httpx.HTTPError, ParseError) as error:
+            # error_text: httpx's own message is empty for a reset and names no address.
+            why = error_text(error) if isinstance(error, httpx.HTTPError) else str(error)
             message = (
-                f"cannot read this VM's name from {COMPUTE_PATH} ({error}); no events are "
+                f"cannot read this VM's name from {COMPUTE_PATH} ({why}); no events are "
                 "published until it can; set azure.vm_name to skip this lookup"
             )
             self.health.condition("vm-name", message)
