@@ -12,6 +12,12 @@ in parentheses: `(All connection attempts failed)`, and `()` for a reset connect
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +113,51 @@ def test_a_message_that_names_the_endpoint_is_not_given_it_twice() -> None:
     request = httpx.Request("GET", "http://127.0.0.1:8/api/v1/nodes")
     error = httpx.ReadError("GET http://127.0.0.1:8/api/v1/nodes: cut", request=request)
     assert error_text(error) == "ReadError: GET http://127.0.0.1:8/api/v1/nodes: cut"
+
+
+@contextmanager
+def resetting_port() -> Iterator[int]:
+    """A loopback port whose every connection is reset once its request is read."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    conn.recv(65536)
+                # Linger 0: close sends RST, not FIN.
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield int(server.getsockname()[1])
+    finally:
+        done.set()
+        thread.join()
+        server.close()
+
+
+def test_azure_s_name_lookup_reset_is_said_as_a_reset(tmp_path: Path) -> None:
+    """It read `cannot read this VM's name from /metadata/instance/compute ()`."""
+    with resetting_port() as port:
+        args = ("--set", f"azure.url=http://127.0.0.1:{port}")
+        with AgentProcess(tmp_path, ("azure",), args) as agent:
+            health = eventually(
+                lambda: (found := _health(agent, "azure"))["last_error"] == "vm-name" and found,
+                20,
+                "the name lookup's error in status",
+            )
+            message = health["last_error_message"]
+            assert "()" not in message, message
+            assert "Connection reset by peer" in message, message
+            assert f"http://127.0.0.1:{port}" in message, message
