@@ -1077,11 +1077,17 @@ class GcpWatcher:
         except httpx.HTTPError as error:
             self._bad(key, "transport", f"{key}: {error_text(error)}")
             return None
-        if response.status_code != 200:
-            kind = "unavailable" if response.status_code == 503 else f"http-{response.status_code}"
-            self._bad(key, kind, f"{key}: HTTP {response.status_code}")
-            return None
         foreign = not_the_server(key, response)
+        if response.status_code != 200:
+            # A 503 stays `unavailable` (it may be a proxy's, and a retry is what to do);
+            # another error without the header is said to come from something else (a
+            # gcp.url on another web server read "HTTP 404" and no more).
+            kind = "unavailable" if response.status_code == 503 else f"http-{response.status_code}"
+            if foreign is not None and response.status_code != 503:
+                self._bad(key, FOREIGN, foreign)
+            else:
+                self._bad(key, kind, f"{key}: HTTP {response.status_code}")
+            return None
         if foreign is not None:
             self._bad(key, FOREIGN, foreign)
             return None

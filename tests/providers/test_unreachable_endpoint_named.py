@@ -13,11 +13,13 @@ in parentheses: `(All connection attempts failed)`, and `()` for a reset connect
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +163,45 @@ def test_azure_s_name_lookup_reset_is_said_as_a_reset(tmp_path: Path) -> None:
             assert "()" not in message, message
             assert "Connection reset by peer" in message, message
             assert f"http://127.0.0.1:{port}" in message, message
+
+
+class _WebServer(BaseHTTPRequestHandler):
+    """A web server that is not the metadata server: 404 and a page, no Metadata-Flavor."""
+
+    def do_GET(self) -> None:
+        body = b"<html><body><h1>404 Not Found</h1></body></html>"
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_gcp_url_on_a_web_server_is_said_not_the_metadata_server(tmp_path: Path) -> None:
+    """`gcp.url` on another web server: status said `http-404: instance/preempted: HTTP 404`
+    for the notice keys, never that the answer was not the metadata server's."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _WebServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        args = ("--set", f"gcp.url=http://127.0.0.1:{server.server_port}")
+        with AgentProcess(tmp_path, ("gcp",), args) as agent:
+            eventually(
+                lambda: re.search(r"gcp: \S+: instance/preempted:", agent.output()),
+                20,
+                "the preempted key's error in the log",
+            )
+            lines = [
+                line
+                for line in agent.output().splitlines()
+                if re.search(r"gcp: \S+: instance/(preempted|maintenance-event):", line)
+            ]
+            assert lines and all("not the metadata server" in line for line in lines), lines
+            message = _health(agent, "gcp")["last_error_message"]
+            assert "not the metadata server" in message, message
+    finally:
+        server.shutdown()
+        server.server_close()
