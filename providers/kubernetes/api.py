@@ -164,6 +164,13 @@ FORBIDDEN_ELSEWHERE = (
     "API server refused it; check its rules, or that the URL is the API server's"
 )
 
+# The requests of the node itself (not Karpenter's NodeClaims, whose 404 means no CRD).
+NODE_READS = frozenset({"list", "watch"})
+NOT_THE_API_SERVER = (
+    "not the API server's answer (it has the node list, and answers an error with a "
+    "Kubernetes Status): check that {source} is the API server's URL"
+)
+
 
 def from_api_server(body: bytes) -> bool:
     """Whether an error's body is a Kubernetes Status, as the API server answers an error."""
@@ -198,7 +205,12 @@ def error_for(
             hint = FORBIDDEN_ELSEWHERE
         return ApiError("forbidden", f"{what}: 403 {message}: {hint}", 403)
     wait = retry_after(headers.get("Retry-After")) if headers is not None else None
-    return ApiError(f"http-{status}", f"{what}: {status} {message}", status, wait)
+    hint = ""
+    if status == 404 and what in NODE_READS and not from_api_server(body):
+        # The node list always exists on an API server, which answers errors with a Status:
+        # this 404 (a web page, a gateway's) came from something else at that URL.
+        hint = f": {NOT_THE_API_SERVER.format(source=source)}"
+    return ApiError(f"http-{status}", f"{what}: {status} {message}{hint}", status, wait)
 
 
 class NodeApi:

@@ -205,3 +205,29 @@ def test_gcp_url_on_a_web_server_is_said_not_the_metadata_server(tmp_path: Path)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_kubernetes_url_on_a_web_server_is_said_not_the_api_server(tmp_path: Path) -> None:
+    """`kubernetes.url` on another web server: status said `http-404: list: 404 <html>...`,
+    with nothing on what to check (the API server always has the node list, and answers its
+    errors with a Kubernetes Status)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _WebServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        env = agent_env(tmp_path, NODE_NAME="n1")
+        args = ("--set", f"kubernetes.url={url}")
+        with AgentProcess(tmp_path, ("kubernetes",), args, env) as agent:
+            health = eventually(
+                lambda: (
+                    (found := _health(agent, "kubernetes"))["last_error"] == "http-404" and found
+                ),
+                20,
+                "the list's 404 in status",
+            )
+            message = health["last_error_message"]
+            assert "not the API server" in message and url in message, message
+    finally:
+        server.shutdown()
+        server.server_close()
