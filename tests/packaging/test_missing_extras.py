@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import agent_env
+from support import AgentProcess, agent_env, eventually
 
 # The top-level modules each extra installs (pyproject.toml's optional-dependencies), and
 # what those pull in that the core dependencies do not.
@@ -152,3 +152,43 @@ def test_a_command_that_needs_an_extra_names_it(extra: str, tmp_path: Path) -> N
     assert "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("forewarn: ") and f"[{extra}]" in last and "pip install" in last, last
+
+
+# `forewarn agent --provider kubernetes` without the k8s extra (brief H279): with no kubeconfig
+# it needs none and says what to set; with one, it names the extra. Either way the agent runs
+# and `status` holds the cause (a kubeconfig can be mounted later; the watcher retries).
+KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+    "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+    "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    "users: [{name: u, user: {token: not-a-secret}}]\n"
+)
+
+
+@pytest.mark.parametrize("kubeconfig", [False, True], ids=["none", "given"])
+def test_the_kubernetes_agent_without_the_extra_says_what_to_do(
+    kubeconfig: bool, tmp_path: Path
+) -> None:
+    env = _env(tmp_path, EXTRA_MODULES["k8s"])
+    env.update(HOME=str(tmp_path / "home"), NODE_NAME="n1")
+    env.pop("KUBECONFIG", None)
+    args: tuple[str, ...] = ()
+    if kubeconfig:
+        path = tmp_path / "kubeconfig"
+        path.write_text(KUBECONFIG)
+        args = ("--set", f"kubernetes.kubeconfig={path}")
+    with AgentProcess(tmp_path, ("kubernetes",), args, env) as agent:
+        health = eventually(
+            lambda: (
+                (found := agent.control({"op": "status"})["health"][0])["last_error"] == "config"
+                and found
+            ),
+            20,
+            "the config error in status",
+        )
+        message = health["last_error_message"]
+        if kubeconfig:
+            assert "[k8s]" in message and "pip install" in message, message
+        else:
+            assert "not in a pod" in message and "kubernetes.kubeconfig" in message, message
+        assert message in agent.output(), agent.output()
