@@ -466,8 +466,17 @@ class ForewarnCallback(GuardHolder, pl.Callback):
 
             state = self.dcp_state(trainer.lightning_module, trainer.optimizers)
             state["global_step"] = step
-            # An exit's save is bounded as the guard's own are: a grace past the deadline.
-            generation = save_dcp(self.store, step, state, timeout=self.guard.exit_save_timeout())
+            # An exit's save is bounded as the guard's own are: a grace past the deadline. Its
+            # metadata is theirs too: the exit's mark and the notices it answers, which a job
+            # resumed from it reads back (`resumed`). Saved without, a job resumed from a
+            # drain's generation saved again for the drain, and `steps_lost` stayed unknown.
+            generation = save_dcp(
+                self.store,
+                step,
+                state,
+                metadata=self.guard._save_metadata(step, None),
+                timeout=self.guard.exit_save_timeout(),
+            )
             self.saved_generations.append(generation)
             where = f"{self.store.url}/{generation.name}"
         else:

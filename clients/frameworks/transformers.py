@@ -295,8 +295,17 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         if hooks.get("optimizer") is not None:
             saved["optimizer"] = hooks["optimizer"].state_dict()
         try:
-            # An exit's save is bounded as the guard's own are: a grace past the deadline.
-            generation = save_dcp(self.store, step, saved, timeout=self.guard.exit_save_timeout())
+            # An exit's save is bounded as the guard's own are: a grace past the deadline. Its
+            # metadata is theirs too: the exit's mark and the notices it answers, which a job
+            # resumed from it reads back (`resumed`). Saved without, a job resumed from a
+            # drain's generation saved again for the drain, and `steps_lost` stayed unknown.
+            generation = save_dcp(
+                self.store,
+                step,
+                saved,
+                metadata=self.guard._save_metadata(step, None),
+                timeout=self.guard.exit_save_timeout(),
+            )
         except BaseException as error:
             self._save_failed(step, error)
             raise

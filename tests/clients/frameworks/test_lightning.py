@@ -999,3 +999,44 @@ def test_the_private_lightning_members_the_callback_relies_on_are_there() -> Non
     assert "self._save_checkpoint(" in last and "_last_checkpoint_saved" in last, last
     skip = inspect.getsource(type(checkpoint)._should_skip_saving_checkpoint)
     assert "_last_global_step_saved" in skip, skip
+
+
+def test_dcp_saves_name_the_notices_they_answered_and_mark_the_exit(tmp_path: Path) -> None:
+    """dcp=True: the drain's and the terminate's DCP generations carry the metadata the
+    guard's own saves carry (`forewarn_notices`, `forewarn_exit_save`), so a job resumed from
+    them owes the drain no save and knows it resumed from an exit's save. save_dcp was called
+    with no metadata: both generations' metadata were empty."""
+    from forewarn.clients.checkpoint import CheckpointStore
+    from forewarn.clients.guard_state import ANSWERED_NOTICES, EXIT_SAVE
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    with AgentProcess(tmp_path) as agent:
+        callback = lit.ForewarnCallback(
+            store=store,
+            dcp=True,
+            events=agent.events,
+            control=agent.control_endpoint,
+            handle_signals=False,
+            flag_file=None,
+        )
+        data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
+        trainer = models.trainer(callback, max_steps=10_000)
+
+        def operator() -> None:
+            eventually(lambda: trainer.global_step >= 20)
+            agent.control({"op": "notify", "action": "drain", "id": "local/ld-drain"})
+            eventually(lambda: len(callback.saved_generations) == 1)
+            first = callback.saved_generations[0].step
+            eventually(lambda: trainer.global_step >= first + 20)
+            agent.control({"op": "notify", "action": "terminate", "id": "local/ld-term"})
+
+        thread = threading.Thread(target=operator, daemon=True)
+        thread.start()
+        trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+        thread.join(timeout=5)
+    drain, exit_save = callback.saved_generations
+    assert EXIT_SAVE not in drain.metadata
+    assert set(drain.metadata.get(ANSWERED_NOTICES, {})) == {"local/ld-drain"}
+    assert exit_save.metadata.get(EXIT_SAVE) is True
+    assert set(exit_save.metadata.get(ANSWERED_NOTICES, {})) == {"local/ld-drain", "local/ld-term"}
+    assert callback.exit_code == 143

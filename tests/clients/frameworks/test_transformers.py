@@ -982,3 +982,39 @@ def test_an_evaluation_cut_for_the_exit_is_not_ranked_the_best(tmp_path: Path) -
     assert saved["best_metric"] == 19.5
     assert saved["best_global_step"] == 25
     assert Path(saved["best_model_checkpoint"]).name == "checkpoint-25"
+
+
+def test_dcp_saves_name_the_notices_they_answered_and_mark_the_exit(tmp_path: Path) -> None:
+    """dcp=True: the drain's and the terminate's DCP generations carry the metadata the
+    guard's own saves carry (`forewarn_notices`, `forewarn_exit_save`), so a job resumed from
+    them owes the drain no save and knows it resumed from an exit's save. save_dcp was called
+    with no metadata: both generations' metadata were empty."""
+    from forewarn.clients.checkpoint import CheckpointStore
+    from forewarn.clients.guard_state import ANSWERED_NOTICES, EXIT_SAVE
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    with AgentProcess(tmp_path) as agent:
+        callback = models.listening_callback(agent, store=store, dcp=True)
+        args = models.arguments(tmp_path, max_steps=10_000)
+        trainer = hf.Trainer(
+            model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
+        )
+
+        def operator() -> None:
+            eventually(lambda: trainer.state.global_step >= 20)
+            agent.control({"op": "notify", "action": "drain", "id": "local/td-drain"})
+            eventually(lambda: len(callback.saved_steps) == 1)
+            first = callback.saved_steps[0]
+            eventually(lambda: trainer.state.global_step >= first + 20)
+            agent.control({"op": "notify", "action": "terminate", "id": "local/td-term"})
+
+        thread = threading.Thread(target=operator, daemon=True)
+        thread.start()
+        trainer.train()
+        thread.join(timeout=5)
+    drain, exit_save = callback.saved_generations
+    assert EXIT_SAVE not in drain.metadata
+    assert set(drain.metadata.get(ANSWERED_NOTICES, {})) == {"local/td-drain"}
+    assert exit_save.metadata.get(EXIT_SAVE) is True
+    assert set(exit_save.metadata.get(ANSWERED_NOTICES, {})) == {"local/td-drain", "local/td-term"}
+    assert callback.exit_code == 143
