@@ -277,3 +277,31 @@ def test_ranks_loading_a_local_generation_share_its_checksums(
     assert all(line["identical"] for line in loaded)
     hashed = sorted(Path(path).name for line in loaded for path in line["hashed"])
     assert hashed == sorted(Path(name).name for name in files)
+
+
+def test_a_dcp_generation_restored_through_the_store_hands_its_metadata_to_resumed(
+    tmp_path: Path,
+) -> None:
+    """What docs/checkpoint.md tells a loop of its own that loads DCP saves (the framework
+    callbacks' among them): restored with `store.restore(lambda g: load_dcp(g, state))`,
+    the generation's exit mark and answered notices reach `guard.resumed`."""
+    import torch
+    from forewarn.clients import CheckpointGuard
+    from forewarn.clients.checkpoint import load_dcp, save_dcp
+    from forewarn.clients.guard_state import ANSWERED_NOTICES, EXIT_SAVE
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    answered = {"local/d-drain": "2026-12-07T23:00:00Z"}
+    saved = {"w": torch.arange(4.0)}
+    save_dcp(store, 7, saved, metadata={EXIT_SAVE: True, ANSWERED_NOTICES: answered})
+    state = {"w": torch.zeros(4)}
+    restored = store.restore(lambda generation: load_dcp(generation, state))
+    assert restored is not None and restored[0].step == 7
+    assert torch.equal(state["w"], saved["w"])
+    guard = CheckpointGuard(store=store, notices=False, handle_signals=False, flag_file=None)
+    try:
+        guard.resumed(7)
+        assert guard._answered_at_resume == answered
+        assert guard.durable_step == 7
+    finally:
+        guard.close()
