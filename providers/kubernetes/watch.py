@@ -198,6 +198,9 @@ class KubernetesWatcher:
         # before (Azure shows a Started Reboot for minutes after the reboot): with `host`.
         self.boots: VmEventBoots | None = None
         self._retired_said: set[str | None] = set()  # retired events held back, logged once
+        # Past their end, the agent asked whether the Node still shows them (`forget`):
+        # reported again, unchanged, at the next list, watch event or BOOKMARK.
+        self._forgotten: set[str] = set()
         self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
         self.delivered = False  # the current stream has delivered an event
@@ -528,6 +531,9 @@ class KubernetesWatcher:
     def _handle(self, event: WatchEvent, name: str, emit: Emit) -> None:
         if event.type == "BOOKMARK":
             self.bookmarks += 1
+            if self._forgotten and self.node_object is not None:
+                # The Node is as last seen up to this version: those asked about stand.
+                self._node(self.node_object, name, emit)
         elif event.type == "DELETED":
             self.node_object = None
             self._apply([*self.active.values(), deleted_report(name, self.node_uid)], emit)
@@ -785,22 +791,34 @@ class KubernetesWatcher:
         return current
 
     def forget(self, notice_id: str) -> None:
-        """The agent retired `notice_id` past its deadline plus the grace. A Started VM event
+        """The agent is past `notice_id`'s deadline plus the grace: reported again at the next
+        list, watch event or BOOKMARK (the API server confirming the Node as last seen) while
+        the Node still shows it, it stays active, overdue. A watch sends only changes, so a
+        Karpenter taint standing past its termination time was never reported again, and the
+        agent cleared it (a job told it was safe on a node being taken). A Started VM event
         the Node still shows is not raised again while it does (this watcher keeps it, and
         reports no change): the boot record keeps that, so a restarted agent does not raise
         it anew either (`boots.py`)."""
-        report = self.active.get(notice_id)
-        node = self.node_object
-        if report is None or node is None or self.boots is None or self.node_name is None:
+        if notice_id not in self.active:
             return
+        if not self._retire_started(notice_id):
+            self._forgotten.add(notice_id)
+
+    def _retire_started(self, notice_id: str) -> bool:
+        """Whether `notice_id` is the Started VM event the Node shows: retired for this boot."""
+        node = self.node_object
+        if node is None or self.boots is None or self.node_name is None:
+            return False
         try:
             event = node_vm_event(node)
         except ParseError:
-            return
+            return False
         if event is None or event.status != "Started":
-            return
-        if notice_id == vm_event_id(self.node_name, "vm-event", event.type):
-            self.boots.retire(event.type)
+            return False
+        if notice_id != vm_event_id(self.node_name, "vm-event", event.type):
+            return False
+        self.boots.retire(event.type)
+        return True
 
     def _on_node_clock(self, report: Report) -> Report:
         """`report`'s times as this node's clock reads them (`report_on_clock`). Moved by a
@@ -819,6 +837,10 @@ class KubernetesWatcher:
         # notice sent again under its id without a clear is a repeat to a job's guard, which
         # had saved for it, and it saved nothing for the new node's disruption.
         out = changes(self.active, []) + current if replaced else changes(self.active, current)
+        # Those the agent asked about (`forget`) that the Node still shows, unchanged: again.
+        sent = {report.id for report in out}
+        out += [r for r in current if r.id in self._forgotten and r.id not in sent]
+        self._forgotten.clear()
         for report in out:
             log.info("kubernetes: %s %s", report.action, report.id)
             emit(report)

@@ -17,12 +17,15 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer, Simulator
 from support import AgentProcess, Subscriber, agent_env, eventually
 
@@ -162,3 +165,36 @@ def test_an_overdue_notice_its_provider_no_longer_shows_is_retired(
         assert status["active"] == [] and status["overdue"] == {}
         gauge = _metric(agent, "forewarn_notices_overdue")
         assert 'provider="aws",reason="spot-interruption"} 1.0' not in gauge, gauge
+
+
+def test_a_karpenter_termination_past_its_time_while_the_taint_stands_stays_overdue(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    """Karpenter's termination time passed and the node still carries its taint (the
+    NodeClaim's finalizer held, the instance not gone yet). The Kubernetes watcher's `forget`
+    kept its memory of the taint, so no later event reported it again: the agent cleared it
+    past the grace, telling the job it was safe while the node was being taken. Now `forget`
+    makes the next list, watch event or bookmark report it again: overdue, nothing sent."""
+    node = "overdue-node"
+    sim = KubernetesSimulator(node=node, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    server = serve(sim)
+    token = tmp_path / "token"
+    token.write_text("t1")
+    settings = {"FOREWARN_KUBERNETES_TOKEN_FILE": str(token), "NODE_NAME": node}
+    with (
+        _agent(tmp_path, "kubernetes", server.url, **settings) as agent,
+        agent.subscriber() as sub,
+    ):
+        termination = format_time(utcnow().replace(microsecond=0) + timedelta(seconds=3))
+        sim.raise_notice("karpenter", {"termination": termination})
+        taint = f"kubernetes/{node}/taint/karpenter.sh/disrupted"
+        end = time.monotonic() + 15
+        while True:  # the drain before the deadline is read, then with it as terminate
+            notice = sub.notice(timeout=end - time.monotonic())
+            if notice["id"] == taint and notice["action"] == "terminate":
+                break
+        sent = _sent_for(sub, taint, seconds=4 + 5 * NOTICE_GRACE)
+        assert sent == [], f"{taint} was sent again past its grace: {sent}"
+        status = agent.control({"op": "status"})
+        assert taint in [n["id"] for n in status["active"]], status
+        assert taint in status["overdue"], status
