@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..simulator import SimError
+from .simstatus import api_status
 
 PDB_NOTICE_FIELDS = ("name", "namespace", "match_labels", "min_available", "max_unavailable")
 BUDGET_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
@@ -191,7 +192,7 @@ class SimBudgets:
         if not matching:
             return None
         if len(matching) > 1:
-            return _failure(500, "InternalError", MULTIPLE_MESSAGE), 500
+            return api_status(500, "InternalError", MULTIPLE_MESSAGE), 500
         budget = self.with_status(matching[0], every)
         status = budget["status"]
         if status["disruptionsAllowed"] > 0:
@@ -204,23 +205,7 @@ class SimBudgets:
                 "currently"
             ),
         }
-        return _failure(429, "TooManyRequests", BUDGET_MESSAGE, {"causes": [cause]}), 429
-
-
-def _failure(
-    code: int, reason: str, message: str, details: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    answer: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-    }
-    if details is not None:
-        answer["details"] = details
-    return {**answer, "code": code}
+        return api_status(429, "TooManyRequests", BUDGET_MESSAGE, {"causes": [cause]}), 429
 
 
 # What `/apis/policy/v1` lists: `kubectl get pdb` reads it before it lists the budgets.

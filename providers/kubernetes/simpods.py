@@ -29,6 +29,7 @@ from typing import Any
 
 from ..simulator import SimError
 from .simpdbs import SimBudgets
+from .simstatus import api_status
 
 # `<ns>/<name>` of a pod path, and the subresource (only `eviction` is served).
 POD_PATH = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)(?:/([^/]+))?\Z")
@@ -42,21 +43,6 @@ _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 _LABEL_KEY = re.compile(rf"({_PREFIX}/)?{_NAME}\Z")
 _LABEL_VALUE = re.compile(rf"({_NAME})?\Z")
-
-
-def status(code: int, reason: str = "", message: str = "") -> dict[str, Any]:
-    """A Status as the API server answers (a Success has no reason or message)."""
-    answer: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success" if code < 400 else "Failure",
-    }
-    if message:
-        answer["message"] = message
-    if reason:
-        answer["reason"] = reason
-    return {**answer, "code": code}
 
 
 def check_pod_fields(fields: dict[str, Any]) -> None:
@@ -174,7 +160,7 @@ class SimPods:
     def get(self, namespace: str, name: str) -> tuple[dict[str, Any], int]:
         pod = self.pods.get((namespace, name))
         if pod is None:
-            return status(404, "NotFound", f'pods "{name}" not found'), 404
+            return api_status(404, "NotFound", f'pods "{name}" not found'), 404
         return pod, 200
 
     def evict(self, namespace: str, name: str, body: bytes, now: datetime) -> tuple[Any, int]:
@@ -184,7 +170,7 @@ class SimPods:
         try:
             eviction = json.loads(body or b"null")
         except (ValueError, RecursionError) as error:
-            return status(400, "BadRequest", f"eviction: {error}"), 400
+            return api_status(400, "BadRequest", f"eviction: {error}"), 400
         metadata = eviction.get("metadata") if isinstance(eviction, dict) else None
         if (
             not isinstance(eviction, dict)
@@ -193,13 +179,13 @@ class SimPods:
             or not isinstance(metadata, dict)
         ):
             message = "the body must be a policy/v1 Eviction"
-            return status(400, "BadRequest", message), 400
+            return api_status(400, "BadRequest", message), 400
         if metadata.get("name") != name or metadata.get("namespace", namespace) != namespace:
             message = "name in URL does not match name in Eviction object"
-            return status(400, "BadRequest", message), 400
+            return api_status(400, "BadRequest", message), 400
         pod = self.pods.get((namespace, name))
         if pod is None:
-            return status(404, "NotFound", f'pods "{name}" not found'), 404
+            return api_status(404, "NotFound", f'pods "{name}" not found'), 404
         refused = self.budgets.refusal(pod, self.pods.values())
         if refused is not None:
             answer, code = refused
@@ -221,7 +207,7 @@ class SimPods:
                 else pod["spec"]["terminationGracePeriodSeconds"],
             }
         )
-        return status(201), 201
+        return api_status(201), 201
 
 
 # What `/api/v1` says of pods and their eviction subresource: `kubectl drain` evicts through
@@ -254,5 +240,4 @@ __all__ = [
     "POD_RESOURCES",
     "SimPods",
     "check_pod_fields",
-    "status",
 ]

@@ -96,6 +96,7 @@ from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 from .settings import taint_key_problem
 from .simpdbs import PDB_NOTICE_FIELDS, PDB_PATH, PDB_RESOURCE, check_pdb_fields
 from .simpods import POD_NOTICE_FIELDS, POD_PATH, POD_RESOURCES, SimPods, check_pod_fields
+from .simstatus import api_status
 from .tables import event_table, node_table, pdb_table, table_version
 
 DEFAULT_NODE = "forewarn-sim-node"
@@ -120,22 +121,10 @@ def _stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-
-
 def _too_large(asked: int, current: int) -> dict[str, Any]:
     """kube-apiserver's answer to a resourceVersion it has not reached (storage's
     `NewTooLargeResourceVersionError`): a 504 Timeout with a cause and a retry hint."""
-    status = _status(504, "Timeout", f"Too large resource version: {asked}, current: {current}")
+    status = api_status(504, "Timeout", f"Too large resource version: {asked}, current: {current}")
     status["details"] = {
         "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
         "retryAfterSeconds": 1,
@@ -150,7 +139,7 @@ INCLUDE_OBJECT = (None, "None", "Metadata", "Object")
 def _bad_include(include: str | None) -> SimResponse:
     """The API server's 400 for an `includeObject` it does not know."""
     message = f'includeObject: Unsupported value: "{include}"'
-    return SimResponse.json(_status(400, "BadRequest", message), 400)
+    return SimResponse.json(api_status(400, "BadRequest", message), 400)
 
 
 def _line(kind: str, obj: dict[str, Any]) -> bytes:
@@ -588,7 +577,7 @@ class KubernetesSimulator(Simulator):
             claim = self.nodeclaims.get(name)
             if claim is None:
                 message = f'nodeclaims.karpenter.sh "{name}" not found'
-                return SimResponse.json(_status(404, "NotFound", message), 404)
+                return SimResponse.json(api_status(404, "NotFound", message), 404)
             return SimResponse.json(claim)
 
     def _compact(self, fields: dict[str, Any]) -> str:
@@ -733,7 +722,7 @@ class KubernetesSimulator(Simulator):
         phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
         reason = phrase.replace(" ", "")
         headers = {"Retry-After": "1"} if status == 429 else {}
-        return SimResponse.json(_status(status, reason, phrase), status, headers=headers)
+        return SimResponse.json(api_status(status, reason, phrase), status, headers=headers)
 
     # The node API.
 
@@ -760,17 +749,17 @@ class KubernetesSimulator(Simulator):
             and nodeclaim is None
             and discovery is None
         ):
-            return SimResponse.json(_status(404, "NotFound", f"no route {request.path}"), 404)
+            return SimResponse.json(api_status(404, "NotFound", f"no route {request.path}"), 404)
         if self.token is not None and request.header("Authorization") != f"Bearer {self.token}":
             with self.lock:
                 self.counts["unauthorized"] += 1
-            return SimResponse.json(_status(401, "Unauthorized", "Unauthorized"), 401)
+            return SimResponse.json(api_status(401, "Unauthorized", "Unauthorized"), 401)
         if discovery is not None:
             # Any identity the server knows may read discovery (system:discovery), whatever
             # its role.
             if request.method != "GET":
                 message = f"{request.method} {request.path}"
-                return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+                return SimResponse.json(api_status(405, "MethodNotAllowed", message), 405)
             return SimResponse.json(discovery)
         resource = (
             "poddisruptionbudgets"
@@ -797,7 +786,7 @@ class KubernetesSimulator(Simulator):
         if nodeclaim is not None:
             if request.method != "GET" or not nodeclaim or "/" in nodeclaim:
                 message = f"{request.method} {request.path}"
-                return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+                return SimResponse.json(api_status(405, "MethodNotAllowed", message), 405)
             return self._get_nodeclaim(nodeclaim)
         if core is not None:
             return self._core_events(request, core_namespace)
@@ -821,7 +810,7 @@ class KubernetesSimulator(Simulator):
             if request.method == "PATCH":
                 return self._patch(name, request)
         return SimResponse.json(
-            _status(405, "MethodNotAllowed", f"{request.method} {request.path}"), 405
+            api_status(405, "MethodNotAllowed", f"{request.method} {request.path}"), 405
         )
 
     def _refuse(self, method: str, resource: str, request: SimRequest) -> SimResponse | None:
@@ -854,7 +843,7 @@ class KubernetesSimulator(Simulator):
             f'{resource} is forbidden: User "system:serviceaccount:forewarn:forewarn" cannot '
             f'{verb} resource "{resource}" in API group "{group}"'
         )
-        return SimResponse.json(_status(403, "Forbidden", message), 403)
+        return SimResponse.json(api_status(403, "Forbidden", message), 403)
 
     def _create_event(self, path: str, request: SimRequest) -> SimResponse:
         """POST /apis/events.k8s.io/v1/namespaces/<ns>/events, checked as the API server
@@ -862,16 +851,16 @@ class KubernetesSimulator(Simulator):
         namespace, _, rest = path[len(EVENTS_PREFIX) :].partition("/")
         if request.method != "POST" or rest != "events" or not namespace:
             return SimResponse.json(
-                _status(405, "MethodNotAllowed", f"{request.method} {request.path}"), 405
+                api_status(405, "MethodNotAllowed", f"{request.method} {request.path}"), 405
             )
         try:
             event = json.loads(request.body or b"null")
         except (ValueError, RecursionError) as error:  # nested too deep: a 400, not a 500
-            return SimResponse.json(_status(400, "BadRequest", f"event: {error}"), 400)
+            return SimResponse.json(api_status(400, "BadRequest", f"event: {error}"), 400)
         problems = event_problems(event, namespace)
         if problems:
             message = f"Event is invalid: {'; '.join(problems)}"
-            return SimResponse.json(_status(422, "Invalid", message), 422)
+            return SimResponse.json(api_status(422, "Invalid", message), 422)
         with self.lock:
             name = event["metadata"].get("name")
             if name and any(
@@ -880,7 +869,7 @@ class KubernetesSimulator(Simulator):
             ):
                 # As the API server: a name is one object's in its namespace.
                 message = f'events.events.k8s.io "{name}" already exists'
-                return SimResponse.json(_status(409, "AlreadyExists", message), 409)
+                return SimResponse.json(api_status(409, "AlreadyExists", message), 409)
             self.rv += 1
             stored = {
                 **event,
@@ -914,10 +903,10 @@ class KubernetesSimulator(Simulator):
         server's 400 for a field selector it would refuse."""
         if request.method != "GET" or request.param("watch") in ("1", "true"):
             message = f"{request.method} {request.path}"
-            return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+            return SimResponse.json(api_status(405, "MethodNotAllowed", message), 405)
         wanted = parse_field_selector(request.param("fieldSelector") or "", POD_FIELDS)
         if isinstance(wanted, str):
-            return SimResponse.json(_status(400, "BadRequest", wanted), 400)
+            return SimResponse.json(api_status(400, "BadRequest", wanted), 400)
         with self.lock:
             rv = str(self.rv)
             items = self.sim_pods.listed(wanted)
@@ -936,7 +925,7 @@ class KubernetesSimulator(Simulator):
         `simpdbs`); what `kubectl get pdb` and `describe pdb` read."""
         if request.method != "GET" or request.param("watch") in ("1", "true"):
             message = f"{request.method} {request.path}"
-            return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+            return SimResponse.json(api_status(405, "MethodNotAllowed", message), 405)
         include = request.param("includeObject")
         if include not in INCLUDE_OBJECT:
             return _bad_include(include)
@@ -947,7 +936,7 @@ class KubernetesSimulator(Simulator):
             items = [item for item in items if item["metadata"]["name"] == name]
             if not items:
                 message = f'poddisruptionbudgets.policy "{name}" not found'
-                return SimResponse.json(_status(404, "NotFound", message), 404)
+                return SimResponse.json(api_status(404, "NotFound", message), 404)
         version = table_version(request.header("Accept"))
         if version is not None:
             return SimResponse.json(pdb_table(items, rv, self.now(), version, include))
@@ -976,7 +965,7 @@ class KubernetesSimulator(Simulator):
                     self.rv += 1
             else:
                 message = f"{request.method} {request.path}"
-                answer, code = _status(405, "MethodNotAllowed", message), 405
+                answer, code = api_status(405, "MethodNotAllowed", message), 405
         return SimResponse.json(answer, code)
 
     def _core_events(self, request: SimRequest, namespace: str | None) -> SimResponse:
@@ -986,10 +975,10 @@ class KubernetesSimulator(Simulator):
         or the API server's 400 for a field selector it would refuse."""
         if request.method != "GET" or request.param("watch") in ("1", "true"):
             message = f"{request.method} {request.path}"
-            return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+            return SimResponse.json(api_status(405, "MethodNotAllowed", message), 405)
         wanted = parse_field_selector(request.param("fieldSelector") or "", CORE_EVENT_FIELDS)
         if isinstance(wanted, str):
-            return SimResponse.json(_status(400, "BadRequest", wanted), 400)
+            return SimResponse.json(api_status(400, "BadRequest", wanted), 400)
         with self.lock:
             rv = str(self.rv)
             items = [
@@ -1018,11 +1007,11 @@ class KubernetesSimulator(Simulator):
         every 10 s), as `kubectl describe node` shows it."""
         if request.method != "GET":
             message = f"{request.method} {request.path}"
-            return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+            return SimResponse.json(api_status(405, "MethodNotAllowed", message), 405)
         with self.lock:
             if rest != self.node_name or self.node is None:
                 message = f'leases.coordination.k8s.io "{rest}" not found'
-                return SimResponse.json(_status(404, "NotFound", message), 404)
+                return SimResponse.json(api_status(404, "NotFound", message), 404)
             created = self.node["metadata"].get("creationTimestamp")
             rv = str(self.rv)
         now = self.now()  # a MicroTime, on the provider's clock as every time here
@@ -1076,7 +1065,9 @@ class KubernetesSimulator(Simulator):
     def _get(self, name: str, request: SimRequest) -> SimResponse:
         with self.lock:
             if name != self.node_name or self.node is None:
-                return SimResponse.json(_status(404, "NotFound", f'nodes "{name}" not found'), 404)
+                return SimResponse.json(
+                    api_status(404, "NotFound", f'nodes "{name}" not found'), 404
+                )
             table = self._table(request, [self.node])
             return table if table is not None else SimResponse.json(self.node)
 
@@ -1084,16 +1075,18 @@ class KubernetesSimulator(Simulator):
         content_type = (request.header("Content-Type") or "").split(";")[0].strip()
         if content_type not in PATCH_TYPES:
             message = f"the body of the request was in an unknown format - {content_type}"
-            return SimResponse.json(_status(415, "UnsupportedMediaType", message), 415)
+            return SimResponse.json(api_status(415, "UnsupportedMediaType", message), 415)
         try:
             patch = json.loads(request.body or b"null")
         except (ValueError, RecursionError) as error:  # nested too deep: a 400, not a 500
-            return SimResponse.json(_status(400, "BadRequest", f"patch: {error}"), 400)
+            return SimResponse.json(api_status(400, "BadRequest", f"patch: {error}"), 400)
         if not isinstance(patch, dict):
-            return SimResponse.json(_status(400, "BadRequest", "patch must be an object"), 400)
+            return SimResponse.json(api_status(400, "BadRequest", "patch must be an object"), 400)
         with self.lock:
             if name != self.node_name or self.node is None:
-                return SimResponse.json(_status(404, "NotFound", f'nodes "{name}" not found'), 404)
+                return SimResponse.json(
+                    api_status(404, "NotFound", f'nodes "{name}" not found'), 404
+                )
             # A uid in the patch is a precondition, as the API server has it (metadata.uid is
             # immutable: another value is 422 Invalid): a patch meant for a Node deleted since
             # does not land on the one created again under its name.
@@ -1105,7 +1098,7 @@ class KubernetesSimulator(Simulator):
                     f'Node "{name}" is invalid: metadata.uid: Invalid value: "{uid}": '
                     "field is immutable"
                 )
-                return SimResponse.json(_status(422, "Invalid", message), 422)
+                return SimResponse.json(api_status(422, "Invalid", message), 422)
             before = bool(self.node["spec"].get("unschedulable"))
             node = merge_patch(self.node, patch)
             node.setdefault("spec", {})
@@ -1120,7 +1113,7 @@ class KubernetesSimulator(Simulator):
             if problems:
                 # As the API server validates the patched Node: 422, and nothing changes.
                 message = f'Node "{name}" is invalid: {"; ".join(problems)}'
-                return SimResponse.json(_status(422, "Invalid", message), 422)
+                return SimResponse.json(api_status(422, "Invalid", message), 422)
             if node["spec"].get("taints") != self.node["spec"].get("taints"):
                 # The request's own write of the list: its fieldManager, else (as the API
                 # server names a manager that gave none) its User-Agent up to the first "/".
@@ -1163,8 +1156,8 @@ class KubernetesSimulator(Simulator):
                     entry["outcome"] = f"gone-{self.gone_as}"
                     message = f"too old resource version: {start} ({self.compacted_rv})"
                     if self.gone_as == "status":
-                        return SimResponse.json(_status(410, "Expired", message), 410)
-                    expired = _line("ERROR", _status(410, "Expired", message))
+                        return SimResponse.json(api_status(410, "Expired", message), 410)
+                    expired = _line("ERROR", api_status(410, "Expired", message))
                     return SimResponse(
                         200,
                         content_type="application/json",
@@ -1238,7 +1231,7 @@ class KubernetesSimulator(Simulator):
                         if self.expire_generation != expire_generation or sent < self.dropped_upto:
                             # This watch fell behind the history: the real server says 410.
                             message = f"too old resource version: {sent} ({self.compacted_rv})"
-                            out.append(_line("ERROR", _status(410, "Expired", message)))
+                            out.append(_line("ERROR", api_status(410, "Expired", message)))
                             self.counts["gone"] += 1
                             finished = True
                             break
