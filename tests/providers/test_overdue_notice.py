@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,19 +34,6 @@ pytestmark = pytest.mark.usefixtures("forked_agents")
 NOTICE_GRACE = 1
 ARGS = ("--set", f"notice_grace={NOTICE_GRACE}", "--exit-margin", "1s")
 OVERDUE_LINE = "is overdue"
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Simulator], SimServer]]:
-    servers: list[SimServer] = []
-
-    def start(sim: Simulator) -> SimServer:
-        servers.append(SimServer(sim).start())
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def _agent(tmp_path: Path, provider: str, url: str, **settings: str) -> AgentProcess:

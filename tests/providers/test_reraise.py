@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -59,19 +59,6 @@ def _wait_past(moment: datetime) -> None:
     """Until the wall clock (the agent's) is past `moment`."""
     while (left := (moment - utcnow()).total_seconds()) >= 0:
         time.sleep(left + 0.01)
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Simulator], SimServer]]:
-    servers: list[SimServer] = []
-
-    def start(sim: Simulator) -> SimServer:
-        servers.append(SimServer(sim).start())
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def _agent(tmp_path: Path, provider: str, url: str, **settings: str) -> AgentProcess:

@@ -235,12 +235,17 @@ jobs = st.builds(
 )
 
 
-@settings(
+# The plan's CLI tests print through capsys, a function-scoped fixture Hypothesis reuses across
+# examples: harmless here, since each example reads only what it printed.
+PLAN_EXAMPLES = settings(
     max_examples=examples(60),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
+
+
+@PLAN_EXAMPLES
 @given(job=jobs)
 def test_the_plans_interval_is_near_the_simulated_optimum(
     job: Job, capsys: pytest.CaptureFixture[str]
@@ -333,12 +338,7 @@ def test_the_overhead_where_the_upload_outlasts_the_lead_is_the_simulated_one(
     assert_the_overhead_agrees(job, capsys)
 
 
-@settings(
-    max_examples=examples(60),
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@PLAN_EXAMPLES
 @given(job=jobs)
 def test_the_plans_overhead_is_the_simulated_one(
     job: Job, capsys: pytest.CaptureFixture[str]
@@ -361,12 +361,7 @@ upload_outlasts = st.builds(
 )
 
 
-@settings(
-    max_examples=examples(60),
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@PLAN_EXAMPLES
 @given(job=upload_outlasts)
 def test_the_overhead_is_the_simulated_one_wherever_the_upload_outlasts_the_lead(
     job: Job, capsys: pytest.CaptureFixture[str]
