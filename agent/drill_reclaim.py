@@ -52,7 +52,7 @@ from .argtypes import word_as_written
 from .drill_limits import MAX_LEAD, MAX_SEED, count_within, seconds_within, written_bound
 from .drill_local import Machine, json_objects
 from .plan import ReclaimLoss, Timing, notice, reclaim_loss
-from .reclaim_procs import JobTree, become_subreaper, started_at
+from .reclaim_procs import JobTree, started_at, subreaper
 from .tethered import tethered
 
 RESTARTED = "torchrun-restart"
@@ -517,7 +517,6 @@ class Reclaim:
         self.hashes: dict[int, str] = {}  # step -> state hash when its save began
         self.results: list[CellResult] = []
         self.machines = 0
-        become_subreaper()
 
     def _new_machine(self) -> Any:
         self.machines += 1
@@ -590,9 +589,10 @@ class Reclaim:
                 self.hashes[int(event["step"])] = str(event["hash"])
 
     def run(self, cells: list[Cell]) -> list[CellResult]:
-        for cell in cells:
-            self.results.append(self._run_cell(cell))
-        self._final_resume()
+        with subreaper():  # orphans of the jobs come back to the drill, which reaps them
+            for cell in cells:
+                self.results.append(self._run_cell(cell))
+            self._final_resume()
         return self.results
 
     def _final_resume(self) -> None:

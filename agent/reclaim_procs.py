@@ -3,7 +3,7 @@
 A job under torchrun is a tree: torchrun, one rank per process group (torchrun starts each
 rank in a new session), and each rank's DataLoader workers. systemd's control group and a
 container hold the whole tree, so the drill finds it by walking /proc from the job's top
-process. The drill makes itself a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so a
+process. While it runs, the drill is a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so a
 process whose parent was killed is re-parented to the drill instead of init: it stays in the
 tree, and the drill reaps it, so no process is ever left behind.
 """
@@ -15,18 +15,46 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 
 
-def become_subreaper() -> bool:
+def become_subreaper(on: bool = True) -> bool:
     """Orphans of the drill's jobs come back to this process (Linux); False elsewhere."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def _is_subreaper() -> bool:
+    flag = ctypes.c_int(0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and bool(
+            flag.value
+        )
+    except (OSError, AttributeError):
+        return False
+
+
+@contextlib.contextmanager
+def subreaper() -> Iterator[bool]:
+    """This process a child subreaper while the drill runs, then as it was before. Left one
+    for good, a process that goes on after the drill (a test suite's worker) adopted the
+    orphans of everything it ran next, zombies nobody reaped: a killed job's DataLoader
+    workers kept their /proc entries."""
+    was = _is_subreaper()
+    became = was or become_subreaper()
+    try:
+        yield became
+    finally:
+        if became and not was:
+            become_subreaper(False)
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -133,4 +161,4 @@ class JobTree:
         return left
 
 
-__all__ = ["JobTree", "become_subreaper", "children_map", "started_at", "tree"]
+__all__ = ["JobTree", "become_subreaper", "children_map", "started_at", "subreaper", "tree"]
