@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from forewarn.agent.drill_local import minimum_steps
 from job_session import end_session, every_worker_ends, session_processes
-from support import as_in_a_terminal, forewarn_cmd, sighup_as_in_a_terminal
+from support import as_in_a_terminal, forewarn_cmd, run_forewarn, sighup_as_in_a_terminal
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="sessions and PR_SET_PDEATHSIG are Linux's"
@@ -91,13 +91,7 @@ def test_a_drill_stopped_mid_upload_leaves_no_process_and_says_so(
         end_session(drill)
     # Nothing the stopped drill left in its directory (its agent's socket, its demo's
     # checkpoints, half an upload) misleads the next one there.
-    again = subprocess.run(
-        forewarn_cmd("drill", "local", "--dir", str(work)),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    again = run_forewarn("drill", "local", "--dir", str(work), env=env, timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.splitlines()[-1] == "steps lost: 0", again.stdout
 

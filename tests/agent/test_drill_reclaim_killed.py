@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import as_in_a_terminal, eventually, forewarn_cmd, processes_mentioning, requires
+from support import (
+    as_in_a_terminal,
+    eventually,
+    forewarn_cmd,
+    processes_mentioning,
+    requires,
+    run_forewarn,
+)
 
 pytestmark = [
     requires("torch"),
@@ -29,6 +36,17 @@ if "LOCAL_RANK" in os.environ:
     pathlib.Path(os.environ["HELD_RANKS"], str(os.getpid())).touch()
     time.sleep(120)
 """
+
+
+def _held_ranks(tmp_path: Path, env: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """The job's environment with HOLD loaded into every rank, and the folder it writes to."""
+    held = tmp_path / "held"
+    held.mkdir()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HOLD)
+    path = [str(site), *filter(None, [env.get("PYTHONPATH")])]
+    return held, dict(env, PYTHONPATH=os.pathsep.join(path), HELD_RANKS=str(held))
 
 
 def _pids(text: str) -> list[int]:
@@ -49,13 +67,7 @@ def test_a_scenario_drill_killed_outright_takes_its_torchrun_job_with_it(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     work = tmp_path / "drill"
-    held = tmp_path / "held"
-    held.mkdir()
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(HOLD)
-    path = [str(site), *filter(None, [env.get("PYTHONPATH")])]
-    env = dict(env, PYTHONPATH=os.pathsep.join(path), HELD_RANKS=str(held))
+    held, env = _held_ranks(tmp_path, env)
     drill = subprocess.Popen(
         forewarn_cmd("drill", "local", "--scenario", "cloud", "--seed", "1", "--dir", str(work)),
         env=env,
@@ -94,13 +106,7 @@ def test_a_scenario_drill_stopped_by_its_user_ends_its_job_and_says_so(
     tmp_path: Path, env: dict[str, str], stop: str
 ) -> None:
     work = tmp_path / "drill"
-    held = tmp_path / "held"
-    held.mkdir()
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(HOLD)
-    path = [str(site), *filter(None, [env.get("PYTHONPATH")])]
-    held_env = dict(env, PYTHONPATH=os.pathsep.join(path), HELD_RANKS=str(held))
+    held, held_env = _held_ranks(tmp_path, env)
     argv = forewarn_cmd("drill", "local", "--scenario", "cloud", "--seed", "1", "--dir", str(work))
     drill = subprocess.Popen(
         as_in_a_terminal(argv),  # SIGHUP at its default: under nohup the drill ignores it
@@ -131,12 +137,6 @@ def test_a_scenario_drill_stopped_by_its_user_ends_its_job_and_says_so(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     # The next drill in that directory starts afresh and passes.
-    again = subprocess.run(
-        forewarn_cmd("drill", "local", "--dir", str(work)),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    again = run_forewarn("drill", "local", "--dir", str(work), env=env, timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.splitlines()[-1] == "steps lost: 0", again.stdout
