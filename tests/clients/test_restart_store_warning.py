@@ -100,8 +100,11 @@ logging.basicConfig(
 )
 guard = CheckpointGuard(notices=False, flag_file=None, handle_signals=False)
 dist.init_process_group("gloo")
-# Made before the process group, the guard's ticker finds it while the ranks wait here.
-time.sleep(1.0)
+# Made before the process group: the guard's ticker finds it while the ranks wait here, until
+# its check has looked (rank 1's was ruled out by the environment alone).
+looked_by = time.monotonic() + 60
+while guard._restart_store.pending and time.monotonic() < looked_by:
+    time.sleep(0.01)
 dist.barrier()
 guard.close()
 dist.destroy_process_group()
