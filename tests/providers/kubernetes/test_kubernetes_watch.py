@@ -882,13 +882,14 @@ async def test_a_watch_history_that_never_holds_the_listed_version_is_a_fault(
     healthy while no watch ever opened and the node's changes came only with the lists, up to
     `retry_max` late."""
     from forewarn.providers.kubernetes import simulate
+    from forewarn.providers.kubernetes.simstatus import api_status
     from forewarn.providers.simulator import SimResponse
 
     class ShortHistory(simulate.KubernetesSimulator):
         def _watch(self, request: Any, matches: bool) -> Any:
             with self.lock:
                 self.counts["gone"] += 1
-            status = simulate._status(410, "Expired", "too old resource version: 1 (2)")
+            status = api_status(410, "Expired", "too old resource version: 1 (2)")
             headers = dict(simulate.STREAM_HEADERS)
             line = simulate._line("ERROR", status)
             return SimResponse(
