@@ -375,6 +375,11 @@ class FlagFileRequests(GuardState):
                 self._flag_open = found if deadline is not None else None
                 self._flag_unremovable = False
                 self._pending["flag"] = None
+            # Its deadline judged before the save is woken: woken first, a deadline already
+            # within the exit margin made a save that did not exit while the loop raced the
+            # ticker, and the exit a second save one step later.
+            self._check_flag_deadline()
+            with self._lock:
                 self._wake = True
 
     def _anchor(self, mtime_ns: int) -> datetime:
@@ -453,6 +458,9 @@ class FlagFileRequests(GuardState):
             self._flag_open = None
             if not saved:
                 self._pending["flag"] = None
+        self._check_flag_deadline()  # before the save is woken, as for a flag file read
+        if not saved:
+            with self._lock:
                 self._wake = True
 
     def _withdraw_hint(self, deadline: datetime) -> str:
